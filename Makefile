@@ -1,0 +1,36 @@
+# `make test` and `make demo` set everything up on a fresh machine (Python 3.11, no GPU needed).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install test test-unit test-gpu demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first and pinned: an unpinned resolve would pull a multi-GB CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q tests
+
+test-unit: $(STAMP)
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q tests/unit
+
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q tests/gpu
+
+demo: $(STAMP)
+	$(BIN)/pdserve model create
+	$(BIN)/pdserve generate --prompt "Disaggregated serving splits prefill from decode" --max-tokens 48
+
+bench: $(STAMP)
+	$(BIN)/python bench/engine.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

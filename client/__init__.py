@@ -1,0 +1,1 @@
+"""Python client library and load-test CLI."""

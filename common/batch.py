@@ -1,0 +1,37 @@
+"""The plain batch description a scheduler hands to the model runner for one step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from common.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledSeq:
+    """Run ``token_ids`` at positions ``start_pos...``; sample a token after them if ``sample``."""
+
+    request_id: str
+    token_ids: list[int]
+    start_pos: int
+    block_ids: list[int]
+    sample: bool
+    params: SamplingParams
+    num_output_tokens: int
+    generator: torch.Generator | None
+
+    @property
+    def is_decode(self) -> bool:
+        return len(self.token_ids) == 1
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledBatch:
+    seqs: tuple[ScheduledSeq, ...]
+    num_preempted: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.seqs)

@@ -1,0 +1,55 @@
+"""The engine's configuration: one frozen dataclass whose defaults are the CLI's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from common.model_presets import DEFAULT_PRESET, PRESETS
+from common.scheduler import MEMORY_POLICIES
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ATTENTION_BACKENDS = ("auto", "torch", "triton")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    model: str | None = None  # a Hugging Face checkpoint directory; None = the embedded preset
+    preset: str = DEFAULT_PRESET
+    dtype: str = "float32"
+    device: str = "cpu"
+    block_size: int = 16
+    num_kv_blocks: int | None = None  # explicit pool size; overrides the memory fraction
+    kv_cache_memory_fraction: float | None = None  # of free memory after loading; None = 0.9 GPU / 0.1 CPU
+    max_batch_size: int = 64
+    max_num_tokens: int = 4096
+    max_model_len: int | None = None  # None = the model's max_position_embeddings
+    memory_policy: str = "guaranteed_no_evict"
+    attention_backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        _require(self.preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}", self.preset)
+        _require(self.dtype in DTYPES, "dtype", f"must be one of {', '.join(DTYPES)}", self.dtype)
+        _require(self.block_size >= 1, "block_size", "must be >= 1", self.block_size)
+        _require(self.num_kv_blocks is None or self.num_kv_blocks >= 1, "num_kv_blocks", "must be >= 1",
+                 self.num_kv_blocks)
+        fraction = self.kv_cache_memory_fraction
+        _require(fraction is None or 0 < fraction <= 1, "kv_cache_memory_fraction", "must be in (0, 1]", fraction)
+        _require(self.max_batch_size >= 1, "max_batch_size", "must be >= 1", self.max_batch_size)
+        _require(self.max_num_tokens >= 1, "max_num_tokens", "must be >= 1", self.max_num_tokens)
+        _require(self.max_model_len is None or self.max_model_len >= 2, "max_model_len", "must be >= 2",
+                 self.max_model_len)
+        _require(self.memory_policy in MEMORY_POLICIES, "memory_policy",
+                 f"must be one of {', '.join(MEMORY_POLICIES)}", self.memory_policy)
+        _require(self.attention_backend in ATTENTION_BACKENDS, "attention_backend",
+                 f"must be one of {', '.join(ATTENTION_BACKENDS)}", self.attention_backend)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+
+def _require(ok: bool, field: str, rule: str, value: object) -> None:
+    if not ok:
+        raise ValueError(f"{field} {rule}, got {value!r}")

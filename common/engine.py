@@ -1,0 +1,121 @@
+"""One engine: model + paged KV cache + scheduler + runner. Single-threaded; see
+``engine_thread`` for running it beside an event loop.
+
+    step():  aborts → schedule() → runner.execute(batch) → update_from_output(...)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from common import env
+from common.block_pool import BlockPool
+from common.config import EngineConfig
+from common.kv_cache import PagedKVCache
+from common.memory import num_kv_blocks
+from common.model import LlamaModel
+from common.model_create import ensure_model
+from common.model_runner import ModelRunner
+from common.request import Request, RequestOutput
+from common.sampler import Sampler
+from common.sampling_params import SamplingParams
+from common.scheduler import Scheduler, SchedulerConfig
+
+
+def resolve_model_dir(config: EngineConfig) -> Path:
+    """``--model`` if given, else ``PDSERVE_MODEL``, else the embedded preset (created on first use)."""
+    chosen = config.model or env.default_model()
+    return Path(chosen) if chosen else ensure_model(config.preset)
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.device = torch.device(config.device)
+        self.model_dir = resolve_model_dir(config)
+        self.model = LlamaModel.load(self.model_dir, config.torch_dtype, self.device)
+        self.model.attention = _attention_fn(config, self.device)
+        mcfg = self.model.config
+        self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
+        blocks = num_kv_blocks(config, mcfg, self.device)
+        self.cache = PagedKVCache(mcfg, blocks, config.block_size, config.torch_dtype, self.device)
+        self.pool = BlockPool(blocks)
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_batch_size, config.max_num_tokens, config.block_size,
+                            self.max_model_len, config.memory_policy, mcfg.eos_token_ids),
+            self.pool,
+        )
+        self.runner = ModelRunner(self.model, self.cache, Sampler(mcfg.eos_token_ids))
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Queues a request; raises ValueError naming the field when it cannot be served."""
+        self._validate(request_id, prompt_token_ids, params)
+        self.scheduler.add(Request(request_id, list(prompt_token_ids), params))
+
+    def _validate(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
+        if request_id in self.scheduler.requests:
+            raise ValueError(f"request_id {request_id!r} is already running")
+        if not prompt:
+            raise ValueError("prompt is empty")
+        vocab = self.model.config.vocab_size
+        if min(prompt) < 0 or max(prompt) >= vocab:
+            raise ValueError(f"prompt token ids must be in [0, {vocab})")
+        total = len(prompt) + params.max_tokens
+        if total > self.max_model_len:
+            raise ValueError(f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
+                             f"model's limit of {self.max_model_len} tokens")
+        if -(-total // self.config.block_size) > self.pool.num_blocks:
+            raise ValueError(f"prompt + max_tokens needs more KV blocks than the pool has ({self.pool.num_blocks})")
+
+    def abort_request(self, request_id: str) -> bool:
+        """Aborts at the next step (blocks freed then). False if the id is unknown or finished."""
+        return self.scheduler.abort(request_id)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[RequestOutput]:
+        outputs = self.scheduler.apply_aborts()
+        batch = self.scheduler.schedule()
+        if batch.seqs:
+            sampled = self.runner.execute(batch)
+            outputs += self.scheduler.update_from_output(batch, sampled)
+        return outputs
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
+        """Runs prompts to completion and returns each one's output token ids."""
+        per_prompt = params if isinstance(params, list) else [params] * len(prompts)
+        results: dict[str, list[int]] = {}
+        for i, (prompt, p) in enumerate(zip(prompts, per_prompt)):
+            self.add_request(f"gen-{i}", prompt, p)
+            results[f"gen-{i}"] = []
+        while self.has_unfinished_requests():
+            for out in self.step():
+                results[out.request_id].extend(out.new_token_ids)
+        return [results[f"gen-{i}"] for i in range(len(prompts))]
+
+    def check_integrity(self) -> None:
+        """Pool whole, and every block's reference count equals the requests that hold it."""
+        self.pool.check_integrity()
+        holders: dict[int, int] = {}
+        for block in self.scheduler.owned_blocks():
+            holders[block] = holders.get(block, 0) + 1
+        for block in range(self.pool.num_blocks):
+            if self.pool.refcount(block) != holders.get(block, 0):
+                raise AssertionError(f"block {block}: refcount {self.pool.refcount(block)}, "
+                                     f"held by {holders.get(block, 0)} requests")
+
+
+def _attention_fn(config: EngineConfig, device: torch.device):  # type: ignore[no-untyped-def]
+    backend = config.attention_backend
+    if backend == "auto":
+        backend = "triton" if device.type == "cuda" else "torch"
+    if backend == "triton":
+        from common.triton_attention import paged_attention_triton
+
+        return paged_attention_triton
+    from common.attention import paged_attention
+
+    return paged_attention

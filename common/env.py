@@ -1,0 +1,19 @@
+"""Every ``PDSERVE_*`` environment variable is read here and nowhere else."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """Where embedded models are written (``PDSERVE_CACHE_DIR``, default ``~/.cache/pdserve``)."""
+    explicit = os.environ.get("PDSERVE_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pdserve"
+
+
+def default_model() -> str | None:
+    """A checkpoint directory to use instead of the embedded model (``PDSERVE_MODEL``)."""
+    return os.environ.get("PDSERVE_MODEL") or None

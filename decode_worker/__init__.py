@@ -1,0 +1,1 @@
+"""The decode worker: continuous batching over KV blocks received from prefill workers."""

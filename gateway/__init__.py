@@ -1,0 +1,1 @@
+"""The public gRPC server: admission, routing, worker registry, detokenization."""

@@ -1,0 +1,34 @@
+"""The ``pdserve`` console script: one subcommand per process or tool."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from pdserve import commands_engine
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pdserve", description="Disaggregated LLM serving.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    commands_engine.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Command = args.handler
+    try:
+        return handler(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"pdserve {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

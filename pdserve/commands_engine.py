@@ -1,0 +1,77 @@
+"""``pdserve model create`` and ``pdserve generate``: the engine in one process."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from common.config import EngineConfig
+from common.detokenizer import IncrementalDetokenizer
+from common.engine import LLMEngine
+from common.engine_args import add_engine_args, engine_config_from_args
+from common.model_create import create_model, default_model_dir
+from common.model_presets import DEFAULT_PRESET, PRESETS
+from common.sampling_params import SamplingParams
+from common.tokenizer import load_tokenizer
+
+
+def register(sub: Any) -> None:
+    model = sub.add_parser("model", help="manage the embedded default model")
+    model_sub = model.add_subparsers(dest="model_command", required=True)
+    create = model_sub.add_parser("create", help="write a seeded random-weight Llama checkpoint, offline")
+    create.add_argument("--preset", choices=tuple(PRESETS), default=DEFAULT_PRESET)
+    create.add_argument("--out", type=Path, default=None, help="directory (default: the pdserve cache)")
+    create.add_argument("--seed", type=int, default=0)
+    create.set_defaults(handler=_model_create)
+
+    gen = sub.add_parser("generate", help="run the engine in this process and stream one completion")
+    gen.add_argument("--prompt", required=True)
+    defaults = SamplingParams()
+    gen.add_argument("--max-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=defaults.temperature)
+    gen.add_argument("--top-k", type=int, default=defaults.top_k)
+    gen.add_argument("--top-p", type=float, default=defaults.top_p)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--min-tokens", type=int, default=defaults.min_tokens)
+    gen.add_argument("--ignore-eos", action="store_true")
+    add_engine_args(gen)
+    gen.set_defaults(handler=_generate)
+
+
+def _model_create(args: argparse.Namespace) -> int:
+    out = args.out or default_model_dir(args.preset)
+    print(f"creating the {args.preset!r} model in {out} ...", file=sys.stderr)
+    create_model(args.preset, out, seed=args.seed)
+    print(out)
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                            top_p=args.top_p, seed=args.seed, min_tokens=args.min_tokens,
+                            ignore_eos=args.ignore_eos)
+    config: EngineConfig = engine_config_from_args(args)
+    started = time.perf_counter()
+    engine = LLMEngine(config)
+    tokenizer = load_tokenizer(engine.model_dir)
+    prompt_ids = tokenizer.encode(args.prompt)
+    print(f"[model {engine.model_dir}, {len(prompt_ids)} prompt tokens, "
+          f"loaded in {time.perf_counter() - started:.1f}s]", file=sys.stderr)
+    engine.add_request("cli", prompt_ids, params)
+    detok = IncrementalDetokenizer(tokenizer)
+    started, first, count, reason = time.perf_counter(), 0.0, 0, None
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            first = first or time.perf_counter() - started
+            count += len(out.new_token_ids)
+            sys.stdout.write(detok.add(out.new_token_ids))
+            sys.stdout.flush()
+            reason = out.finish_reason or reason
+    sys.stdout.write(detok.flush() + "\n")
+    elapsed = time.perf_counter() - started
+    print(f"[{count} tokens in {elapsed:.2f}s, first after {first * 1000:.0f} ms, finish: {reason}]",
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,1 @@
+"""The prefill worker: computes prompts and hands their KV blocks to a decode worker."""
