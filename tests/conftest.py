@@ -1,0 +1,17 @@
+"""Shared test setup: an isolated model cache, and Triton in interpreter mode on CPU machines."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+# Must happen before anything imports triton: without a GPU, kernels run in the interpreter.
+try:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:  # pragma: no cover
+    pass
+
+os.environ.setdefault("PDSERVE_CACHE_DIR", tempfile.mkdtemp(prefix="pdserve-test-cache-"))

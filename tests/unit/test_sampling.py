@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from common.batch import ScheduledSeq
+from common.sampler import Sampler
+from common.sampling_params import SamplingParams
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"temperature": -0.5}, "temperature"),
+        ({"top_k": -1}, "top_k"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"seed": -3}, "seed"),
+        ({"min_tokens": 5, "max_tokens": 2}, "min_tokens"),
+        ({"stop_token_ids": (1, -2)}, "stop_token_ids"),
+    ],
+)
+def test_bad_sampling_values_raise_value_error_naming_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kwargs)
+
+
+def _seq(params: SamplingParams, outputs: int = 0) -> ScheduledSeq:
+    gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
+    return ScheduledSeq("r", [1], 0, [0], True, params, outputs, gen)
+
+
+def test_top_k_samples_only_among_the_k_most_likely_tokens():
+    logits = torch.tensor([[0.0, 5.0, 1.0, 4.0, 3.0, 2.0]])
+    seq = _seq(SamplingParams(temperature=5.0, top_k=2, seed=0))
+    drawn = {Sampler(())(logits, [seq])[0] for _ in range(200)}
+    assert drawn == {1, 3}
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p_by_brute_force():
+    logits = torch.log(torch.tensor([[0.5, 0.05, 0.3, 0.15]]))
+    seq = _seq(SamplingParams(temperature=1.0, top_p=0.75, seed=0))
+    drawn = {Sampler(())(logits, [seq])[0] for _ in range(300)}
+    # sorted: 0.5, 0.3 (cum 0.8 >= 0.75) -> tokens {0, 2}
+    assert drawn == {0, 2}
+
+
+def test_sampled_frequencies_follow_the_tempered_distribution():
+    logits = torch.tensor([[1.0, 2.0, 0.0]])
+    seq = _seq(SamplingParams(temperature=2.0, seed=7))
+    counts = torch.zeros(3)
+    for _ in range(4000):
+        counts[Sampler(())(logits, [seq])[0]] += 1
+    expected = torch.softmax(logits[0] / 2.0, dim=0)
+    assert torch.allclose(counts / counts.sum(), expected, atol=0.03)
+
+
+def test_min_tokens_suppresses_eos_and_stop_tokens_until_reached():
+    logits = torch.tensor([[0.0, 9.0, 8.0, 1.0]])
+    params = SamplingParams(min_tokens=2, stop_token_ids=(2,))
+    sampler = Sampler(eos_token_ids=(1,))
+    assert sampler(logits, [_seq(params, outputs=1)]) == [3]
+    assert sampler(logits, [_seq(params, outputs=2)]) == [1]
+
+
+def test_greedy_picks_the_argmax_for_every_row():
+    logits = torch.tensor([[0.0, 1.0, 3.0], [5.0, 1.0, 3.0]])
+    seqs = [_seq(SamplingParams()), _seq(SamplingParams())]
+    assert Sampler(())(logits, seqs) == [2, 0]

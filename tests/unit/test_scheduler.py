@@ -1,0 +1,88 @@
+"""The scheduler alone, driven by fabricated model outputs (no forward pass)."""
+
+from __future__ import annotations
+
+from common.block_pool import BlockPool
+from common.request import Request, RequestStatus
+from common.sampling_params import SamplingParams
+from common.scheduler import Scheduler, SchedulerConfig
+
+
+def _scheduler(blocks: int, policy: str = "max_utilization", batch: int = 8, tokens: int = 64) -> Scheduler:
+    config = SchedulerConfig(max_batch_size=batch, max_num_tokens=tokens, block_size=4, max_model_len=1024,
+                             memory_policy=policy, eos_token_ids=(0,))
+    return Scheduler(config, BlockPool(blocks))
+
+
+def _request(rid: str, prompt_len: int, max_tokens: int = 8) -> Request:
+    return Request(rid, [5] * prompt_len, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+
+
+def _step(s: Scheduler):  # type: ignore[no-untyped-def]
+    batch = s.schedule()
+    s.update_from_output(batch, {seq.request_id: 7 for seq in batch.seqs if seq.sample})
+    return batch
+
+
+def test_decodes_are_scheduled_before_prompt_chunks_within_the_token_budget():
+    s = _scheduler(blocks=64, tokens=10)
+    s.add(_request("a", 3))
+    _step(s)  # a prefilled, now decoding
+    s.add(_request("b", 30))
+    batch = _step(s)
+    assert [(q.request_id, len(q.token_ids)) for q in batch.seqs] == [("a", 1), ("b", 9)]
+    assert not batch.seqs[1].sample  # b's prompt is only partly computed
+    s.pool.check_integrity()
+
+
+def test_max_batch_size_caps_running_requests():
+    s = _scheduler(blocks=64, batch=2)
+    for rid in "abc":
+        s.add(_request(rid, 2))
+    batch = _step(s)
+    assert {q.request_id for q in batch.seqs} == {"a", "b"}
+    assert [r.request_id for r in s.waiting] == ["c"]
+
+
+def test_guaranteed_no_evict_reserves_prompt_plus_max_tokens_at_admission():
+    s = _scheduler(blocks=5, policy="guaranteed_no_evict")
+    s.add(_request("a", 4, max_tokens=12))  # 16 tokens -> 4 blocks of 4
+    s.add(_request("b", 4, max_tokens=12))
+    _step(s)
+    assert len(s.requests["a"].block_ids) == 4
+    assert [r.request_id for r in s.waiting] == ["b"]  # only 1 block left
+    for _ in range(12):
+        _step(s)
+    assert "a" not in s.requests and s.requests["b"].status == RequestStatus.RUNNING
+
+
+def test_max_utilization_preempts_the_most_recently_admitted_request():
+    s = _scheduler(blocks=3, policy="max_utilization")
+    s.add(_request("a", 4, max_tokens=8))
+    s.add(_request("b", 4, max_tokens=8))
+    _step(s)  # a and b hold one full block each
+    _step(s)  # both need a second block: only one is free, so b (newest) is preempted
+    b = s.requests["b"]
+    assert b.status == RequestStatus.PREEMPTED and b.block_ids == [] and b.num_computed_tokens == 0
+    assert s.waiting[0] is b and len(b.output_token_ids) == 1  # keeps its tokens, recomputed later
+    s.pool.check_integrity()
+
+
+def test_request_finishes_when_max_tokens_is_reached_and_frees_its_blocks():
+    s = _scheduler(blocks=8)
+    s.add(_request("a", 2, max_tokens=3))
+    outputs = []
+    for _ in range(3):
+        batch = s.schedule()
+        outputs += s.update_from_output(batch, {q.request_id: 9 for q in batch.seqs})
+    assert [o.finished for o in outputs] == [False, False, True] and outputs[-1].finish_reason == "length"
+    assert s.pool.num_free == 8
+
+
+def test_aborting_a_waiting_request_removes_it_without_touching_blocks():
+    s = _scheduler(blocks=8)
+    s.add(_request("a", 2))
+    assert s.abort("a")
+    outputs = s.apply_aborts()
+    assert [(o.request_id, o.finish_reason) for o in outputs] == [("a", "abort")]
+    assert not s.waiting and not s.has_unfinished()
