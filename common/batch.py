@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from common.sampling_params import SamplingParams
 
 
@@ -20,7 +18,6 @@ class ScheduledSeq:
     sample: bool
     params: SamplingParams
     num_output_tokens: int
-    generator: torch.Generator | None
 
     @property
     def is_decode(self) -> bool:

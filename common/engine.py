@@ -14,6 +14,7 @@ from common import env
 from common.block_pool import BlockPool
 from common.config import EngineConfig
 from common.kv_cache import PagedKVCache
+from common.leases import Lease, LeaseTable
 from common.memory import num_kv_blocks
 from common.model import LlamaModel
 from common.model_create import ensure_model
@@ -48,11 +49,40 @@ class LLMEngine:
             self.pool,
         )
         self.runner = ModelRunner(self.model, self.cache, Sampler(mcfg.eos_token_ids))
+        self.leases = LeaseTable(self.pool)
 
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        """Queues a request; raises ValueError naming the field when it cannot be served."""
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                    prefill_only: bool = False) -> None:
+        """Queues a request; raises ValueError naming the field when it cannot be served.
+
+        A ``prefill_only`` request ends after its first token with reason ``prefilled`` and
+        its KV blocks held (``RequestOutput.kv_block_ids``) until ``release_held``.
+        """
         self._validate(request_id, prompt_token_ids, params)
-        self.scheduler.add(Request(request_id, list(prompt_token_ids), params))
+        self.scheduler.add(Request(request_id, list(prompt_token_ids), params, prefill_only=prefill_only))
+
+    def release_held(self, request_id: str) -> bool:
+        return self.scheduler.release_held(request_id)
+
+    # Decode side of a KV hand-off: reserve -> (a prefill worker writes) -> commit.
+
+    def reserve(self, request_id: str, prompt_len: int, max_tokens: int) -> Lease | None:
+        """Blocks for the prompt's KV (and, under guaranteed_no_evict, all output); None if full."""
+        self._validate(request_id, [0] * prompt_len, SamplingParams(max_tokens=max_tokens))
+        tokens = prompt_len + (max_tokens if self.config.memory_policy == "guaranteed_no_evict" else 1)
+        return self.leases.reserve(request_id, -(-min(tokens, self.max_model_len) // self.config.block_size))
+
+    def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
+               params: SamplingParams) -> None:
+        """Starts decoding a request whose prompt KV is in its reserved blocks."""
+        self._validate(request_id, prompt_token_ids, params)
+        blocks = self.leases.commit(request_id, lease_id)
+        request = Request(request_id, list(prompt_token_ids), params, output_token_ids=[first_token],
+                          num_computed_tokens=len(prompt_token_ids), block_ids=blocks)
+        self.scheduler.add_committed(request)
+
+    def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:
+        return self.leases.release(request_id, lease_id, writer_may_still_write)
 
     def _validate(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
         if request_id in self.scheduler.requests:
@@ -77,6 +107,7 @@ class LLMEngine:
         return self.scheduler.has_unfinished()
 
     def step(self) -> list[RequestOutput]:
+        self.leases.expire()
         outputs = self.scheduler.apply_aborts()
         batch = self.scheduler.schedule()
         if batch.seqs:
@@ -100,7 +131,7 @@ class LLMEngine:
         """Pool whole, and every block's reference count equals the requests that hold it."""
         self.pool.check_integrity()
         holders: dict[int, int] = {}
-        for block in self.scheduler.owned_blocks():
+        for block in self.scheduler.owned_blocks() + self.leases.held_blocks():
             holders[block] = holders.get(block, 0) + 1
         for block in range(self.pool.num_blocks):
             if self.pool.refcount(block) != holders.get(block, 0):

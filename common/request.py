@@ -6,8 +6,6 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-import torch
-
 from common.sampling_params import SamplingParams
 
 
@@ -20,6 +18,7 @@ class RequestStatus(enum.IntEnum):
     FINISHED_STOPPED = 3
     FINISHED_LENGTH = 4
     FINISHED_ABORTED = 5
+    FINISHED_PREFILLED = 6  # prefill-only: first token sampled, KV held for hand-off
 
     @property
     def finished(self) -> bool:
@@ -30,6 +29,7 @@ FINISH_REASONS = {
     RequestStatus.FINISHED_STOPPED: "stop",
     RequestStatus.FINISHED_LENGTH: "length",
     RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_PREFILLED: "prefilled",
 }
 
 
@@ -44,11 +44,7 @@ class Request:
     num_computed_tokens: int = 0  # tokens whose KV is in the cache
     block_ids: list[int] = field(default_factory=list)
     num_preemptions: int = 0
-    generator: torch.Generator | None = None
-
-    def __post_init__(self) -> None:
-        if self.params.seed is not None:
-            self.generator = torch.Generator().manual_seed(self.params.seed)
+    prefill_only: bool = False  # finish after the first token and keep the KV blocks
 
     @property
     def num_tokens(self) -> int:
@@ -77,3 +73,4 @@ class RequestOutput:
     finished: bool
     finish_reason: str | None = None
     error: str | None = None
+    kv_block_ids: tuple[int, ...] = ()  # prefill-only: the held blocks holding the prompt's KV

@@ -1,7 +1,9 @@
 """Turns each request's logits into its next token.
 
-Seeded requests draw from their own ``torch.Generator``, so their tokens do not depend on
-what else shares the batch.
+A seeded request draws its n-th token from a generator seeded by (seed, n) alone, so its
+tokens depend neither on what else shares the batch nor on which process samples them: a
+first token drawn on a prefill worker and the rest on a decode worker give the same
+sequence as one engine would.
 """
 
 from __future__ import annotations
@@ -45,7 +47,15 @@ def _sample_row(logits: torch.Tensor, seq: ScheduledSeq) -> int:
     if params.top_p < 1.0:
         scaled = _top_p_filter(scaled, params.top_p)
     probs = torch.softmax(scaled, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=seq.generator).item())
+    generator = None
+    if params.seed is not None:
+        generator = torch.Generator().manual_seed(token_seed(params.seed, seq.num_output_tokens))
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+def token_seed(seed: int, index: int) -> int:
+    """A 63-bit seed for the ``index``-th output token of a request seeded with ``seed``."""
+    return (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9) % (1 << 63)
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:

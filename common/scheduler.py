@@ -41,10 +41,23 @@ class Scheduler:
         self.running: list[Request] = []  # in admission order
         self.requests: dict[str, Request] = {}
         self._pending_aborts: list[str] = []
+        self.held: dict[str, list[int]] = {}  # prefill-only requests' KV, awaiting hand-off
 
     def add(self, request: Request) -> None:
         self.requests[request.request_id] = request
         self.waiting.append(request)
+
+    def add_committed(self, request: Request) -> None:
+        """A request whose prompt KV already sits in ``request.block_ids`` (written by a prefill worker)."""
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def release_held(self, request_id: str) -> bool:
+        blocks = self.held.pop(request_id, None)
+        if blocks is None:
+            return False
+        self.pool.free(blocks)
+        return True
 
     def abort(self, request_id: str) -> bool:
         """Marks a request for abort; its blocks are freed at the start of the next step."""
@@ -143,7 +156,6 @@ class Scheduler:
             sample=start + n == request.num_tokens,
             params=request.params,
             num_output_tokens=len(request.output_token_ids),
-            generator=request.generator,
         )
 
     def update_from_output(self, batch: ScheduledBatch, sampled: dict[str, int]) -> list[RequestOutput]:
@@ -157,10 +169,13 @@ class Scheduler:
             token = sampled[seq.request_id]
             request.output_token_ids.append(token)
             status = self._stop_status(request, token)
+            if status is None and request.prefill_only:
+                status = RequestStatus.FINISHED_PREFILLED
+            held = tuple(request.block_ids) if request.prefill_only else ()
             if status is not None:
                 self._finish(request, status)
             outputs.append(RequestOutput(request.request_id, (token,), status is not None,
-                                         FINISH_REASONS.get(status) if status else None))
+                                         FINISH_REASONS.get(status) if status else None, kv_block_ids=held))
         return outputs
 
     def _stop_status(self, request: Request, token: int) -> RequestStatus | None:
@@ -179,10 +194,14 @@ class Scheduler:
             self.running.remove(request)
         elif request in self.waiting:
             self.waiting.remove(request)
-        self.pool.free(request.block_ids)
+        if request.prefill_only and status != RequestStatus.FINISHED_ABORTED:
+            self.held[request.request_id] = request.block_ids
+        else:
+            self.pool.free(request.block_ids)
         request.block_ids = []
         request.status = status
         del self.requests[request.request_id]
 
     def owned_blocks(self) -> list[int]:
-        return [b for r in self.requests.values() for b in r.block_ids]
+        running = [b for r in self.requests.values() for b in r.block_ids]
+        return running + [b for blocks in self.held.values() for b in blocks]

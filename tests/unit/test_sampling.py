@@ -27,31 +27,27 @@ def test_bad_sampling_values_raise_value_error_naming_the_field(kwargs, field):
 
 
 def _seq(params: SamplingParams, outputs: int = 0) -> ScheduledSeq:
-    gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
-    return ScheduledSeq("r", [1], 0, [0], True, params, outputs, gen)
+    return ScheduledSeq("r", [1], 0, [0], True, params, outputs)
 
 
 def test_top_k_samples_only_among_the_k_most_likely_tokens():
     logits = torch.tensor([[0.0, 5.0, 1.0, 4.0, 3.0, 2.0]])
-    seq = _seq(SamplingParams(temperature=5.0, top_k=2, seed=0))
-    drawn = {Sampler(())(logits, [seq])[0] for _ in range(200)}
+    drawn = {Sampler(())(logits, [_seq(SamplingParams(temperature=5.0, top_k=2, seed=i))])[0] for i in range(200)}
     assert drawn == {1, 3}
 
 
 def test_top_p_keeps_the_smallest_set_reaching_p_by_brute_force():
     logits = torch.log(torch.tensor([[0.5, 0.05, 0.3, 0.15]]))
-    seq = _seq(SamplingParams(temperature=1.0, top_p=0.75, seed=0))
-    drawn = {Sampler(())(logits, [seq])[0] for _ in range(300)}
+    drawn = {Sampler(())(logits, [_seq(SamplingParams(temperature=1.0, top_p=0.75, seed=i))])[0] for i in range(300)}
     # sorted: 0.5, 0.3 (cum 0.8 >= 0.75) -> tokens {0, 2}
     assert drawn == {0, 2}
 
 
 def test_sampled_frequencies_follow_the_tempered_distribution():
     logits = torch.tensor([[1.0, 2.0, 0.0]])
-    seq = _seq(SamplingParams(temperature=2.0, seed=7))
     counts = torch.zeros(3)
-    for _ in range(4000):
-        counts[Sampler(())(logits, [seq])[0]] += 1
+    for i in range(4000):
+        counts[Sampler(())(logits, [_seq(SamplingParams(temperature=2.0), outputs=i)])[0]] += 1
     expected = torch.softmax(logits[0] / 2.0, dim=0)
     assert torch.allclose(counts / counts.sum(), expected, atol=0.03)
 
@@ -68,3 +64,11 @@ def test_greedy_picks_the_argmax_for_every_row():
     logits = torch.tensor([[0.0, 1.0, 3.0], [5.0, 1.0, 3.0]])
     seqs = [_seq(SamplingParams()), _seq(SamplingParams())]
     assert Sampler(())(logits, seqs) == [2, 0]
+
+
+def test_a_seeded_token_depends_only_on_the_seed_and_its_index():
+    logits = torch.randn(1, 50)
+    params = SamplingParams(temperature=1.0, seed=11)
+    draws = [Sampler(())(logits, [_seq(params, outputs=i)])[0] for i in range(30)]
+    assert draws == [Sampler(())(logits, [_seq(params, outputs=i)])[0] for i in range(30)]
+    assert len(set(draws)) > 5

@@ -1,0 +1,49 @@
+"""The reservation state machine: reserved -> committed | freed | quarantined -> freed."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.block_pool import BlockPool
+from common.leases import LeaseError, LeaseState, LeaseTable
+
+
+def test_commit_hands_the_blocks_to_the_request_and_forgets_the_lease():
+    table = LeaseTable(BlockPool(8))
+    lease = table.reserve("a", 3, now=0)
+    assert table.commit("a", lease.lease_id) == lease.block_ids
+    assert table.state("a") is None and table.pool.num_free == 5
+
+
+def test_reservation_fails_without_taking_blocks_when_the_pool_is_short():
+    table = LeaseTable(BlockPool(2))
+    assert table.reserve("a", 3) is None and table.pool.num_free == 2
+
+
+def test_an_expired_reservation_is_quarantined_then_freed():
+    table = LeaseTable(BlockPool(8), lease_s=5, quarantine_s=2)
+    lease = table.reserve("a", 4, now=0)
+    assert table.expire(now=4.9) == []
+    assert table.expire(now=5.0) == ["a"] and table.state("a") == LeaseState.QUARANTINED
+    assert table.pool.num_free == 4  # not reused while a writer might still write
+    with pytest.raises(LeaseError):
+        table.commit("a", lease.lease_id)
+    table.expire(now=7.0)
+    assert table.state("a") is None and table.pool.num_free == 8
+    table.pool.check_integrity()
+
+
+def test_release_when_the_writer_may_still_write_quarantines_instead_of_freeing():
+    table = LeaseTable(BlockPool(8), quarantine_s=3)
+    lease = table.reserve("a", 2, now=0)
+    assert table.release("a", lease.lease_id, writer_may_still_write=True, now=1)
+    assert table.state("a") == LeaseState.QUARANTINED and table.pool.num_free == 6
+    assert table.release("a", lease.lease_id, writer_may_still_write=False)  # writer known dead
+    assert table.pool.num_free == 8
+
+
+def test_commit_with_a_wrong_lease_id_is_refused():
+    table = LeaseTable(BlockPool(8))
+    table.reserve("a", 1)
+    with pytest.raises(LeaseError):
+        table.commit("a", "not-the-lease")
