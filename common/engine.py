@@ -13,7 +13,7 @@ import torch
 from common import env
 from common.block_pool import BlockPool
 from common.config import EngineConfig
-from common.kv_cache import PagedKVCache
+from common.kv_cache import PagedKVCache, StorageFactory, zeros_storage
 from common.leases import Lease, LeaseTable
 from common.memory import num_kv_blocks
 from common.model import LlamaModel
@@ -32,7 +32,7 @@ def resolve_model_dir(config: EngineConfig) -> Path:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, kv_storage: StorageFactory = zeros_storage) -> None:
         self.config = config
         self.device = torch.device(config.device)
         self.model_dir = resolve_model_dir(config)
@@ -41,7 +41,7 @@ class LLMEngine:
         mcfg = self.model.config
         self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
         blocks = num_kv_blocks(config, mcfg, self.device)
-        self.cache = PagedKVCache(mcfg, blocks, config.block_size, config.torch_dtype, self.device)
+        self.cache = PagedKVCache(mcfg, blocks, config.block_size, config.torch_dtype, self.device, kv_storage)
         self.pool = BlockPool(blocks)
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_batch_size, config.max_num_tokens, config.block_size,

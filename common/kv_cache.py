@@ -11,20 +11,30 @@ consecutive block ids (usually a handful), not one copy per layer per block.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from common.model_config import ModelConfig
 
 
+StorageFactory = Callable[[tuple[int, ...], torch.dtype, torch.device], torch.Tensor]
+
+
+def zeros_storage(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
 class PagedKVCache:
     def __init__(self, model: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
+                 device: torch.device, storage: StorageFactory = zeros_storage) -> None:
+        """``storage`` allocates the pool tensor (the decode worker puts it in shared memory)."""
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         shape = (num_blocks, model.num_layers, 2, block_size, model.num_kv_heads, model.head_dim)
-        self.data = torch.zeros(shape, dtype=dtype, device=device)
+        self.data = storage(shape, dtype, device)
 
     @staticmethod
     def bytes_per_block(model: ModelConfig, block_size: int, dtype: torch.dtype) -> int:

@@ -44,7 +44,7 @@ class LeaseError(ValueError):
 
 
 class LeaseTable:
-    def __init__(self, pool: BlockPool, lease_s: float = 30.0, quarantine_s: float = 10.0) -> None:
+    def __init__(self, pool: BlockPool, lease_s: float = 60.0, quarantine_s: float = 10.0) -> None:
         self.pool = pool
         self.lease_s = lease_s
         self.quarantine_s = quarantine_s
@@ -94,6 +94,13 @@ class LeaseTable:
 
     def next_deadline(self) -> float | None:
         return min((lease.deadline for lease in self._leases.values()), default=None)
+
+    def reserved_blocks(self, request_id: str, lease_id: str) -> set[int] | None:
+        """The blocks a live reservation may receive writes into, or None if there is none."""
+        lease = self._leases.get(request_id)
+        if lease is None or lease.lease_id != lease_id or lease.state != LeaseState.RESERVED:
+            return None
+        return set(lease.block_ids)
 
     def held_blocks(self) -> list[int]:
         return [b for lease in self._leases.values() for b in lease.block_ids]

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from pdserve.v1 import gateway_pb2 as pdserve_dot_v1_dot_gateway__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17pdserve/v1/worker.proto\x12\npdserve.v1\x1a\x18pdserve/v1/gateway.proto\"\xf0\x01\n\x10WorkerDescriptor\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0f\n\x07host_id\x18\x04 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12\x12\n\nblock_size\x18\x07 \x01(\r\x12\x14\n\x0ctotal_blocks\x18\x08 \x01(\r\x12\x15\n\rmax_model_len\x18\t \x01(\r\x12\x12\n\nvocab_size\x18\n \x01(\r\x12\x10\n\x08kv_dtype\x18\x0b \x01(\t\x12\x13\n\x0b\x62lock_bytes\x18\x0c \x01(\x04\"l\n\nWorkerLoad\x12\x13\n\x0b\x66ree_blocks\x18\x01 \x01(\r\x12\x0f\n\x07running\x18\x02 \x01(\r\x12\x0f\n\x07waiting\x18\x03 \x01(\r\x12\x15\n\rqueued_tokens\x18\x04 \x01(\x04\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\"e\n\x0fRegisterRequest\x12,\n\x06worker\x18\x01 \x01(\x0b\x32\x1c.pdserve.v1.WorkerDescriptor\x12$\n\x04load\x18\x02 \x01(\x0b\x32\x16.pdserve.v1.WorkerLoad\"(\n\x10RegisterResponse\x12\x14\n\x0cheartbeat_ms\x18\x01 \x01(\r\"K\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12$\n\x04load\x18\x02 \x01(\x0b\x32\x16.pdserve.v1.WorkerLoad\"\"\n\x11HeartbeatResponse\x12\r\n\x05known\x18\x01 \x01(\x08\"\x83\x01\n\rKVDestination\x12\x18\n\x10\x64\x65\x63ode_worker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tblock_ids\x18\x03 \x03(\r\x12\x10\n\x08lease_id\x18\x04 \x01(\t\x12\x11\n\ttransport\x18\x05 \x01(\t\x12\x0f\n\x07host_id\x18\x06 \x01(\t\"\x9c\x01\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12,\n\x08sampling\x18\x03 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12.\n\x0b\x64\x65stination\x18\x04 \x01(\x0b\x32\x19.pdserve.v1.KVDestination\"\x8c\x01\n\x0fPrefillResponse\x12\x13\n\x0b\x66irst_token\x18\x01 \x01(\x05\x12\x10\n\x08queue_ms\x18\x02 \x01(\x01\x12\x12\n\nprefill_ms\x18\x03 \x01(\x01\x12\x13\n\x0btransfer_ms\x18\x04 \x01(\x01\x12\x16\n\x0etransfer_bytes\x18\x05 \x01(\x04\x12\x11\n\ttransport\x18\x06 \x01(\t\"(\n\x12WorkerAbortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"$\n\x13WorkerAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"b\n\x0eReserveRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x15\n\rprompt_tokens\x18\x02 \x01(\r\x12\x12\n\nmax_tokens\x18\x03 \x01(\r\x12\x11\n\tstream_id\x18\x04 \x01(\t\"H\n\x0fReserveResponse\x12\x11\n\tblock_ids\x18\x01 \x03(\r\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x10\n\x08lease_ms\x18\x03 \x01(\x01\"\x92\x01\n\rCommitRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x03 \x03(\x05\x12\x13\n\x0b\x66irst_token\x18\x04 \x01(\x05\x12,\n\x08sampling\x18\x05 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\"\x10\n\x0e\x43ommitResponse\"V\n\x0eReleaseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x1e\n\x16writer_may_still_write\x18\x03 \x01(\x08\"\x11\n\x0fReleaseResponse\"\"\n\rStreamRequest\x12\x11\n\tstream_id\x18\x01 \x01(\t\"Y\n\nTokenEvent\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"4\n\nStepEvents\x12&\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x16.pdserve.v1.TokenEvent\":\n\x14TransportInfoRequest\x12\x11\n\ttransport\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\"\x91\x01\n\x15TransportInfoResponse\x12\x10\n\x08shm_name\x18\x01 \x01(\t\x12\x17\n\x0f\x63uda_ipc_handle\x18\x02 \x01(\x0c\x12\x12\n\nrendezvous\x18\x03 \x01(\t\x12\x12\n\nnum_blocks\x18\x04 \x01(\r\x12\x13\n\x0b\x62lock_bytes\x18\x05 \x01(\x04\x12\x10\n\x08kv_dtype\x18\x06 \x01(\t\"i\n\nBlockChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x13\n\x0b\x66irst_block\x18\x03 \x01(\r\x12\x12\n\nnum_blocks\x18\x04 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\"$\n\x13WriteBlocksResponse\x12\r\n\x05\x62ytes\x18\x01 \x01(\x04\"\x83\x01\n\x14ReceiveBlocksRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x0f\n\x07peer_id\x18\x03 \x01(\t\x12\x12\n\nrun_starts\x18\x04 \x03(\r\x12\x13\n\x0brun_lengths\x18\x05 \x03(\r\x12\x0b\n\x03tag\x18\x06 \x01(\x04\"&\n\x15ReceiveBlocksResponse\x12\r\n\x05\x62ytes\x18\x01 \x01(\x04\x32\x9b\x01\n\x08Registry\x12\x45\n\x08Register\x12\x1b.pdserve.v1.RegisterRequest\x1a\x1c.pdserve.v1.RegisterResponse\x12H\n\tHeartbeat\x12\x1c.pdserve.v1.HeartbeatRequest\x1a\x1d.pdserve.v1.HeartbeatResponse2\x9d\x01\n\rPrefillWorker\x12\x42\n\x07Prefill\x12\x1a.pdserve.v1.PrefillRequest\x1a\x1b.pdserve.v1.PrefillResponse\x12H\n\x05\x41\x62ort\x12\x1e.pdserve.v1.WorkerAbortRequest\x1a\x1f.pdserve.v1.WorkerAbortResponse2\xd6\x04\n\x0c\x44\x65\x63odeWorker\x12\x42\n\x07Reserve\x12\x1a.pdserve.v1.ReserveRequest\x1a\x1b.pdserve.v1.ReserveResponse\x12?\n\x06\x43ommit\x12\x19.pdserve.v1.CommitRequest\x1a\x1a.pdserve.v1.CommitResponse\x12\x42\n\x07Release\x12\x1a.pdserve.v1.ReleaseRequest\x1a\x1b.pdserve.v1.ReleaseResponse\x12H\n\x05\x41\x62ort\x12\x1e.pdserve.v1.WorkerAbortRequest\x1a\x1f.pdserve.v1.WorkerAbortResponse\x12=\n\x06Stream\x12\x19.pdserve.v1.StreamRequest\x1a\x16.pdserve.v1.StepEvents0\x01\x12T\n\rTransportInfo\x12 .pdserve.v1.TransportInfoRequest\x1a!.pdserve.v1.TransportInfoResponse\x12H\n\x0bWriteBlocks\x12\x16.pdserve.v1.BlockChunk\x1a\x1f.pdserve.v1.WriteBlocksResponse(\x01\x12T\n\rReceiveBlocks\x12 .pdserve.v1.ReceiveBlocksRequest\x1a!.pdserve.v1.ReceiveBlocksResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17pdserve/v1/worker.proto\x12\npdserve.v1\x1a\x18pdserve/v1/gateway.proto\"\xf0\x01\n\x10WorkerDescriptor\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0f\n\x07host_id\x18\x04 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12\x12\n\nblock_size\x18\x07 \x01(\r\x12\x14\n\x0ctotal_blocks\x18\x08 \x01(\r\x12\x15\n\rmax_model_len\x18\t \x01(\r\x12\x12\n\nvocab_size\x18\n \x01(\r\x12\x10\n\x08kv_dtype\x18\x0b \x01(\t\x12\x13\n\x0b\x62lock_bytes\x18\x0c \x01(\x04\"l\n\nWorkerLoad\x12\x13\n\x0b\x66ree_blocks\x18\x01 \x01(\r\x12\x0f\n\x07running\x18\x02 \x01(\r\x12\x0f\n\x07waiting\x18\x03 \x01(\r\x12\x15\n\rqueued_tokens\x18\x04 \x01(\x04\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\"e\n\x0fRegisterRequest\x12,\n\x06worker\x18\x01 \x01(\x0b\x32\x1c.pdserve.v1.WorkerDescriptor\x12$\n\x04load\x18\x02 \x01(\x0b\x32\x16.pdserve.v1.WorkerLoad\"(\n\x10RegisterResponse\x12\x14\n\x0cheartbeat_ms\x18\x01 \x01(\r\"K\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12$\n\x04load\x18\x02 \x01(\x0b\x32\x16.pdserve.v1.WorkerLoad\"\"\n\x11HeartbeatResponse\x12\r\n\x05known\x18\x01 \x01(\x08\"\x83\x01\n\rKVDestination\x12\x18\n\x10\x64\x65\x63ode_worker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tblock_ids\x18\x03 \x03(\r\x12\x10\n\x08lease_id\x18\x04 \x01(\t\x12\x11\n\ttransport\x18\x05 \x01(\t\x12\x0f\n\x07host_id\x18\x06 \x01(\t\"\x9c\x01\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12,\n\x08sampling\x18\x03 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12.\n\x0b\x64\x65stination\x18\x04 \x01(\x0b\x32\x19.pdserve.v1.KVDestination\"\xa3\x01\n\x0fPrefillResponse\x12\x13\n\x0b\x66irst_token\x18\x01 \x01(\x05\x12\x10\n\x08queue_ms\x18\x02 \x01(\x01\x12\x12\n\nprefill_ms\x18\x03 \x01(\x01\x12\x13\n\x0btransfer_ms\x18\x04 \x01(\x01\x12\x16\n\x0etransfer_bytes\x18\x05 \x01(\x04\x12\x11\n\ttransport\x18\x06 \x01(\t\x12\x15\n\rfinish_reason\x18\x07 \x01(\t\"(\n\x12WorkerAbortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"$\n\x13WorkerAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"b\n\x0eReserveRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x15\n\rprompt_tokens\x18\x02 \x01(\r\x12\x12\n\nmax_tokens\x18\x03 \x01(\r\x12\x11\n\tstream_id\x18\x04 \x01(\t\"H\n\x0fReserveResponse\x12\x11\n\tblock_ids\x18\x01 \x03(\r\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x10\n\x08lease_ms\x18\x03 \x01(\x01\"\x92\x01\n\rCommitRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x03 \x03(\x05\x12\x13\n\x0b\x66irst_token\x18\x04 \x01(\x05\x12,\n\x08sampling\x18\x05 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\"\x10\n\x0e\x43ommitResponse\"V\n\x0eReleaseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x1e\n\x16writer_may_still_write\x18\x03 \x01(\x08\"\x11\n\x0fReleaseResponse\"\"\n\rStreamRequest\x12\x11\n\tstream_id\x18\x01 \x01(\t\"Y\n\nTokenEvent\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"4\n\nStepEvents\x12&\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x16.pdserve.v1.TokenEvent\":\n\x14TransportInfoRequest\x12\x11\n\ttransport\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\"\x91\x01\n\x15TransportInfoResponse\x12\x10\n\x08shm_name\x18\x01 \x01(\t\x12\x17\n\x0f\x63uda_ipc_handle\x18\x02 \x01(\x0c\x12\x12\n\nrendezvous\x18\x03 \x01(\t\x12\x12\n\nnum_blocks\x18\x04 \x01(\r\x12\x13\n\x0b\x62lock_bytes\x18\x05 \x01(\x04\x12\x10\n\x08kv_dtype\x18\x06 \x01(\t\"i\n\nBlockChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x13\n\x0b\x66irst_block\x18\x03 \x01(\r\x12\x12\n\nnum_blocks\x18\x04 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\"$\n\x13WriteBlocksResponse\x12\r\n\x05\x62ytes\x18\x01 \x01(\x04\"\x83\x01\n\x14ReceiveBlocksRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x0f\n\x07peer_id\x18\x03 \x01(\t\x12\x12\n\nrun_starts\x18\x04 \x03(\r\x12\x13\n\x0brun_lengths\x18\x05 \x03(\r\x12\x0b\n\x03tag\x18\x06 \x01(\x04\"&\n\x15ReceiveBlocksResponse\x12\r\n\x05\x62ytes\x18\x01 \x01(\x04\x32\x9b\x01\n\x08Registry\x12\x45\n\x08Register\x12\x1b.pdserve.v1.RegisterRequest\x1a\x1c.pdserve.v1.RegisterResponse\x12H\n\tHeartbeat\x12\x1c.pdserve.v1.HeartbeatRequest\x1a\x1d.pdserve.v1.HeartbeatResponse2\x9d\x01\n\rPrefillWorker\x12\x42\n\x07Prefill\x12\x1a.pdserve.v1.PrefillRequest\x1a\x1b.pdserve.v1.PrefillResponse\x12H\n\x05\x41\x62ort\x12\x1e.pdserve.v1.WorkerAbortRequest\x1a\x1f.pdserve.v1.WorkerAbortResponse2\xd6\x04\n\x0c\x44\x65\x63odeWorker\x12\x42\n\x07Reserve\x12\x1a.pdserve.v1.ReserveRequest\x1a\x1b.pdserve.v1.ReserveResponse\x12?\n\x06\x43ommit\x12\x19.pdserve.v1.CommitRequest\x1a\x1a.pdserve.v1.CommitResponse\x12\x42\n\x07Release\x12\x1a.pdserve.v1.ReleaseRequest\x1a\x1b.pdserve.v1.ReleaseResponse\x12H\n\x05\x41\x62ort\x12\x1e.pdserve.v1.WorkerAbortRequest\x1a\x1f.pdserve.v1.WorkerAbortResponse\x12=\n\x06Stream\x12\x19.pdserve.v1.StreamRequest\x1a\x16.pdserve.v1.StepEvents0\x01\x12T\n\rTransportInfo\x12 .pdserve.v1.TransportInfoRequest\x1a!.pdserve.v1.TransportInfoResponse\x12H\n\x0bWriteBlocks\x12\x16.pdserve.v1.BlockChunk\x1a\x1f.pdserve.v1.WriteBlocksResponse(\x01\x12T\n\rReceiveBlocks\x12 .pdserve.v1.ReceiveBlocksRequest\x1a!.pdserve.v1.ReceiveBlocksResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,45 +49,45 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PREFILLREQUEST']._serialized_start=811
   _globals['_PREFILLREQUEST']._serialized_end=967
   _globals['_PREFILLRESPONSE']._serialized_start=970
-  _globals['_PREFILLRESPONSE']._serialized_end=1110
-  _globals['_WORKERABORTREQUEST']._serialized_start=1112
-  _globals['_WORKERABORTREQUEST']._serialized_end=1152
-  _globals['_WORKERABORTRESPONSE']._serialized_start=1154
-  _globals['_WORKERABORTRESPONSE']._serialized_end=1190
-  _globals['_RESERVEREQUEST']._serialized_start=1192
-  _globals['_RESERVEREQUEST']._serialized_end=1290
-  _globals['_RESERVERESPONSE']._serialized_start=1292
-  _globals['_RESERVERESPONSE']._serialized_end=1364
-  _globals['_COMMITREQUEST']._serialized_start=1367
-  _globals['_COMMITREQUEST']._serialized_end=1513
-  _globals['_COMMITRESPONSE']._serialized_start=1515
-  _globals['_COMMITRESPONSE']._serialized_end=1531
-  _globals['_RELEASEREQUEST']._serialized_start=1533
-  _globals['_RELEASEREQUEST']._serialized_end=1619
-  _globals['_RELEASERESPONSE']._serialized_start=1621
-  _globals['_RELEASERESPONSE']._serialized_end=1638
-  _globals['_STREAMREQUEST']._serialized_start=1640
-  _globals['_STREAMREQUEST']._serialized_end=1674
-  _globals['_TOKENEVENT']._serialized_start=1676
-  _globals['_TOKENEVENT']._serialized_end=1765
-  _globals['_STEPEVENTS']._serialized_start=1767
-  _globals['_STEPEVENTS']._serialized_end=1819
-  _globals['_TRANSPORTINFOREQUEST']._serialized_start=1821
-  _globals['_TRANSPORTINFOREQUEST']._serialized_end=1879
-  _globals['_TRANSPORTINFORESPONSE']._serialized_start=1882
-  _globals['_TRANSPORTINFORESPONSE']._serialized_end=2027
-  _globals['_BLOCKCHUNK']._serialized_start=2029
-  _globals['_BLOCKCHUNK']._serialized_end=2134
-  _globals['_WRITEBLOCKSRESPONSE']._serialized_start=2136
-  _globals['_WRITEBLOCKSRESPONSE']._serialized_end=2172
-  _globals['_RECEIVEBLOCKSREQUEST']._serialized_start=2175
-  _globals['_RECEIVEBLOCKSREQUEST']._serialized_end=2306
-  _globals['_RECEIVEBLOCKSRESPONSE']._serialized_start=2308
-  _globals['_RECEIVEBLOCKSRESPONSE']._serialized_end=2346
-  _globals['_REGISTRY']._serialized_start=2349
-  _globals['_REGISTRY']._serialized_end=2504
-  _globals['_PREFILLWORKER']._serialized_start=2507
-  _globals['_PREFILLWORKER']._serialized_end=2664
-  _globals['_DECODEWORKER']._serialized_start=2667
-  _globals['_DECODEWORKER']._serialized_end=3265
+  _globals['_PREFILLRESPONSE']._serialized_end=1133
+  _globals['_WORKERABORTREQUEST']._serialized_start=1135
+  _globals['_WORKERABORTREQUEST']._serialized_end=1175
+  _globals['_WORKERABORTRESPONSE']._serialized_start=1177
+  _globals['_WORKERABORTRESPONSE']._serialized_end=1213
+  _globals['_RESERVEREQUEST']._serialized_start=1215
+  _globals['_RESERVEREQUEST']._serialized_end=1313
+  _globals['_RESERVERESPONSE']._serialized_start=1315
+  _globals['_RESERVERESPONSE']._serialized_end=1387
+  _globals['_COMMITREQUEST']._serialized_start=1390
+  _globals['_COMMITREQUEST']._serialized_end=1536
+  _globals['_COMMITRESPONSE']._serialized_start=1538
+  _globals['_COMMITRESPONSE']._serialized_end=1554
+  _globals['_RELEASEREQUEST']._serialized_start=1556
+  _globals['_RELEASEREQUEST']._serialized_end=1642
+  _globals['_RELEASERESPONSE']._serialized_start=1644
+  _globals['_RELEASERESPONSE']._serialized_end=1661
+  _globals['_STREAMREQUEST']._serialized_start=1663
+  _globals['_STREAMREQUEST']._serialized_end=1697
+  _globals['_TOKENEVENT']._serialized_start=1699
+  _globals['_TOKENEVENT']._serialized_end=1788
+  _globals['_STEPEVENTS']._serialized_start=1790
+  _globals['_STEPEVENTS']._serialized_end=1842
+  _globals['_TRANSPORTINFOREQUEST']._serialized_start=1844
+  _globals['_TRANSPORTINFOREQUEST']._serialized_end=1902
+  _globals['_TRANSPORTINFORESPONSE']._serialized_start=1905
+  _globals['_TRANSPORTINFORESPONSE']._serialized_end=2050
+  _globals['_BLOCKCHUNK']._serialized_start=2052
+  _globals['_BLOCKCHUNK']._serialized_end=2157
+  _globals['_WRITEBLOCKSRESPONSE']._serialized_start=2159
+  _globals['_WRITEBLOCKSRESPONSE']._serialized_end=2195
+  _globals['_RECEIVEBLOCKSREQUEST']._serialized_start=2198
+  _globals['_RECEIVEBLOCKSREQUEST']._serialized_end=2329
+  _globals['_RECEIVEBLOCKSRESPONSE']._serialized_start=2331
+  _globals['_RECEIVEBLOCKSRESPONSE']._serialized_end=2369
+  _globals['_REGISTRY']._serialized_start=2372
+  _globals['_REGISTRY']._serialized_end=2527
+  _globals['_PREFILLWORKER']._serialized_start=2530
+  _globals['_PREFILLWORKER']._serialized_end=2687
+  _globals['_DECODEWORKER']._serialized_start=2690
+  _globals['_DECODEWORKER']._serialized_end=3288
 # @@protoc_insertion_point(module_scope)

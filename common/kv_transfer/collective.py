@@ -1,0 +1,135 @@
+"""Collective transport: point-to-point send/recv in a torch.distributed group per worker pair.
+
+NCCL on GPUs (across hosts, or where CUDA IPC is impossible), gloo on CPUs (how the tests
+run it). Set up lazily: the prefill worker asks the decode worker for a rendezvous
+(``TransportInfo``), the decode worker serves a TCP store, and both join a two-rank group
+(prefill rank 0, decode rank 1). Each transfer then runs ``ReceiveBlocks`` on the decode
+worker (which posts one recv per destination run, straight into its pool) while the
+prefill worker posts the matching sends; a per-transfer tag keeps concurrent transfers apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+import socket
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from common.kv_cache import PagedKVCache
+from common.kv_transfer.base import DecodeStub, LeaseExpiredError, TransferStats, TransferTarget
+from common.kv_transfer.runs import block_runs
+from pdserve.v1 import worker_pb2
+
+PREFILL_RANK, DECODE_RANK = 0, 1
+TIMEOUT = datetime.timedelta(seconds=60)
+
+
+def make_group(store: dist.Store, rank: int, device: torch.device) -> dist.ProcessGroup:
+    if device.type == "cuda":
+        options = dist.ProcessGroupNCCL.Options()
+        return dist.ProcessGroupNCCL(store, rank, 2, options)
+    return dist.ProcessGroupGloo(store, rank, 2, TIMEOUT)
+
+
+class CollectiveReceiver:
+    """Decode side: one TCP store for all peers, one group per prefill worker."""
+
+    def __init__(self, host: str, device: torch.device) -> None:
+        self.host = host
+        self.device = device
+        self._store: dist.TCPStore | None = None
+        self._groups: dict[str, dist.ProcessGroup] = {}
+        self._ready: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def open(self, peer_id: str) -> str:
+        """Starts joining the pair's group in the background; returns the rendezvous address."""
+        with self._lock:
+            if self._store is None:
+                self._store = dist.TCPStore(self.host, 0, 2, True, TIMEOUT, wait_for_workers=False)
+            if peer_id not in self._ready:
+                self._ready[peer_id] = threading.Event()
+                threading.Thread(target=self._join, args=(peer_id,), daemon=True).start()
+            return f"{self.host}:{self._store.port}"
+
+    def _join(self, peer_id: str) -> None:
+        assert self._store is not None
+        store = dist.PrefixStore(f"pair/{peer_id}", self._store)
+        self._groups[peer_id] = make_group(store, DECODE_RANK, self.device)
+        self._ready[peer_id].set()
+
+    def receive(self, pool: torch.Tensor, peer_id: str, starts: list[int], lengths: list[int], tag: int) -> int:
+        """Blocking: receives each run straight into ``pool[start:start+length]``."""
+        ready = self._ready.get(peer_id)
+        if ready is None or not ready.wait(TIMEOUT.total_seconds()):
+            raise RuntimeError(f"no channel with {peer_id}")
+        group = self._groups[peer_id]
+        works = [group.recv([pool[s:s + n]], PREFILL_RANK, tag) for s, n in zip(starts, lengths)]
+        for work in works:
+            work.wait()
+        return sum(pool[s:s + n].numel() * pool.element_size() for s, n in zip(starts, lengths))
+
+    def forget(self, peer_id: str) -> None:
+        self._groups.pop(peer_id, None)
+        self._ready.pop(peer_id, None)
+
+
+class CollectiveSender:
+    """Prefill side."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.name = "nccl"
+        self.worker_id = worker_id
+        self._groups: dict[str, dist.ProcessGroup] = {}
+        self._tags = itertools.count(1)
+
+    async def send(self, cache: PagedKVCache, src_blocks: list[int], target: TransferTarget,
+                   decode: DecodeStub) -> TransferStats:
+        group = await self._group(target.decode_worker_id, decode, cache.data.device)
+        if time.monotonic() > target.deadline:
+            raise LeaseExpiredError(f"lease for {target.request_id} expired before the copy started")
+        runs = block_runs(src_blocks, target.block_ids)
+        tag = next(self._tags)
+        started = time.perf_counter()
+        receiving = decode.ReceiveBlocks(worker_pb2.ReceiveBlocksRequest(
+            request_id=target.request_id, lease_id=target.lease_id, peer_id=self.worker_id,
+            run_starts=[r.dst for r in runs], run_lengths=[r.length for r in runs], tag=tag))
+        sending = asyncio.to_thread(_send_runs, group, cache.data, runs, tag)
+        reply, _ = await asyncio.gather(receiving, sending)
+        return TransferStats(self.name, reply.bytes, time.perf_counter() - started)
+
+    async def _group(self, decode_worker_id: str, decode: DecodeStub, device: torch.device) -> dist.ProcessGroup:
+        group = self._groups.get(decode_worker_id)
+        if group is None:
+            info = await decode.TransportInfo(worker_pb2.TransportInfoRequest(transport="nccl",
+                                                                               peer_id=self.worker_id))
+            group = await asyncio.to_thread(_join_group, info.rendezvous, self.worker_id, device)
+            self._groups[decode_worker_id] = group
+        return group
+
+    def forget(self, decode_worker_id: str) -> None:
+        self._groups.pop(decode_worker_id, None)
+
+    async def close(self) -> None:
+        self._groups.clear()
+
+
+def _join_group(rendezvous: str, worker_id: str, device: torch.device) -> dist.ProcessGroup:
+    host, port = rendezvous.rsplit(":", 1)
+    store = dist.TCPStore(host, int(port), 2, False, TIMEOUT)
+    return make_group(dist.PrefixStore(f"pair/{worker_id}", store), PREFILL_RANK, device)
+
+
+def _send_runs(group: dist.ProcessGroup, pool: torch.Tensor, runs: list, tag: int) -> None:  # type: ignore[type-arg]
+    works = [group.send([pool[r.src:r.src + r.length]], DECODE_RANK, tag) for r in runs]
+    for work in works:
+        work.wait()
+
+
+def local_host() -> str:
+    return socket.gethostname()

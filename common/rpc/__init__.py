@@ -1,0 +1,1 @@
+"""What every pdserve gRPC process shares: server setup, status mapping, addresses."""

@@ -1,0 +1,69 @@
+"""A worker's side of the registry: register with the gateway, then heartbeat its load."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from common.rpc.server import channel
+from pdserve.v1 import worker_pb2, worker_pb2_grpc
+
+log = logging.getLogger(__name__)
+HEARTBEAT_S = 0.5
+
+
+def host_id() -> str:
+    """Equal for processes that share a host (and so /dev/shm and CUDA IPC)."""
+    boot = Path("/proc/sys/kernel/random/boot_id")
+    return f"{socket.gethostname()}/{boot.read_text().strip() if boot.exists() else ''}"
+
+
+class Registrar:
+    def __init__(self, gateway: str, descriptor: worker_pb2.WorkerDescriptor,
+                 load: Callable[[], worker_pb2.WorkerLoad], period_s: float = HEARTBEAT_S) -> None:
+        self.descriptor = descriptor
+        self.load = load
+        self.period_s = period_s
+        self._channel = channel(gateway)
+        self._stub = worker_pb2_grpc.RegistryStub(self._channel)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="registrar")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._channel.close()
+
+    async def beat_now(self) -> None:
+        """Sends the current load at once (e.g. when draining starts)."""
+        await self._stub.Heartbeat(worker_pb2.HeartbeatRequest(worker_id=self.descriptor.worker_id,
+                                                               load=self.load()), timeout=2)
+
+    async def _run(self) -> None:
+        registered = False
+        while True:
+            try:
+                registered = await self._tick(registered)
+            except grpc.aio.AioRpcError as exc:
+                if registered:
+                    log.warning("gateway unreachable (%s); will register again", exc.code().name)
+                registered = False
+            await asyncio.sleep(self.period_s)
+
+    async def _tick(self, registered: bool) -> bool:
+        if not registered:
+            await self._stub.Register(worker_pb2.RegisterRequest(worker=self.descriptor, load=self.load()),
+                                      timeout=2)
+            log.info("registered with the gateway as %s", self.descriptor.worker_id)
+            return True
+        reply = await self._stub.Heartbeat(worker_pb2.HeartbeatRequest(worker_id=self.descriptor.worker_id,
+                                                                       load=self.load()), timeout=2)
+        return reply.known

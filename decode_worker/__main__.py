@@ -1,0 +1,5 @@
+import sys
+
+from decode_worker.server import main
+
+sys.exit(main())

@@ -1,0 +1,80 @@
+"""``pdserve decode``: a decode worker process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+import torch
+
+from common.config import EngineConfig
+from common.engine import LLMEngine
+from common.engine_args import add_engine_args, engine_config_from_args
+from common.engine_thread import EngineThread
+from common.kv_cache import StorageFactory, zeros_storage
+from common.kv_transfer.collective import CollectiveReceiver
+from common.kv_transfer.cuda_ipc import export_pool
+from common.kv_transfer.shm import create_shared_tensor, shm_available, unlink_shared
+from common.rpc.registration import Registrar
+from common.rpc.server import bind, new_server, run_main, serve_until_signalled
+from common.rpc.worker_config import WorkerConfig, add_worker_args, worker_config_from_args
+from common.rpc.worker_state import current_load, describe, warm_up
+from decode_worker.servicer import DecodeServicer
+from decode_worker.streams import StreamHub
+from pdserve.v1 import worker_pb2_grpc
+
+log = logging.getLogger("pdserve.decode")
+
+
+def _storage(device: torch.device, shm_name: str | None) -> StorageFactory:
+    if shm_name is None:
+        return zeros_storage
+    return lambda shape, dtype, _device: create_shared_tensor(shm_name, shape, dtype)
+
+
+async def serve(engine_config: EngineConfig, worker: WorkerConfig) -> None:
+    worker_id = worker.resolved_id("decode")
+    device = torch.device(engine_config.device)
+    shm_name = f"pdserve-kv-{worker_id}" if device.type == "cpu" and shm_available() else None
+    engine = LLMEngine(engine_config, _storage(device, shm_name))
+    warm_up(engine)
+    hub = StreamHub(asyncio.get_running_loop())
+    thread = EngineThread(engine, step_listener=hub.on_step)
+    thread.start()
+    servicer = DecodeServicer(thread, hub, CollectiveReceiver(worker.host, device), shm_name,
+                              export_pool(engine.cache.data) if device.type == "cuda" else None)
+    server = new_server()
+    worker_pb2_grpc.add_DecodeWorkerServicer_to_server(servicer, server)
+    address = bind(server, worker.host, worker.port)
+    await server.start()
+    registrar = Registrar(worker.gateway, describe(engine, "decode", worker_id, address),
+                          lambda: current_load(engine, servicer.draining))
+    registrar.start()
+    log.info("decode worker %s listening on %s (%d KV blocks)", worker_id, address, engine.pool.num_blocks)
+
+    async def stop() -> None:
+        await registrar.stop()
+        hub.shutdown()
+        thread.stop()
+        if shm_name:
+            unlink_shared(shm_name)
+
+    await serve_until_signalled(server, stop)
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="pdserve decode", description="Run a decode worker.")
+    add_worker_args(parser)
+    add_engine_args(parser)
+    return parser
+
+
+def main_from_args(args: argparse.Namespace) -> int:
+    engine_config, worker = engine_config_from_args(args), worker_config_from_args(args)
+    run_main(lambda: serve(engine_config, worker))
+    return 0
+
+
+def main() -> int:
+    return main_from_args(build_parser().parse_args())

@@ -1,0 +1,133 @@
+"""The DecodeWorker gRPC service: reserve → (prefill writes) → commit, then stream tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from common.engine_thread import EngineThread
+from common.kv_transfer.collective import CollectiveReceiver
+from common.kv_transfer.grpc_stream import write_chunk
+from common.leases import LeaseError
+from common.rpc.convert import sampling_from_proto
+from decode_worker.streams import StreamHub
+from pdserve.v1 import worker_pb2, worker_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
+    def __init__(self, thread: EngineThread, hub: StreamHub, collective: CollectiveReceiver,
+                 shm_name: str | None, cuda_ipc_handle: bytes | None) -> None:
+        self.thread = thread
+        self.engine = thread.engine
+        self.hub = hub
+        self.collective = collective
+        self.shm_name = shm_name
+        self.cuda_ipc_handle = cuda_ipc_handle
+        self.draining = False
+
+    async def Reserve(self, request: worker_pb2.ReserveRequest,
+                      context: grpc.aio.ServicerContext) -> worker_pb2.ReserveResponse:
+        if self.draining:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "decode worker is draining")
+        if not self.hub.has_stream(request.stream_id):
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no open stream {request.stream_id!r}")
+        try:
+            lease = await self.thread.run(lambda e: e.reserve(request.request_id, request.prompt_tokens,
+                                                              request.max_tokens))
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if lease is None:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "decode worker KV cache is full")
+        self.hub.bind(request.request_id, request.stream_id)
+        return worker_pb2.ReserveResponse(block_ids=lease.block_ids, lease_id=lease.lease_id,
+                                          lease_ms=self.engine.leases.lease_s * 1000)
+
+    async def Commit(self, request: worker_pb2.CommitRequest,
+                     context: grpc.aio.ServicerContext) -> worker_pb2.CommitResponse:
+        try:
+            params = sampling_from_proto(request.sampling)
+            await self.thread.run(lambda e: e.commit(request.request_id, request.lease_id,
+                                                     list(request.prompt_token_ids), request.first_token, params))
+        except (ValueError, LeaseError) as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        return worker_pb2.CommitResponse()
+
+    async def Release(self, request: worker_pb2.ReleaseRequest,
+                      context: grpc.aio.ServicerContext) -> worker_pb2.ReleaseResponse:
+        await self.thread.run(lambda e: e.release_reservation(request.request_id, request.lease_id,
+                                                              request.writer_may_still_write))
+        return worker_pb2.ReleaseResponse()
+
+    async def Abort(self, request: worker_pb2.WorkerAbortRequest,
+                    context: grpc.aio.ServicerContext) -> worker_pb2.WorkerAbortResponse:
+        found = await self.thread.run(lambda e: _abort_anything(e, request.request_id))
+        return worker_pb2.WorkerAbortResponse(found=found)
+
+    async def Stream(self, request: worker_pb2.StreamRequest,
+                     context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.StepEvents]:
+        queue = self.hub.open(request.stream_id)
+        log.info("stream %s opened", request.stream_id)
+        try:
+            yield worker_pb2.StepEvents()  # handshake: the gateway routes here only after this
+            while (message := await queue.get()) is not None:
+                yield message
+        finally:
+            for request_id in self.hub.close(request.stream_id, queue):
+                self.thread.abort(request_id)  # nobody can receive its tokens any more
+            log.info("stream %s closed", request.stream_id)
+
+    async def TransportInfo(self, request: worker_pb2.TransportInfoRequest,
+                            context: grpc.aio.ServicerContext) -> worker_pb2.TransportInfoResponse:
+        reply = worker_pb2.TransportInfoResponse(num_blocks=self.engine.pool.num_blocks,
+                                                 block_bytes=self.engine.cache.data[0].numel()
+                                                 * self.engine.cache.data.element_size(),
+                                                 kv_dtype=str(self.engine.cache.data.dtype))
+        if request.transport == "shm":
+            if self.shm_name is None:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this worker's pool is not in shared memory")
+            reply.shm_name = self.shm_name
+        elif request.transport == "cuda_ipc":
+            if self.cuda_ipc_handle is None:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this worker's pool is not on a GPU")
+            reply.cuda_ipc_handle = self.cuda_ipc_handle
+        elif request.transport == "nccl":
+            reply.rendezvous = await asyncio.to_thread(self.collective.open, request.peer_id)
+        return reply
+
+    async def WriteBlocks(self, request_iterator: AsyncIterator[worker_pb2.BlockChunk],
+                          context: grpc.aio.ServicerContext) -> worker_pb2.WriteBlocksResponse:
+        written = 0
+        async for chunk in request_iterator:
+            allowed = self._reserved_blocks(chunk.request_id, chunk.lease_id)
+            if allowed is None:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no live lease for {chunk.request_id}")
+            try:
+                written += write_chunk(self.engine.cache, chunk, allowed)
+            except ValueError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return worker_pb2.WriteBlocksResponse(bytes=written)
+
+    async def ReceiveBlocks(self, request: worker_pb2.ReceiveBlocksRequest,
+                            context: grpc.aio.ServicerContext) -> worker_pb2.ReceiveBlocksResponse:
+        allowed = self._reserved_blocks(request.request_id, request.lease_id)
+        wanted = {s + i for s, n in zip(request.run_starts, request.run_lengths) for i in range(n)}
+        if allowed is None or not wanted <= allowed:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no live lease for {request.request_id}")
+        received = await asyncio.to_thread(self.collective.receive, self.engine.cache.data, request.peer_id,
+                                           list(request.run_starts), list(request.run_lengths), request.tag)
+        return worker_pb2.ReceiveBlocksResponse(bytes=received)
+
+    def _reserved_blocks(self, request_id: str, lease_id: str) -> set[int] | None:
+        # Read from the event loop: the lease table changes only on the engine thread, and a
+        # reserved lease's block list is fixed until it is committed or released.
+        return self.engine.leases.reserved_blocks(request_id, lease_id)
+
+
+def _abort_anything(engine, request_id: str) -> bool:  # type: ignore[no-untyped-def]
+    released = engine.release_reservation(request_id, None, writer_may_still_write=True)
+    return engine.abort_request(request_id) or released

@@ -1,0 +1,5 @@
+import sys
+
+from gateway.server import main
+
+sys.exit(main())

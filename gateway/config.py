@@ -1,0 +1,40 @@
+"""The gateway's configuration: one frozen dataclass whose defaults are the CLI's defaults."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+
+from common.model_presets import DEFAULT_PRESET, PRESETS
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 50051
+    model: str | None = None  # checkpoint directory for the tokenizer; None = embedded preset
+    preset: str = DEFAULT_PRESET
+    max_model_len: int | None = None  # None: the model's limit
+    heartbeat_ms: int = 500  # workers are told to heartbeat this often
+    worker_timeout_ms: int = 1500  # a worker silent this long leaves routing
+    default_max_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.worker_timeout_ms <= self.heartbeat_ms:
+            raise ValueError("worker_timeout_ms must be longer than heartbeat_ms")
+
+
+def add_gateway_args(parser: argparse.ArgumentParser) -> None:
+    for field in dataclasses.fields(GatewayConfig):
+        kind = int if isinstance(field.default, int) or field.name == "max_model_len" else str
+        parser.add_argument("--" + field.name.replace("_", "-"), type=kind, default=field.default,
+                            help=f"(default: {field.default})")
+
+
+def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
+    return GatewayConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(GatewayConfig)})

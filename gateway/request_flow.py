@@ -1,0 +1,234 @@
+"""One request's path through the cluster, as the gateway drives it::
+
+    reserve on a decode worker → Prefill (KV written into the reservation) → first token
+    → Commit on the decode worker → token events from its stream → last message
+
+Whatever ends the flow early (client cancel or deadline, Abort, a worker lost) aborts the
+request on every worker still holding it, so no KV block outlives its request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+
+from common.rpc.convert import sampling_to_proto
+from gateway.decode_streams import DecodeStreams
+from gateway.errors import RequestError, unavailable
+from gateway.registry import WorkerRecord, WorkerRegistry
+from gateway.router import Router
+from gateway.text_stream import TextStream
+from gateway.validation import ValidatedRequest
+from pdserve.v1 import gateway_pb2, worker_pb2
+
+log = logging.getLogger(__name__)
+ABORTED = RequestError(grpc.StatusCode.CANCELLED, "aborted")
+
+
+@dataclass(slots=True)
+class Progress:
+    """What the flow has done so far: drives clean-up and the final message's timings."""
+
+    started: float = field(default_factory=time.perf_counter)
+    decode: WorkerRecord | None = None
+    prefill: WorkerRecord | None = None
+    lease_id: str = ""
+    committed: bool = False
+    completion_tokens: int = 0
+    ttft_ms: float = 0.0
+    prefill_reply: worker_pb2.PrefillResponse | None = None
+    aborted: bool = False
+
+
+class RequestFlow:
+    def __init__(self, registry: WorkerRegistry, router: Router, streams: DecodeStreams, tokenizer: object) -> None:
+        self.registry = registry
+        self.router = router
+        self.streams = streams
+        self.tokenizer = tokenizer
+        self.active: dict[str, Progress] = {}
+        self._cleanups: set[asyncio.Task[None]] = set()
+
+    async def run(self, req: ValidatedRequest) -> AsyncIterator[gateway_pb2.GenerateResponse]:
+        if req.request_id in self.active:
+            raise RequestError(grpc.StatusCode.ALREADY_EXISTS, f"request_id {req.request_id!r} is already running")
+        progress = self.active[req.request_id] = Progress()
+        finished = False
+        try:
+            async for message in self._stages(req, progress):
+                finished = bool(message.finish_reason)
+                yield message
+        finally:
+            del self.active[req.request_id]
+            self.streams.unsubscribe(req.request_id)
+            if progress.decode is not None:
+                progress.decode.inflight -= 1
+            if not finished:
+                self._spawn(self._clean_up(req.request_id, progress))
+
+    async def abort(self, request_id: str) -> bool:
+        progress = self.active.get(request_id)
+        if progress is None:
+            return False
+        progress.aborted = True
+        self.streams.post(request_id, ABORTED)
+        if progress.prefill is not None and progress.prefill_reply is None:
+            await _quietly(progress.prefill.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id)))
+        return True
+
+    async def _stages(self, req: ValidatedRequest, p: Progress) -> AsyncIterator[gateway_pb2.GenerateResponse]:
+        text = TextStream(self.tokenizer, req.stop)
+        reservation = await self._reserve(req, p)
+        inbox = self.streams.subscribe(req.request_id, p.decode.worker_id)
+        reply = await self._prefill(req, p, reservation)
+        first = text.add([reply.first_token])
+        p.completion_tokens, p.ttft_ms = 1, _ms_since(p.started)
+        reason = reply.finish_reason or ("stop" if first.stopped else "")
+        if not reason and req.params.max_tokens == 1:
+            reason = "length"
+        if reason:
+            await self._release(req.request_id, p, writer_may_still_write=False)
+            yield self._final(req, p, [reply.first_token], first.text + text.finish().text, reason)
+            return
+        yield gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=[reply.first_token], text=first.text)
+        await self._commit(req, p, reply.first_token)
+        async for message in self._decode_events(req, p, inbox, text):
+            yield message
+
+    async def _reserve(self, req: ValidatedRequest, p: Progress) -> worker_pb2.ReserveResponse:
+        candidates = self.router.decode_candidates(self.registry, len(req.prompt_token_ids) + req.params.max_tokens)
+        if not candidates:
+            raise unavailable("no decode worker is available")
+        reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
+                                            max_tokens=req.params.max_tokens, stream_id=self.streams.stream_id)
+        last: grpc.aio.AioRpcError | None = None
+        for worker in candidates:
+            try:
+                reply = await worker.stub.Reserve(reserve, timeout=10)
+            except grpc.aio.AioRpcError as exc:
+                last = exc
+                continue
+            p.decode, p.lease_id = worker, reply.lease_id
+            worker.inflight += 1
+            return reply
+        assert last is not None
+        if last.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, "KV cache full on every decode worker")
+        raise RequestError(last.code(), f"decode reservation failed: {last.details()}")
+
+    async def _prefill(self, req: ValidatedRequest, p: Progress,
+                       reservation: worker_pb2.ReserveResponse) -> worker_pb2.PrefillResponse:
+        candidates = self.router.prefill_candidates(self.registry, len(req.prompt_token_ids))
+        if not candidates:
+            raise unavailable("no prefill worker is available")
+        p.prefill = candidates[0]
+        assert p.decode is not None
+        destination = worker_pb2.KVDestination(
+            decode_worker_id=p.decode.worker_id, address=p.decode.descriptor.address,
+            block_ids=reservation.block_ids, lease_id=reservation.lease_id, host_id=p.decode.descriptor.host_id)
+        request = worker_pb2.PrefillRequest(request_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
+                                            sampling=sampling_to_proto(req.params), destination=destination)
+        p.prefill.inflight += 1
+        try:
+            p.prefill_reply = await p.prefill.stub.Prefill(request)
+        except grpc.aio.AioRpcError as exc:
+            raise self._prefill_error(exc, p) from None
+        finally:
+            p.prefill.inflight -= 1
+        return p.prefill_reply
+
+    def _prefill_error(self, exc: grpc.aio.AioRpcError, p: Progress) -> RequestError:
+        if p.aborted:
+            return ABORTED
+        code = exc.code()
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+            return unavailable(f"prefill worker {p.prefill.worker_id} failed: {exc.details()}")  # type: ignore[union-attr]
+        return RequestError(code, exc.details() or "prefill failed")
+
+    async def _commit(self, req: ValidatedRequest, p: Progress, first_token: int) -> None:
+        assert p.decode is not None
+        commit = worker_pb2.CommitRequest(request_id=req.request_id, lease_id=p.lease_id,
+                                          prompt_token_ids=req.prompt_token_ids, first_token=first_token,
+                                          sampling=sampling_to_proto(req.params))
+        try:
+            await p.decode.stub.Commit(commit, timeout=10)
+        except grpc.aio.AioRpcError as exc:
+            raise unavailable(f"decode worker {p.decode.worker_id} refused the commit: {exc.details()}") from None
+        p.committed = True
+
+    async def _decode_events(self, req: ValidatedRequest, p: Progress, inbox: asyncio.Queue,  # type: ignore[type-arg]
+                             text: TextStream) -> AsyncIterator[gateway_pb2.GenerateResponse]:
+        tokens: list[int] = []
+        while True:
+            event = await inbox.get()
+            if event is ABORTED:
+                yield self._final(req, p, tokens, text.finish().text, "abort")
+                return
+            if isinstance(event, RequestError):
+                raise event
+            if event.error:
+                raise RequestError(grpc.StatusCode.INTERNAL, f"decode failed: {event.error}")
+            tokens += event.token_ids
+            p.completion_tokens += len(event.token_ids)
+            delta = text.add(event.token_ids)
+            if delta.stopped or event.finish_reason:
+                reason = "stop" if delta.stopped else event.finish_reason
+                yield self._final(req, p, list(event.token_ids), delta.text + text.finish().text, reason)
+                if delta.stopped and not event.finish_reason:
+                    self._spawn(self._abort_decode(req.request_id, p))
+                return
+            yield gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=event.token_ids, text=delta.text)
+
+    def _final(self, req: ValidatedRequest, p: Progress, token_ids: list[int], text: str,
+               reason: str) -> gateway_pb2.GenerateResponse:
+        reply = p.prefill_reply or worker_pb2.PrefillResponse()
+        timings = gateway_pb2.Timings(prefill_ms=reply.prefill_ms, transfer_ms=reply.transfer_ms, ttft_ms=p.ttft_ms,
+                                      e2e_ms=_ms_since(p.started), kv_transport=reply.transport,
+                                      prefill_worker=p.prefill.worker_id if p.prefill else "",
+                                      decode_worker=p.decode.worker_id if p.decode else "")
+        usage = gateway_pb2.Usage(prompt_tokens=len(req.prompt_token_ids), completion_tokens=p.completion_tokens)
+        return gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=token_ids, text=text,
+                                            finish_reason=reason, usage=usage, timings=timings)
+
+    async def _release(self, request_id: str, p: Progress, writer_may_still_write: bool) -> None:
+        if p.decode is not None and p.lease_id and not p.committed:
+            await _quietly(p.decode.stub.Release(worker_pb2.ReleaseRequest(
+                request_id=request_id, lease_id=p.lease_id, writer_may_still_write=writer_may_still_write), timeout=5))
+
+    async def _abort_decode(self, request_id: str, p: Progress) -> None:
+        if p.decode is not None:
+            await _quietly(p.decode.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id), timeout=5))
+
+    async def _clean_up(self, request_id: str, p: Progress) -> None:
+        """After an early end: stop the prefill, give back or abort the decode side."""
+        if p.prefill is not None and p.prefill_reply is None:
+            await _quietly(p.prefill.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id), timeout=5))
+        if p.decode is not None:
+            if p.committed:
+                await self._abort_decode(request_id, p)
+            else:  # the prefill may have died mid-copy: quarantine rather than reuse
+                await self._release(request_id, p, writer_may_still_write=p.prefill_reply is None)
+
+    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
+        task = asyncio.get_running_loop().create_task(coro)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+    async def drain(self) -> None:
+        await asyncio.gather(*self._cleanups, return_exceptions=True)
+
+
+async def _quietly(call) -> None:  # type: ignore[no-untyped-def]
+    try:
+        await call
+    except grpc.aio.AioRpcError as exc:
+        log.debug("best-effort call failed: %s", exc.code().name)
+
+
+def _ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1000

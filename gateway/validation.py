@@ -1,0 +1,65 @@
+"""A public ``GenerateRequest`` checked and turned into domain values, or INVALID_ARGUMENT."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from common.rpc.convert import sampling_from_proto
+from common.sampling_params import SamplingParams
+from gateway.errors import invalid
+from pdserve.v1 import gateway_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    stop: tuple[str, ...]
+    ttft_ms: int
+    tpot_ms: int
+    tenant: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLimits:
+    max_model_len: int
+    vocab_size: int
+
+
+def validate(request: gateway_pb2.GenerateRequest, tokenizer: Any, limits: ModelLimits) -> ValidatedRequest:
+    prompt = _prompt_ids(request, tokenizer, limits)
+    try:
+        params = sampling_from_proto(request.sampling)
+    except ValueError as exc:
+        raise invalid(f"sampling.{exc}") from None
+    if len(prompt) + params.max_tokens > limits.max_model_len:
+        raise invalid(f"prompt ({len(prompt)} tokens) + sampling.max_tokens ({params.max_tokens}) exceeds the "
+                      f"model's limit of {limits.max_model_len} tokens")
+    if any(not s for s in request.sampling.stop):
+        raise invalid("sampling.stop must not contain empty strings")
+    return ValidatedRequest(
+        request_id=request.request_id or uuid.uuid4().hex,
+        prompt_token_ids=prompt,
+        params=params,
+        stop=tuple(request.sampling.stop),
+        ttft_ms=request.slo.ttft_ms,
+        tpot_ms=request.slo.tpot_ms,
+        tenant=request.tenant,
+    )
+
+
+def _prompt_ids(request: gateway_pb2.GenerateRequest, tokenizer: Any, limits: ModelLimits) -> list[int]:
+    kind = request.WhichOneof("prompt")
+    if kind == "text":
+        if not request.text:
+            raise invalid("prompt is empty: set text or token_ids")
+        return list(tokenizer.encode(request.text))
+    ids = list(request.token_ids.ids) if kind == "token_ids" else []
+    if not ids:
+        raise invalid("prompt is empty: set text or token_ids")
+    if min(ids) < 0 or max(ids) >= limits.vocab_size:
+        raise invalid(f"token_ids must be in [0, {limits.vocab_size})")
+    return ids

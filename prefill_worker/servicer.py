@@ -1,0 +1,100 @@
+"""The PrefillWorker gRPC service: prefill a prompt, move its KV to the decode worker's
+reserved blocks, answer with the first token."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+
+from common.engine_thread import AsyncEngine, EngineThread
+from common.kv_transfer.base import KVSender, LeaseExpiredError, TransferStats, TransferTarget
+from common.kv_transfer.select import choose_transport, make_sender
+from common.request import RequestOutput
+from common.rpc.convert import sampling_from_proto
+from common.rpc.registration import host_id
+from common.rpc.server import channel
+from common.sampling_params import SamplingParams
+from pdserve.v1 import worker_pb2, worker_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
+    def __init__(self, thread: EngineThread, worker_id: str, kv_transport: str) -> None:
+        self.thread = thread
+        self.engine = AsyncEngine(thread)
+        self.worker_id = worker_id
+        self.kv_transport = kv_transport
+        self.host_id = host_id()
+        self.draining = False
+        self._senders: dict[str, KVSender] = {}
+        self._stubs: dict[str, worker_pb2_grpc.DecodeWorkerStub] = {}
+
+    async def Prefill(self, request: worker_pb2.PrefillRequest,
+                      context: grpc.aio.ServicerContext) -> worker_pb2.PrefillResponse:
+        if self.draining:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "prefill worker is draining")
+        try:
+            params = sampling_from_proto(request.sampling)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        started = time.perf_counter()
+        prompt = list(request.prompt_token_ids)
+        try:
+            out = await self._prefill(request.request_id, prompt, params, context)
+            prefill_ms = (time.perf_counter() - started) * 1000
+            stats = TransferStats("none", 0, 0.0)
+            if out.finish_reason == "prefilled":
+                stats = await self._transfer(out, len(prompt), request.destination, context)
+        finally:
+            await self.thread.run(lambda e: e.release_held(request.request_id))
+        return worker_pb2.PrefillResponse(
+            first_token=out.new_token_ids[0], prefill_ms=prefill_ms, transfer_ms=stats.seconds * 1000,
+            transfer_bytes=stats.bytes, transport=stats.transport,
+            finish_reason="" if out.finish_reason == "prefilled" else out.finish_reason or "")
+
+    async def _prefill(self, request_id: str, prompt: list[int], params: SamplingParams,
+                       context: grpc.aio.ServicerContext) -> RequestOutput:
+        try:
+            outputs = [o async for o in self.engine.generate(request_id, prompt, params, prefill_only=True)]
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        last = outputs[-1]
+        if last.finish_reason == "abort":
+            await context.abort(grpc.StatusCode.CANCELLED, f"request {request_id} was aborted")
+        return last
+
+    async def _transfer(self, out: RequestOutput, prompt_len: int, dest: worker_pb2.KVDestination,
+                        context: grpc.aio.ServicerContext) -> TransferStats:
+        n_blocks = -(-prompt_len // self.thread.engine.config.block_size)
+        if len(dest.block_ids) < n_blocks:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"destination has {len(dest.block_ids)} blocks, prompt needs {n_blocks}")
+        name = choose_transport(self.kv_transport, dest.host_id == self.host_id, self.thread.engine.device.type)
+        target = TransferTarget(dest.decode_worker_id, dest.address, out.request_id, dest.lease_id,
+                                list(dest.block_ids[:n_blocks]), time.monotonic() + 30.0)
+        try:
+            return await self._sender(name).send(self.thread.engine.cache, list(out.kv_block_ids[:n_blocks]),
+                                                 target, self._stub(dest.address))
+        except LeaseExpiredError as exc:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
+        except grpc.aio.AioRpcError as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"KV transfer to {dest.decode_worker_id} failed: "
+                                                            f"{exc.details()}")
+
+    def _sender(self, name: str) -> KVSender:
+        if name not in self._senders:
+            self._senders[name] = make_sender(name, self.worker_id)
+        return self._senders[name]
+
+    def _stub(self, address: str) -> worker_pb2_grpc.DecodeWorkerStub:
+        if address not in self._stubs:
+            self._stubs[address] = worker_pb2_grpc.DecodeWorkerStub(channel(address))
+        return self._stubs[address]
+
+    async def Abort(self, request: worker_pb2.WorkerAbortRequest,
+                    context: grpc.aio.ServicerContext) -> worker_pb2.WorkerAbortResponse:
+        found = await self.thread.run(lambda e: e.abort_request(request.request_id))
+        return worker_pb2.WorkerAbortResponse(found=bool(found))
