@@ -90,12 +90,10 @@ class EngineThread:
             if self._stopped or not self.engine.has_unfinished_requests():
                 continue
             try:
-                outputs = self.engine.step()
+                self._deliver(self.engine.step())
             except Exception as exc:  # a failed step must not strand callers: fail them all
                 log.exception("engine step failed")
                 self._fail_all(f"engine step failed: {exc}")
-                continue
-            self._deliver(outputs)
         self._fail_all("engine stopped")
 
     def _drain_inbox(self, block: bool) -> None:
@@ -126,7 +124,7 @@ class EngineThread:
         if self.step_listener is not None and outputs:
             self.step_listener(outputs)
         for out in outputs:
-            callback = self._callbacks.pop(out.request_id) if out.finished else self._callbacks.get(out.request_id)
+            callback = self._callbacks.pop(out.request_id, None) if out.finished else self._callbacks.get(out.request_id)
             if callback is not None:
                 callback(out)
 

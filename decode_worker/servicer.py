@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from common.engine_thread import EngineThread
-from common.kv_transfer.collective import CollectiveReceiver
+from common.kv_transfer.collective import CollectiveReceiver, in_waiter_thread
 from common.kv_transfer.grpc_stream import write_chunk
 from common.leases import LeaseError
 from common.rpc.convert import sampling_from_proto
@@ -96,7 +96,7 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this worker's pool is not on a GPU")
             reply.cuda_ipc_handle = self.cuda_ipc_handle
         elif request.transport == "nccl":
-            reply.rendezvous = await asyncio.to_thread(self.collective.open, request.peer_id)
+            reply.rendezvous = await in_waiter_thread(self.collective.open, request.peer_id)
         return reply
 
     async def WriteBlocks(self, request_iterator: AsyncIterator[worker_pb2.BlockChunk],
@@ -118,8 +118,8 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
         wanted = {s + i for s, n in zip(request.run_starts, request.run_lengths) for i in range(n)}
         if allowed is None or not wanted <= allowed:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no live lease for {request.request_id}")
-        received = await asyncio.to_thread(self.collective.receive, self.engine.cache.data, request.peer_id,
-                                           list(request.run_starts), list(request.run_lengths), request.tag)
+        received = await in_waiter_thread(self.collective.receive, self.engine.cache.data, request.peer_id,
+                                          list(request.run_starts), list(request.run_lengths), request.tag)
         return worker_pb2.ReceiveBlocksResponse(bytes=received)
 
     def _reserved_blocks(self, request_id: str, lease_id: str) -> set[int] | None:

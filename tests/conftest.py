@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+from pathlib import Path
 
 # Must happen before anything imports triton: without a GPU, kernels run in the interpreter.
 try:
@@ -14,4 +14,5 @@ try:
 except ImportError:  # pragma: no cover
     pass
 
-os.environ.setdefault("PDSERVE_CACHE_DIR", tempfile.mkdtemp(prefix="pdserve-test-cache-"))
+# Embedded models are deterministic, so one cache inside the checkout serves every run.
+os.environ.setdefault("PDSERVE_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".pdserve-cache"))

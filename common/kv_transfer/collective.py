@@ -11,6 +11,7 @@ prefill worker posts the matching sends; a per-transfer tag keeps concurrent tra
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import datetime
 import itertools
 import socket
@@ -27,6 +28,15 @@ from pdserve.v1 import worker_pb2
 
 PREFILL_RANK, DECODE_RANK = 0, 1
 TIMEOUT = datetime.timedelta(seconds=60)
+# Each in-flight transfer blocks one thread per side until its peer posts the matching op.
+# A small shared pool (asyncio's default) can fill with sends on one side and receives on
+# the other and deadlock across processes, so waits get a pool of their own, sized for the
+# transfers that can be in flight at once.
+WAITERS = concurrent.futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="kv-collective")
+
+
+async def in_waiter_thread(fn, *args):  # type: ignore[no-untyped-def]
+    return await asyncio.get_running_loop().run_in_executor(WAITERS, fn, *args)
 
 
 def make_group(store: dist.Store, rank: int, device: torch.device) -> dist.ProcessGroup:
@@ -85,7 +95,9 @@ class CollectiveSender:
     def __init__(self, worker_id: str) -> None:
         self.name = "nccl"
         self.worker_id = worker_id
-        self._groups: dict[str, dist.ProcessGroup] = {}
+        # One joining task per decode worker: concurrent first sends must share it, since two
+        # groups under one rendezvous prefix would pair up with only one on the decode side.
+        self._groups: dict[str, asyncio.Task[dist.ProcessGroup]] = {}
         self._tags = itertools.count(1)
 
     async def send(self, cache: PagedKVCache, src_blocks: list[int], target: TransferTarget,
@@ -99,23 +111,27 @@ class CollectiveSender:
         receiving = decode.ReceiveBlocks(worker_pb2.ReceiveBlocksRequest(
             request_id=target.request_id, lease_id=target.lease_id, peer_id=self.worker_id,
             run_starts=[r.dst for r in runs], run_lengths=[r.length for r in runs], tag=tag))
-        sending = asyncio.to_thread(_send_runs, group, cache.data, runs, tag)
+        sending = in_waiter_thread(_send_runs, group, cache.data, runs, tag)
         reply, _ = await asyncio.gather(receiving, sending)
         return TransferStats(self.name, reply.bytes, time.perf_counter() - started)
 
     async def _group(self, decode_worker_id: str, decode: DecodeStub, device: torch.device) -> dist.ProcessGroup:
-        group = self._groups.get(decode_worker_id)
-        if group is None:
-            info = await decode.TransportInfo(worker_pb2.TransportInfoRequest(transport="nccl",
-                                                                               peer_id=self.worker_id))
-            group = await asyncio.to_thread(_join_group, info.rendezvous, self.worker_id, device)
-            self._groups[decode_worker_id] = group
-        return group
+        task = self._groups.get(decode_worker_id)
+        if task is None or (task.done() and task.exception() is not None):
+            task = asyncio.get_running_loop().create_task(self._join(decode, device))
+            self._groups[decode_worker_id] = task
+        return await asyncio.shield(task)
+
+    async def _join(self, decode: DecodeStub, device: torch.device) -> dist.ProcessGroup:
+        info = await decode.TransportInfo(worker_pb2.TransportInfoRequest(transport="nccl", peer_id=self.worker_id))
+        return await in_waiter_thread(_join_group, info.rendezvous, self.worker_id, device)
 
     def forget(self, decode_worker_id: str) -> None:
         self._groups.pop(decode_worker_id, None)
 
     async def close(self) -> None:
+        for task in self._groups.values():
+            task.cancel()
         self._groups.clear()
 
 

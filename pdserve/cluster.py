@@ -1,0 +1,148 @@
+"""A local cluster: one gateway plus prefill and decode worker processes on this machine.
+
+Used by ``pdserve up``, ``make demo``, the integration tests and the benchmarks, so they all
+start, wait for and stop processes the same way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from common.kv_transfer.shm import unlink_shared
+from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+
+_counter = itertools.count()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    port: int = 50051  # 0 picks a free port
+    host: str = "127.0.0.1"
+    prefill: int = 1
+    decode: int = 1
+    model: str | None = None
+    preset: str = "tiny"
+    kv_transport: str = "auto"
+    worker_args: tuple[str, ...] = ()  # extra engine flags for every worker, e.g. ("--num-kv-blocks", "512")
+    threads_per_worker: int | None = None  # OMP/torch threads per process; None = library default
+
+
+@dataclass
+class LocalCluster:
+    spec: ClusterSpec
+    log_dir: Path
+    address: str = ""
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _logs: list[object] = field(default_factory=list)
+
+    def start(self, timeout_s: float = 120.0, progress: bool = False) -> LocalCluster:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        port = self.spec.port or _free_port(self.spec.host)
+        self.address = f"{self.spec.host}:{port}"
+        self._spawn("gateway", ["gateway", "--host", self.spec.host, "--port", str(port), *self._model_args()])
+        tag = f"{os.getpid()}-{next(_counter)}"
+        for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode)):
+            for i in range(count):
+                self.start_worker(role, f"{role}-{i}-{tag}")
+        self.wait_ready(timeout_s, progress)
+        return self
+
+    def start_worker(self, role: str, worker_id: str) -> None:
+        module = f"{role}_worker"
+        args = [module, "--gateway", self.address, "--host", self.spec.host, "--worker-id", worker_id,
+                "--kv-transport", self.spec.kv_transport, *self._model_args(), *self.spec.worker_args]
+        self._spawn(worker_id, args)
+
+    def wait_ready(self, timeout_s: float, progress: bool = False) -> gateway_pb2.InfoResponse:
+        deadline, shown = time.monotonic() + timeout_s, ""
+        while True:
+            self._check_alive()
+            info = self.info(timeout_s=1.0)
+            ready = _ready_counts(info)
+            line = f"  ready: {ready['prefill']}/{self.spec.prefill} prefill, {ready['decode']}/{self.spec.decode} decode"
+            if progress and line != shown:
+                print(line, file=sys.stderr, flush=True)
+                shown = line
+            if info is not None and ready["prefill"] >= self.spec.prefill and ready["decode"] >= self.spec.decode:
+                return info
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cluster not ready after {timeout_s:.0f}s ({line.strip()}); logs in {self.log_dir}")
+            time.sleep(0.2)
+
+    def info(self, timeout_s: float = 5.0) -> gateway_pb2.InfoResponse | None:
+        try:
+            with grpc.insecure_channel(self.address) as ch:
+                return gateway_pb2_grpc.GatewayStub(ch).Info(gateway_pb2.InfoRequest(), timeout=timeout_s)
+        except grpc.RpcError:
+            return None
+
+    def signal(self, name: str, sig: int) -> None:
+        self.processes[name].send_signal(sig)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM to workers then the gateway; SIGKILL what is still running after ``grace_s``."""
+        order = [n for n in self.processes if n != "gateway"] + ["gateway"]
+        for name in order:
+            if self.processes[name].poll() is None:
+                self.processes[name].send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for name in order:
+            proc = self.processes[name]
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for name in self.processes:
+            if name.startswith("decode"):
+                unlink_shared(f"pdserve-kv-{name}")
+        for log in self._logs:
+            log.close()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _model_args(self) -> list[str]:
+        return ["--model", self.spec.model] if self.spec.model else ["--preset", self.spec.preset]
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        env = dict(os.environ)
+        if self.spec.threads_per_worker:
+            env["OMP_NUM_THREADS"] = str(self.spec.threads_per_worker)
+        log = open(self.log_dir / f"{name}.log", "ab")
+        self._logs.append(log)
+        self.processes[name] = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
+                                                env=env, start_new_session=True)
+
+    def _check_alive(self) -> None:
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                tail = (self.log_dir / f"{name}.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{name} exited with code {proc.returncode} during start-up:\n{tail}")
+
+
+def _ready_counts(info: gateway_pb2.InfoResponse | None) -> dict[str, int]:
+    counts = {"prefill": 0, "decode": 0}
+    for worker in info.workers if info else []:
+        if worker.state == "ready":
+            counts[worker.role] += 1
+    return counts
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

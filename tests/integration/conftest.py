@@ -1,0 +1,49 @@
+"""Real clusters on loopback: a gateway and worker processes started by ``LocalCluster``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from common.model_create import ensure_model
+from pdserve.cluster import ClusterSpec, LocalCluster
+from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+
+WORKER_ARGS = ("--num-kv-blocks", "256", "--max-num-tokens", "2048")
+
+
+def start_cluster(tmp_path: Path, **spec: object) -> LocalCluster:
+    ensure_model("tiny")  # once, before several processes look for it
+    spec = {"port": 0, "worker_args": WORKER_ARGS, "threads_per_worker": 1, **spec}
+    return LocalCluster(ClusterSpec(**spec), tmp_path / "logs").start(timeout_s=120)  # type: ignore[arg-type]
+
+
+def assert_pools_whole(cluster: LocalCluster, timeout_s: float = 5.0) -> None:
+    """Every worker reports free == total blocks (within a heartbeat or two)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = cluster.info()
+        leaks = [(w.worker_id, w.free_blocks, w.total_blocks) for w in info.workers if w.free_blocks != w.total_blocks]
+        if not leaks:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"KV blocks still in use after the test: {leaks}")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    running = start_cluster(tmp_path_factory.mktemp("cluster"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture()
+def stub(cluster: LocalCluster) -> Iterator[gateway_pb2_grpc.GatewayStub]:
+    with grpc.insecure_channel(cluster.address) as channel:
+        yield gateway_pb2_grpc.GatewayStub(channel)
+    assert_pools_whole(cluster)
