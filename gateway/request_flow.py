@@ -163,17 +163,16 @@ class RequestFlow:
 
     async def _decode_events(self, req: ValidatedRequest, p: Progress, inbox: asyncio.Queue,  # type: ignore[type-arg]
                              text: TextStream) -> AsyncIterator[gateway_pb2.GenerateResponse]:
-        tokens: list[int] = []
         while True:
             event = await inbox.get()
             if event is ABORTED:
-                yield self._final(req, p, tokens, text.finish().text, "abort")
+                self._spawn(self._abort_decode(req.request_id, p))
+                yield self._final(req, p, [], text.finish().text, "abort")
                 return
             if isinstance(event, RequestError):
                 raise event
             if event.error:
                 raise RequestError(grpc.StatusCode.INTERNAL, f"decode failed: {event.error}")
-            tokens += event.token_ids
             p.completion_tokens += len(event.token_ids)
             delta = text.add(event.token_ids)
             if delta.stopped or event.finish_reason:

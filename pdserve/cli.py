@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from pdserve import commands_engine
+from pdserve import commands_engine, commands_serve
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pdserve", description="Disaggregated LLM serving.")
     sub = parser.add_subparsers(dest="command", required=True)
     commands_engine.register(sub)
+    commands_serve.register(sub)
     return parser
 
 

@@ -23,12 +23,15 @@ def start_cluster(tmp_path: Path, **spec: object) -> LocalCluster:
 
 
 def assert_pools_whole(cluster: LocalCluster, timeout_s: float = 5.0) -> None:
-    """Every worker reports free == total blocks (within a heartbeat or two)."""
-    deadline = time.monotonic() + timeout_s
+    """Every worker reports free == total blocks in a heartbeat sent after this call began."""
+    started = time.monotonic()
+    deadline = started + timeout_s
     while True:
         info = cluster.info()
+        waited_ms = (time.monotonic() - started) * 1000
+        fresh = all(w.heartbeat_age_ms < waited_ms for w in info.workers)
         leaks = [(w.worker_id, w.free_blocks, w.total_blocks) for w in info.workers if w.free_blocks != w.total_blocks]
-        if not leaks:
+        if fresh and not leaks:
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"KV blocks still in use after the test: {leaks}")

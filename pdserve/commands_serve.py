@@ -1,0 +1,94 @@
+"""``pdserve up`` (a whole local cluster) and ``pdserve gateway|prefill|decode`` (one process)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from common.model_create import ensure_model
+from common.model_presets import DEFAULT_PRESET, PRESETS
+from common.rpc.worker_config import KV_TRANSPORTS
+from pdserve.cluster import ClusterSpec, LocalCluster
+
+
+def register(sub: Any) -> None:
+    from decode_worker.server import build_parser as decode_parser
+    from gateway.server import build_parser as gateway_parser
+    from prefill_worker.server import build_parser as prefill_parser
+
+    for name, build, help_text in (("gateway", gateway_parser, "run the gateway"),
+                                   ("prefill", prefill_parser, "run a prefill worker"),
+                                   ("decode", decode_parser, "run a decode worker")):
+        parser = sub.add_parser(name, help=help_text)
+        build(parser)
+        parser.set_defaults(handler=_run_process, process=name)
+
+    up = sub.add_parser("up", help="start a local cluster (gateway + workers) and keep it running")
+    defaults = ClusterSpec()
+    up.add_argument("--port", type=int, default=defaults.port)
+    up.add_argument("--host", default=defaults.host)
+    up.add_argument("--prefill", type=int, default=defaults.prefill, help="prefill workers")
+    up.add_argument("--decode", type=int, default=defaults.decode, help="decode workers")
+    up.add_argument("--model", default=None, help="Hugging Face checkpoint directory")
+    up.add_argument("--preset", choices=tuple(PRESETS), default=DEFAULT_PRESET)
+    up.add_argument("--kv-transport", choices=KV_TRANSPORTS, default=defaults.kv_transport)
+    up.add_argument("--log-dir", type=Path, default=None)
+    up.add_argument("--worker-arg", action="append", default=[], metavar="FLAG",
+                    help="extra engine flag for every worker, repeatable: --worker-arg=--num-kv-blocks=2048")
+    up.set_defaults(handler=_up)
+
+
+def _run_process(args: argparse.Namespace) -> int:
+    from decode_worker.server import main_from_args as decode_main
+    from gateway.server import main_from_args as gateway_main
+    from prefill_worker.server import main_from_args as prefill_main
+
+    mains = {"gateway": gateway_main, "prefill": prefill_main, "decode": decode_main}
+    return mains[args.process](args)
+
+
+def _up(args: argparse.Namespace) -> int:
+    if args.model is None:
+        ensure_model(args.preset)
+    spec = ClusterSpec(port=args.port, host=args.host, prefill=args.prefill, decode=args.decode, model=args.model,
+                       preset=args.preset, kv_transport=args.kv_transport, worker_args=tuple(args.worker_arg))
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="pdserve-up-"))
+    cluster = LocalCluster(spec, log_dir)
+    print(f"starting gateway + {spec.prefill} prefill + {spec.decode} decode (logs in {log_dir}) ...",
+          file=sys.stderr, flush=True)
+    stopping = _stop_flag()
+    try:
+        cluster.start(progress=True)
+        print(f"pdserve is up: gateway at {cluster.address}. Ctrl-C stops every process.", flush=True)
+        while not stopping["now"]:
+            _report_exits(cluster)
+            time.sleep(0.5)
+    finally:
+        print("stopping ...", file=sys.stderr, flush=True)
+        cluster.stop()
+        print("stopped.", file=sys.stderr, flush=True)
+    return 0
+
+
+def _stop_flag() -> dict[str, bool]:
+    flag = {"now": False}
+
+    def handle(signum: int, frame: object) -> None:
+        flag["now"] = True
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+    return flag
+
+
+def _report_exits(cluster: LocalCluster) -> None:
+    for name, proc in cluster.processes.items():
+        if proc.poll() is not None and not getattr(proc, "_reported", False):
+            print(f"warning: {name} exited with code {proc.returncode}; see {cluster.log_dir / (name + '.log')}",
+                  file=sys.stderr, flush=True)
+            proc._reported = True  # type: ignore[attr-defined]
