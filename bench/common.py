@@ -1,0 +1,48 @@
+"""Helpers shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def device_name(device: str = "cpu") -> str:
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({torch.get_num_threads()} threads)"
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def best_of(fn: Callable[[], None], repeats: int) -> float:
+    """Fastest wall time of ``repeats`` calls, in seconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def emit(result: dict[str, Any], out: Path | None = None) -> None:
+    """Prints the result as the last stdout line, and writes it to ``out`` if given."""
+    line = json.dumps(result)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    print(line, flush=True)
