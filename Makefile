@@ -26,8 +26,7 @@ test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q tests/gpu
 
 demo: $(STAMP)
-	$(BIN)/pdserve model create
-	$(BIN)/pdserve generate --prompt "Disaggregated serving splits prefill from decode" --max-tokens 48
+	$(BIN)/pdserve demo
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine.py

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from pdserve import commands_engine, commands_serve
+from pdserve import commands_engine, commands_serve, demo
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     commands_engine.register(sub)
     commands_serve.register(sub)
+    demo.register(sub)
     return parser
 
 
