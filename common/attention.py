@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -9,11 +11,16 @@ from common.attention_metadata import AttentionMetadata, PrefillChunk
 from common.kv_cache import PagedKVCache
 
 
+DecodeFn = Callable[[torch.Tensor, PagedKVCache, int, AttentionMetadata, float, "int | None"], torch.Tensor]
+
+
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: PagedKVCache, layer: int,
-                    meta: AttentionMetadata, scale: float, window: int | None) -> torch.Tensor:
+                    meta: AttentionMetadata, scale: float, window: int | None,
+                    decode_fn: DecodeFn | None = None) -> torch.Tensor:
     """``q [rows, heads, d]``, new ``k``/``v`` ``[rows, kv_heads, d]`` -> ``[rows, heads, d]``.
 
     The new K/V are written to the cache first, so every query sees its own token.
+    Prefill chunks use SDPA; decode rows use ``decode_fn`` (the torch path by default).
     """
     cache.write(layer, meta.slot_blocks, meta.slot_offsets, k, v)
     out = torch.empty_like(q)
@@ -21,7 +28,8 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pa
         rows = slice(chunk.row_start, chunk.row_start + chunk.query_len)
         out[rows] = _prefill_chunk(q[rows], k[rows], v[rows], cache, layer, chunk, scale, window)
     if meta.num_decodes:
-        out[meta.num_prefill_rows:] = decode_attention(q[meta.num_prefill_rows:], cache, layer, meta, scale, window)
+        decode = decode_fn or decode_attention
+        out[meta.num_prefill_rows:] = decode(q[meta.num_prefill_rows:], cache, layer, meta, scale, window)
     return out
 
 
