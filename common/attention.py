@@ -28,29 +28,28 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pa
         rows = slice(chunk.row_start, chunk.row_start + chunk.query_len)
         out[rows] = _prefill_chunk(q[rows], k[rows], v[rows], cache, layer, chunk, scale, window)
     if meta.num_decodes:
-        decode = decode_fn or decode_attention
-        out[meta.num_prefill_rows:] = decode(q[meta.num_prefill_rows:], cache, layer, meta, scale, window)
+        rows = slice(meta.num_prefill_rows, None)
+        if decode_fn is None and meta.stage is not None:
+            stage, plan = meta.stage
+            out[rows] = stage.attend(q[rows], k[rows], v[rows], layer, plan, scale, window)
+        else:
+            out[rows] = (decode_fn or decode_attention)(q[rows], cache, layer, meta, scale, window)
     return out
 
 
 def _prefill_chunk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: PagedKVCache, layer: int,
                    chunk: PrefillChunk, scale: float, window: int | None) -> torch.Tensor:
-    if chunk.context_start > 0:  # earlier tokens live only in the cache
-        k = _gather(cache.keys(layer), chunk.block_ids, chunk.context_len)
-        v = _gather(cache.values(layer), chunk.block_ids, chunk.context_len)
+    if chunk.context_start > 0:  # earlier tokens live only in the cache: [1, kv_heads, ctx, d]
+        keys = cache.gather(layer, 0, chunk.block_ids[None])[:, :, : chunk.context_len]
+        values = cache.gather(layer, 1, chunk.block_ids[None])[:, :, : chunk.context_len]
+    else:
+        keys, values = k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
     mask = None
     if chunk.context_start > 0 or window is not None:
         mask = _causal_mask(chunk.query_len, chunk.context_start, window, q.device)
-    out = F.scaled_dot_product_attention(
-        q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
-        attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True,
-    )
+    out = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), keys, values,
+                                         attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True)
     return out.squeeze(0).transpose(0, 1)
-
-
-def _gather(layer_cache: torch.Tensor, block_ids: torch.Tensor, length: int) -> torch.Tensor:
-    blocks = layer_cache[block_ids]  # [n, block_size, kv_heads, d]
-    return blocks.reshape(-1, *blocks.shape[2:])[:length]
 
 
 def _causal_mask(query_len: int, context_start: int, window: int | None, device: torch.device) -> torch.Tensor:
@@ -66,21 +65,19 @@ def decode_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, meta: Att
                      window: int | None) -> torch.Tensor:
     """One query per request against its whole cached context, batched with padding."""
     batch, heads, d = q.shape
-    tables = meta.decode_block_tables
-    keys = cache.keys(layer)[tables].flatten(1, 2)[:, : meta.max_decode_context]  # [B, T, kvh, d]
-    values = cache.values(layer)[tables].flatten(1, 2)[:, : meta.max_decode_context]
-    kv_heads = keys.shape[2]
+    keys = cache.gather(layer, 0, meta.decode_block_tables)  # [B, kvh, T, d], T = blocks * block_size
+    values = cache.gather(layer, 1, meta.decode_block_tables)
+    kv_heads, width = keys.shape[1], keys.shape[2]
     grouped = q.view(batch, kv_heads, heads // kv_heads, d)
-    scores = torch.matmul(grouped, keys.permute(0, 2, 3, 1)) * scale  # [B, kvh, g, T]
-    scores.masked_fill_(_decode_mask(meta, window, q.device)[:, None, None, :], float("-inf"))
+    scores = torch.matmul(grouped, keys.transpose(2, 3)) * scale  # [B, kvh, g, T]
+    scores.masked_fill_(_decode_mask(meta, width, window, q.device)[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
-    out = torch.matmul(probs, values.transpose(1, 2))  # [B, kvh, g, d]
-    return out.reshape(batch, heads, d)
+    return torch.matmul(probs, values).reshape(batch, heads, d)
 
 
-def _decode_mask(meta: AttentionMetadata, window: int | None, device: torch.device) -> torch.Tensor:
+def _decode_mask(meta: AttentionMetadata, width: int, window: int | None, device: torch.device) -> torch.Tensor:
     """True where a key position must be hidden: past the context, or outside the window."""
-    key_pos = torch.arange(meta.max_decode_context, device=device)[None, :]
+    key_pos = torch.arange(width, device=device)[None, :]
     lens = meta.decode_context_lens[:, None]
     hidden = key_pos >= lens
     if window is not None:

@@ -8,8 +8,12 @@ Tokens are packed with every prefill chunk first, then one token per decoding re
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from common.decode_stage import DecodeStage, StagePlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,7 @@ class AttentionMetadata:
     decode_block_tables: torch.Tensor  # [decodes, max_blocks] int64, padded with 0
     decode_context_lens: torch.Tensor  # [decodes] int64, including the token being decoded
     max_decode_context: int
+    stage: tuple[DecodeStage, StagePlan] | None = None  # CPU path: decode over the dense stage
 
     @property
     def num_decodes(self) -> int:

@@ -13,6 +13,7 @@ import torch
 from common import env
 from common.block_pool import BlockPool
 from common.config import EngineConfig
+from common.decode_stage import DecodeStage
 from common.kv_cache import PagedKVCache, StorageFactory, zeros_storage
 from common.leases import Lease, LeaseTable
 from common.memory import num_kv_blocks
@@ -37,7 +38,7 @@ class LLMEngine:
         self.device = torch.device(config.device)
         self.model_dir = resolve_model_dir(config)
         self.model = LlamaModel.load(self.model_dir, config.torch_dtype, self.device)
-        self.model.attention = _attention_fn(config, self.device)
+        self.model.attention, self.uses_torch_attention = _attention_fn(config, self.device)
         mcfg = self.model.config
         self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
         blocks = num_kv_blocks(config, mcfg, self.device)
@@ -48,7 +49,8 @@ class LLMEngine:
                             self.max_model_len, config.memory_policy, mcfg.eos_token_ids),
             self.pool,
         )
-        self.runner = ModelRunner(self.model, self.cache, Sampler(mcfg.eos_token_ids))
+        stage = DecodeStage(self.cache, config.max_batch_size) if self.uses_torch_attention else None
+        self.runner = ModelRunner(self.model, self.cache, Sampler(mcfg.eos_token_ids), stage)
         self.leases = LeaseTable(self.pool)
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
@@ -140,13 +142,14 @@ class LLMEngine:
 
 
 def _attention_fn(config: EngineConfig, device: torch.device):  # type: ignore[no-untyped-def]
+    """The attention function for the configured backend, and whether it is the torch path."""
     backend = config.attention_backend
     if backend == "auto":
         backend = "triton" if device.type == "cuda" else "torch"
     if backend == "triton":
         from common.triton_attention import paged_attention_triton
 
-        return paged_attention_triton
+        return paged_attention_triton, False
     from common.attention import paged_attention
 
-    return paged_attention
+    return paged_attention, True

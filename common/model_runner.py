@@ -6,16 +6,20 @@ import torch
 
 from common.attention_metadata import AttentionMetadata, PrefillChunk
 from common.batch import ScheduledBatch, ScheduledSeq
+from common.decode_stage import DecodeStage
 from common.kv_cache import PagedKVCache
 from common.model import LlamaModel
 from common.sampler import Sampler
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, cache: PagedKVCache, sampler: Sampler) -> None:
+    def __init__(self, model: LlamaModel, cache: PagedKVCache, sampler: Sampler,
+                 stage: DecodeStage | None = None) -> None:
+        """``stage``: the dense decode KV copy used by the torch attention path (None: read the pool)."""
         self.model = model
         self.cache = cache
         self.sampler = sampler
+        self.stage = stage
         self.device = model.device
 
     def execute(self, batch: ScheduledBatch) -> dict[str, int]:
@@ -51,6 +55,10 @@ class ModelRunner:
             row += len(seq.token_ids)
         decode_lens = [s.start_pos + 1 for s in decodes]
         max_ctx = max(decode_lens, default=0)
+        stage = None
+        if self.stage is not None and decodes:
+            stage = (self.stage, self.stage.plan([s.request_id for s in decodes], decode_lens,
+                                                 [s.block_ids for s in decodes]))
         return AttentionMetadata(
             slot_blocks=slot_blocks,
             slot_offsets=positions % bs,
@@ -59,6 +67,7 @@ class ModelRunner:
             decode_block_tables=padded[len(prefills):, : -(-max_ctx // bs)].to(self.device),
             decode_context_lens=torch.tensor(decode_lens, dtype=torch.int64, device=self.device),
             max_decode_context=max_ctx,
+            stage=stage,
         )
 
     def _logits_rows(self, seqs: list[ScheduledSeq]) -> tuple[torch.Tensor, list[ScheduledSeq]]:

@@ -63,8 +63,8 @@ def decode_attention_triton(q: torch.Tensor, cache: PagedKVCache, layer: int, me
                             scale: float, window: int | None) -> torch.Tensor:
     """Same contract as ``common.attention.decode_attention``: ``q [B, heads, d] -> [B, heads, d]``."""
     batch, heads, head_dim = q.shape
-    data = cache.data  # [blocks, layers, 2, block_size, kv_heads, d], contiguous
-    kv_heads = data.shape[4]
+    data = cache.data  # [blocks, layers, 2, kv_heads, block_size, d], contiguous
+    kv_heads = data.shape[3]
     if head_dim & (head_dim - 1):
         raise ValueError(f"the Triton decode kernel needs a power-of-two head_dim, got {head_dim}")
     if data.stride(-1) != 1 or q.stride(-1) != 1:
@@ -76,7 +76,7 @@ def decode_attention_triton(q: torch.Tensor, cache: PagedKVCache, layer: int, me
     _decode_kernel[(batch, kv_heads)](
         q, out, data, tables, meta.decode_context_lens, scale, window or NO_WINDOW, layer,
         q.stride(0), q.stride(1), tables.stride(0), data.stride(0), data.stride(1), data.stride(2),
-        data.stride(3), data.stride(4),
+        data.stride(4), data.stride(3),
         GROUP=group, GROUP_PAD=triton.next_power_of_2(group), HEAD_DIM=head_dim, BLOCK_SIZE=cache.block_size,
     )
     return out
