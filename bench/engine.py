@@ -87,6 +87,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per batch size and engine; best is kept")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
@@ -105,8 +106,13 @@ def main() -> None:
     decode, prefill = [], []
     for batch in batches:
         prompts = make_prompts(batch, args.prompt_len)
-        p_pre, p_dec = pdserve_run(engine, prompts, args.output_len, args.device)
-        t_pre, t_dec = transformers_run(hf, prompts, args.output_len, args.device) if hf else (float("nan"),) * 2
+        p_pre, p_dec, t_pre, t_dec = float("inf"), float("inf"), float("inf"), float("inf")
+        for _ in range(args.repeats):  # interleaved, best of each: the machine is shared and noisy
+            pre, dec = pdserve_run(engine, prompts, args.output_len, args.device)
+            p_pre, p_dec = min(p_pre, pre), min(p_dec, dec)
+            if hf is not None:
+                pre, dec = transformers_run(hf, prompts, args.output_len, args.device)
+                t_pre, t_dec = min(t_pre, pre), min(t_dec, dec)
         generated, prompt_tokens = batch * (args.output_len - 1), batch * args.prompt_len
         decode.append({"batch": batch, "pdserve_tok_s": generated / p_dec, "transformers_tok_s": generated / t_dec,
                        "ratio": t_dec / p_dec})

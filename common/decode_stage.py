@@ -29,6 +29,8 @@ class StagePlan:
     fills: tuple[tuple[int, torch.Tensor, int], ...]  # (slot, block table, tokens to copy from the pool)
     rows: int  # slots 0..rows-1 take part in the attention batch
     width: int  # positions 0..width-1 are attended (masked per row)
+    identity: bool  # decode row i sits in slot i: no scatter/gather needed
+    hidden: torch.Tensor  # [rows, width] True past each slot's context (full attention)
 
 
 class DecodeStage:
@@ -57,8 +59,12 @@ class DecodeStage:
             self._length[rid] = ctx
         self._grow(max(context_lens))
         slots = [self._slot_of[r] for r in request_ids]
-        return StagePlan(torch.tensor(slots), torch.tensor(context_lens) - 1, tuple(fills), max(slots) + 1,
-                         max(context_lens))
+        rows, width = max(slots) + 1, max(context_lens)
+        lens = torch.zeros(rows, dtype=torch.int64)
+        lens[slots] = torch.tensor(context_lens)
+        hidden = torch.arange(width)[None, :] >= lens[:, None]
+        return StagePlan(torch.tensor(slots), torch.tensor(context_lens) - 1, tuple(fills), rows, width,
+                         slots == list(range(rows)), hidden)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, plan: StagePlan,
                scale: float, window: int | None) -> torch.Tensor:
@@ -72,22 +78,23 @@ class DecodeStage:
         values[plan.slots, :, plan.positions] = v
         batch, heads, d = q.shape
         kv_heads = keys.shape[1]
-        grouped = q.new_zeros(plan.rows, kv_heads, heads // kv_heads, d)
-        grouped[plan.slots] = q.view(batch, kv_heads, heads // kv_heads, d) * scale  # scale the small side
+        grouped = q.view(batch, kv_heads, heads // kv_heads, d) * scale  # scale the small side
+        if not plan.identity:
+            scattered = grouped.new_zeros(plan.rows, *grouped.shape[1:])
+            scattered[plan.slots] = grouped
+            grouped = scattered
         k_rows, v_rows = keys[: plan.rows, :, : plan.width], values[: plan.rows, :, : plan.width]
         scores = torch.matmul(grouped, k_rows.transpose(2, 3))  # [rows, kvh, g, width]
         scores.masked_fill_(self._mask(plan, window)[:, None, None, :], float("-inf"))
         out = torch.matmul(torch.softmax(scores, dim=-1), v_rows)
-        return out[plan.slots].reshape(batch, heads, d)
+        return (out if plan.identity else out[plan.slots]).reshape(batch, heads, d)
 
-    def _mask(self, plan: StagePlan, window: int | None) -> torch.Tensor:
-        lens = torch.zeros(plan.rows, dtype=torch.int64)
-        lens[plan.slots] = plan.positions + 1
-        key_pos = torch.arange(plan.width)[None, :]
-        hidden = key_pos >= lens[:, None]
-        if window is not None:
-            hidden |= (lens[:, None] - 1) - key_pos >= window
-        return hidden
+    @staticmethod
+    def _mask(plan: StagePlan, window: int | None) -> torch.Tensor:
+        if window is None:
+            return plan.hidden
+        lens = (~plan.hidden).sum(dim=1, keepdim=True)
+        return plan.hidden | ((lens - 1) - torch.arange(plan.width)[None, :] >= window)
 
     def _grow(self, needed: int) -> None:
         if needed <= self.width:

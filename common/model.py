@@ -50,18 +50,19 @@ class LlamaModel:
                 meta: AttentionMetadata, logits_rows: torch.Tensor) -> torch.Tensor:
         """Runs the packed batch and returns float32 logits for the rows in ``logits_rows``."""
         hidden = self.weights.embed[input_ids]
+        rotary = self.rotary.lookup(positions, self.dtype)
         for index, layer in enumerate(self.weights.layers):
-            hidden = self._layer(index, layer, hidden, positions, cache, meta)
+            hidden = self._layer(index, layer, hidden, rotary, cache, meta)
         hidden = rms_norm(hidden[logits_rows], self.weights.final_norm, self.config.rms_norm_eps)
         return F.linear(hidden, self.weights.lm_head).float()
 
-    def _layer(self, index: int, w: LayerWeights, hidden: torch.Tensor, positions: torch.Tensor,
+    def _layer(self, index: int, w: LayerWeights, hidden: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
                cache: PagedKVCache, meta: AttentionMetadata) -> torch.Tensor:
         cfg = self.config
         x = rms_norm(hidden, w.input_norm, cfg.rms_norm_eps)
         q, k, v = F.linear(x, w.qkv, w.qkv_bias).split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
-        q = self.rotary.apply(q.view(-1, cfg.num_heads, cfg.head_dim), positions)
-        k = self.rotary.apply(k.view(-1, cfg.num_kv_heads, cfg.head_dim), positions)
+        q = RotaryTable.apply(q.view(-1, cfg.num_heads, cfg.head_dim), *rotary)
+        k = RotaryTable.apply(k.view(-1, cfg.num_kv_heads, cfg.head_dim), *rotary)
         v = v.view(-1, cfg.num_kv_heads, cfg.head_dim)
         attn = self.attention(q, k, v, cache, index, meta, self.scale, cfg.sliding_windows[index])
         hidden = hidden + F.linear(attn.flatten(1), w.o, w.o_bias)

@@ -44,10 +44,13 @@ class RotaryTable:
         self.cos = doubled.cos().to(device)
         self.sin = doubled.sin().to(device)
 
-    def apply(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def lookup(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin ``[tokens, 1, head_dim]`` for a batch, looked up once per forward."""
+        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+
+    @staticmethod
+    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Rotate ``x`` of shape ``[tokens, heads, head_dim]`` by each token's position."""
-        cos = self.cos[positions].unsqueeze(1).to(x.dtype)
-        sin = self.sin[positions].unsqueeze(1).to(x.dtype)
         half = x.shape[-1] // 2
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rotated * sin
