@@ -38,6 +38,7 @@ class Progress:
     decode: WorkerRecord | None = None
     prefill: WorkerRecord | None = None
     lease_id: str = ""
+    commit_sent: bool = False  # the decode worker may have started decoding
     committed: bool = False
     completion_tokens: int = 0
     ttft_ms: float = 0.0
@@ -155,6 +156,7 @@ class RequestFlow:
         commit = worker_pb2.CommitRequest(request_id=req.request_id, lease_id=p.lease_id,
                                           prompt_token_ids=req.prompt_token_ids, first_token=first_token,
                                           sampling=sampling_to_proto(req.params))
+        p.commit_sent = True
         try:
             await p.decode.stub.Commit(commit, timeout=10)
         except grpc.aio.AioRpcError as exc:
@@ -208,7 +210,7 @@ class RequestFlow:
         if p.prefill is not None and p.prefill_reply is None:
             await _quietly(p.prefill.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id), timeout=5))
         if p.decode is not None:
-            if p.committed:
+            if p.commit_sent:  # Abort covers both orders: it releases the lease or stops the request
                 await self._abort_decode(request_id, p)
             else:  # the prefill may have died mid-copy: quarantine rather than reuse
                 await self._release(request_id, p, writer_may_still_write=p.prefill_reply is None)
