@@ -210,7 +210,8 @@ class RequestFlow:
         if p.prefill is not None and p.prefill_reply is None:
             await _quietly(p.prefill.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id), timeout=5))
         if p.decode is not None:
-            if p.commit_sent:  # Abort covers both orders: it releases the lease or stops the request
+            if p.commit_sent:  # either order on the worker: the lease is freed, or the request stopped
+                await self._release(request_id, p, writer_may_still_write=False)
                 await self._abort_decode(request_id, p)
             else:  # the prefill may have died mid-copy: quarantine rather than reuse
                 await self._release(request_id, p, writer_may_still_write=p.prefill_reply is None)
