@@ -44,6 +44,9 @@ class Progress:
     ttft_ms: float = 0.0
     prefill_reply: worker_pb2.PrefillResponse | None = None
     aborted: bool = False
+    finished: bool = False
+    cleaned: bool = False
+    owner: object = None  # the validated request of the RPC that runs this flow
 
 
 class RequestFlow:
@@ -58,19 +61,35 @@ class RequestFlow:
     async def run(self, req: ValidatedRequest) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         if req.request_id in self.active:
             raise RequestError(grpc.StatusCode.ALREADY_EXISTS, f"request_id {req.request_id!r} is already running")
-        progress = self.active[req.request_id] = Progress()
-        finished = False
+        progress = self.active[req.request_id] = Progress(owner=req)
         try:
             async for message in self._stages(req, progress):
-                finished = bool(message.finish_reason)
+                progress.finished = bool(message.finish_reason)
                 yield message
         finally:
-            del self.active[req.request_id]
-            self.streams.unsubscribe(req.request_id)
-            if progress.decode is not None:
-                progress.decode.inflight -= 1
-            if not finished:
-                self._spawn(self._clean_up(req.request_id, progress))
+            self._end(req.request_id, progress)
+
+    def abandon(self, req: ValidatedRequest) -> None:
+        """The RPC is over (cancelled, deadline, or done): clean up if the flow has not.
+
+        Called from the RPC's done callback, because a handler's generator left suspended
+        by a cancelled call may never run its ``finally``.
+        """
+        progress = self.active.get(req.request_id)
+        if progress is not None and progress.owner is req:
+            self._end(req.request_id, progress)
+
+    def _end(self, request_id: str, progress: Progress) -> None:
+        if progress.cleaned:
+            return
+        progress.cleaned = True
+        if self.active.get(request_id) is progress:
+            del self.active[request_id]
+        self.streams.unsubscribe(request_id)
+        if progress.decode is not None:
+            progress.decode.inflight -= 1
+        if not progress.finished:
+            self._spawn(self._clean_up(request_id, progress))
 
     async def abort(self, request_id: str) -> bool:
         progress = self.active.get(request_id)

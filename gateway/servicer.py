@@ -28,6 +28,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                        context: grpc.aio.ServicerContext) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         try:
             validated = validate(request, self.tokenizer, self.limits)
+            context.add_done_callback(lambda _: self.flow.abandon(validated))
             async for message in self.flow.run(validated):
                 yield message
         except RequestError as exc:
