@@ -87,3 +87,28 @@ def test_abort_frees_the_requests_blocks_at_the_next_step():
         assert [(o.request_id, o.finish_reason) for o in outs] == [("a", "abort")]
         assert engine.pool.num_free == engine.pool.num_blocks
         assert not engine.abort_request("a")
+
+
+def test_pool_size_follows_the_memory_fraction():
+    from common.config import EngineConfig
+    from common.kv_cache import PagedKVCache
+    from common.memory import free_memory_bytes, num_kv_blocks
+    from common.model_config import load_model_config
+    from common.model_create import ensure_model
+    import torch
+
+    model = load_model_config(ensure_model("tiny"))
+    per_block = PagedKVCache.bytes_per_block(model, 16, torch.float32)
+    blocks = num_kv_blocks(EngineConfig(kv_cache_memory_fraction=0.01), model, torch.device("cpu"))
+    expected = free_memory_bytes(torch.device("cpu")) * 0.01 / per_block
+    assert abs(blocks - expected) / expected < 0.05
+    assert num_kv_blocks(EngineConfig(num_kv_blocks=7, kv_cache_memory_fraction=0.5), model,
+                         torch.device("cpu")) == 7
+
+
+def test_bfloat16_engine_on_cpu_agrees_with_float32_on_first_tokens():
+    prompts = random_prompts([5, 40, 120], seed=13)
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    with checked_engine(num_kv_blocks=64) as fp32, checked_engine(num_kv_blocks=64, dtype="bfloat16") as bf16:
+        full, half = fp32.generate(prompts, params), bf16.generate(prompts, params)
+    assert [o[0] for o in half] == [o[0] for o in full]
