@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from pdserve import commands_engine, commands_serve, demo
 
@@ -17,7 +18,16 @@ def build_parser() -> argparse.ArgumentParser:
     commands_engine.register(sub)
     commands_serve.register(sub)
     demo.register(sub)
+    _register_bench(sub)
     return parser
+
+
+def _register_bench(sub: Any) -> None:
+    from client.bench.cli import add_bench_args, run
+
+    bench = sub.add_parser("bench", help="load-test a running gateway (flags as in vllm bench serve)")
+    add_bench_args(bench)
+    bench.set_defaults(handler=run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

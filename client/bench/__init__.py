@@ -1,0 +1,1 @@
+"""``pdserve bench``: a load tester speaking the language of ``vllm bench serve``."""

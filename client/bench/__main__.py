@@ -1,0 +1,5 @@
+import sys
+
+from client.bench.cli import main
+
+sys.exit(main())

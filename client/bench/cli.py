@@ -1,0 +1,114 @@
+"""``pdserve bench`` / ``python -m client.bench``: flags and result keys as in ``vllm bench serve``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from client.bench import metrics, plots
+from client.bench.plan import build_plan
+from client.bench.report import ProgressBar, summary_table
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def add_bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=50051)
+    p.add_argument("--request-rate", type=float, default=float("inf"), help="req/s; inf sends all at once")
+    p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the gaps; 1 = Poisson")
+    p.add_argument("--max-concurrency", type=int, default=None)
+    p.add_argument("--num-prompts", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dataset-name", choices=("random", "sharegpt-like", "trace"), default="random")
+    p.add_argument("--dataset-path", default=None, help="trace CSV (arrived_at, num_prefill_tokens, num_decode_tokens)")
+    p.add_argument("--time-scale", type=float, default=1.0, help="trace: multiply arrival times")
+    p.add_argument("--length-scale", type=float, default=1.0, help="trace: divide token counts")
+    p.add_argument("--random-input-len", type=int, default=128)
+    p.add_argument("--random-output-len", type=int, default=64)
+    p.add_argument("--random-range-ratio", type=float, default=0.0)
+    p.add_argument("--max-input-len", type=int, default=1024, help="sharegpt-like: cap on prompt tokens")
+    p.add_argument("--max-output-len", type=int, default=512, help="sharegpt-like: cap on output tokens")
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--goodput", nargs="*", default=[], metavar="KEY:MS", help="SLOs, e.g. ttft:500 tpot:50")
+    p.add_argument("--slo-mix", default="", help="classes name:ttft_ms:tpot_ms[:weight],... sent with requests")
+    p.add_argument("--percentile-metrics", default="ttft,tpot,itl")
+    p.add_argument("--metric-percentiles", default="99")
+    p.add_argument("--sweep", default="", help="comma-separated request rates, one run each")
+    p.add_argument("--save-result", action="store_true")
+    p.add_argument("--save-detailed", action="store_true")
+    p.add_argument("--result-dir", default=".")
+    p.add_argument("--result-filename", default=None)
+    p.add_argument("--plot", action="store_true", help="write PNG figures next to the result")
+
+
+def parse_goodput(items: list[str]) -> tuple[float | None, float | None]:
+    slo: dict[str, float] = {}
+    for item in items:
+        key, _, value = item.partition(":")
+        if key not in ("ttft", "tpot") or not value:
+            raise ValueError(f"--goodput entries are ttft:MS or tpot:MS, got {item!r}")
+        slo[key] = float(value)
+    return slo.get("ttft"), slo.get("tpot")
+
+
+def run_point(args: argparse.Namespace, rate: float) -> tuple[dict[str, Any], list[metrics.RequestRecord]]:
+    plan = build_plan(args, rate)
+    bar = ProgressBar(len(plan), f"rate {rate:g}")
+    records, duration = asyncio.run(_run(args, plan, bar))
+    wanted = [m for m in args.percentile_metrics.split(",") if m in METRICS]
+    percentiles = [float(p) for p in args.metric_percentiles.split(",")]
+    result = metrics.summarize(records, duration, percentiles, wanted)
+    result.update({"request_rate": rate, "burstiness": args.burstiness, "max_concurrency": args.max_concurrency,
+                   "dataset_name": args.dataset_name, "per_class": metrics.per_class(records, duration)})
+    if args.save_detailed:
+        result.update(metrics.detailed(records))
+    print(summary_table(result, result["per_class"], wanted, percentiles), flush=True)
+    return result, records
+
+
+async def _run(args: argparse.Namespace, plan, bar):  # type: ignore[no-untyped-def]
+    from client.bench.runner import run_plan
+
+    return await run_plan(f"{args.host}:{args.port}", plan, args.ignore_eos, args.max_concurrency,
+                          parse_goodput(args.goodput), bar.update)
+
+
+def run(args: argparse.Namespace) -> int:
+    rates = [float(r) for r in args.sweep.split(",")] if args.sweep else [args.request_rate]
+    out_dir = Path(args.result_dir)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    points = []
+    for rate in rates:
+        result, records = run_point(args, rate)
+        points.append(result)
+        if args.plot:
+            base = out_dir / f"pdserve-bench-{rate:g}qps-{stamp}"
+            written = [plots.latency_cdfs(records, base.with_name(base.name + "-cdf.png")),
+                       plots.timeline(records, result["duration"], base.with_name(base.name + "-timeline.png"))]
+            print("plots: " + ", ".join(map(str, written)), file=sys.stderr)
+    if args.plot and len(points) > 1:
+        print(f"plots: {plots.sweep_curves(points, out_dir / f'pdserve-bench-sweep-{stamp}.png')}", file=sys.stderr)
+    if args.save_result or args.save_detailed:
+        name = args.result_filename or f"pdserve-bench-{'sweep' if len(points) > 1 else f'{rates[0]:g}qps'}-{stamp}.json"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        body = {"points": points} if len(points) > 1 else points[0]
+        (out_dir / name).write_text(json.dumps(body, indent=2, default=str))
+        print(f"saved {out_dir / name}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pdserve bench", description="Load-test a running pdserve gateway.")
+    add_bench_args(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except ValueError as exc:
+        print(f"pdserve bench: error: {exc}", file=sys.stderr)
+        return 2

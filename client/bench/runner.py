@@ -1,0 +1,52 @@
+"""Sends the planned requests at their times (under a concurrency cap) and records each token's arrival."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import grpc
+
+from client.bench.metrics import RequestRecord
+from client.bench.workload import PlannedRequest
+from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+
+
+async def run_plan(address: str, plan: list[PlannedRequest], ignore_eos: bool, max_concurrency: int | None,
+                   goodput: tuple[float | None, float | None], on_done: Callable[[RequestRecord], None],
+                   timeout_s: float = 600) -> tuple[list[RequestRecord], float]:
+    """Returns the records (in plan order) and the wall time from the first send to the last finish."""
+    gate = asyncio.Semaphore(max_concurrency or len(plan) or 1)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        started = time.perf_counter()
+
+        async def one(item: PlannedRequest) -> RequestRecord:
+            await asyncio.sleep(max(0.0, item.send_at - (time.perf_counter() - started)))
+            async with gate:
+                record = await _send(stub, item, ignore_eos, goodput, started, timeout_s)
+            on_done(record)
+            return record
+
+        records = await asyncio.gather(*(one(item) for item in plan))
+        return list(records), time.perf_counter() - started
+
+
+async def _send(stub: gateway_pb2_grpc.GatewayStub, item: PlannedRequest, ignore_eos: bool,
+                goodput: tuple[float | None, float | None], started: float, timeout_s: float) -> RequestRecord:
+    cls = item.slo_class
+    record = RequestRecord(item.index, len(item.prompt), time.perf_counter() - started,
+                           cls.name if cls else "", cls.ttft_ms if cls else goodput[0], cls.tpot_ms if cls else goodput[1])
+    request = gateway_pb2.GenerateRequest(
+        token_ids=gateway_pb2.TokenIds(ids=item.prompt),
+        sampling=gateway_pb2.SamplingParams(max_tokens=item.output_len, ignore_eos=ignore_eos),
+        slo=gateway_pb2.SLO(ttft_ms=int(cls.ttft_ms) if cls else 0, tpot_ms=int(cls.tpot_ms) if cls else 0))
+    try:
+        async for message in stub.Generate(request, timeout=timeout_s):
+            if message.token_ids:
+                record.token_times.append(time.perf_counter() - started)
+                record.tokens_per_message.append(len(message.token_ids))
+    except grpc.aio.AioRpcError as exc:
+        record.error = exc.code().name
+    return record
