@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from common.model_presets import DEFAULT_PRESET, PRESETS
-from common.scheduler import MEMORY_POLICIES
+from common.scheduler import MEMORY_POLICIES, POLICIES
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
@@ -27,6 +27,7 @@ class EngineConfig:
     max_model_len: int | None = None  # None = the model's max_position_embeddings
     memory_policy: str = "guaranteed_no_evict"
     attention_backend: str = "auto"
+    policy: str = "fcfs"  # scheduling: fcfs | scorpio | ttft_guard | tpot_guard
 
     def __post_init__(self) -> None:
         _require(self.preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}", self.preset)
@@ -42,6 +43,7 @@ class EngineConfig:
                  self.max_model_len)
         _require(self.memory_policy in MEMORY_POLICIES, "memory_policy",
                  f"must be one of {', '.join(MEMORY_POLICIES)}", self.memory_policy)
+        _require(self.policy in POLICIES, "policy", f"must be one of {', '.join(POLICIES)}", self.policy)
         _require(self.attention_backend in ATTENTION_BACKENDS, "attention_backend",
                  f"must be one of {', '.join(ATTENTION_BACKENDS)}", self.attention_backend)
 

@@ -46,7 +46,7 @@ class LLMEngine:
         self.pool = BlockPool(blocks)
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_batch_size, config.max_num_tokens, config.block_size,
-                            self.max_model_len, config.memory_policy, mcfg.eos_token_ids),
+                            self.max_model_len, config.memory_policy, mcfg.eos_token_ids, config.policy),
             self.pool,
         )
         stage = DecodeStage(self.cache, config.max_batch_size) if self.uses_torch_attention else None
@@ -54,14 +54,15 @@ class LLMEngine:
         self.leases = LeaseTable(self.pool)
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    prefill_only: bool = False) -> None:
+                    prefill_only: bool = False, ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0) -> None:
         """Queues a request; raises ValueError naming the field when it cannot be served.
 
         A ``prefill_only`` request ends after its first token with reason ``prefilled`` and
         its KV blocks held (``RequestOutput.kv_block_ids``) until ``release_held``.
         """
         self._validate(request_id, prompt_token_ids, params)
-        self.scheduler.add(Request(request_id, list(prompt_token_ids), params, prefill_only=prefill_only))
+        self.scheduler.add(Request(request_id, list(prompt_token_ids), params, prefill_only=prefill_only,
+                                   ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms))
 
     def release_held(self, request_id: str) -> bool:
         return self.scheduler.release_held(request_id)

@@ -9,13 +9,14 @@ from typing import Any, get_args, get_type_hints
 
 from common.config import ATTENTION_BACKENDS, DTYPES, EngineConfig
 from common.model_presets import PRESETS
-from common.scheduler import MEMORY_POLICIES
+from common.scheduler import MEMORY_POLICIES, POLICIES
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "preset": tuple(PRESETS),
     "dtype": tuple(DTYPES),
     "memory_policy": MEMORY_POLICIES,
     "attention_backend": ATTENTION_BACKENDS,
+    "policy": POLICIES,
 }
 
 

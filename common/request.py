@@ -45,6 +45,12 @@ class Request:
     block_ids: list[int] = field(default_factory=list)
     num_preemptions: int = 0
     prefill_only: bool = False  # finish after the first token and keep the KV blocks
+    ttft_slo_ms: float = 0.0  # 0: no TTFT objective
+    tpot_slo_ms: float = 0.0  # 0: no TPOT objective
+
+    @property
+    def ttft_deadline(self) -> float:
+        return self.arrival_time + self.ttft_slo_ms / 1000 if self.ttft_slo_ms else float("inf")
 
     @property
     def num_tokens(self) -> int:

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from common.batch import ScheduledBatch, ScheduledSeq
 from common.block_pool import BlockPool
 from common.request import FINISH_REASONS, Request, RequestOutput, RequestStatus
+from common.slo.credit import CreditBatcher
 
 MEMORY_POLICIES = ("guaranteed_no_evict", "max_utilization")
+POLICIES = ("fcfs", "scorpio", "ttft_guard", "tpot_guard")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,15 @@ class SchedulerConfig:
     max_model_len: int
     memory_policy: str
     eos_token_ids: tuple[int, ...]
+    policy: str = "fcfs"  # fcfs | scorpio (both guards) | ttft_guard | tpot_guard
+
+    @property
+    def ttft_guard(self) -> bool:
+        return self.policy in ("scorpio", "ttft_guard")
+
+    @property
+    def tpot_guard(self) -> bool:
+        return self.policy in ("scorpio", "tpot_guard")
 
 
 class Scheduler:
@@ -42,6 +53,7 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self._pending_aborts: list[str] = []
         self.held: dict[str, list[int]] = {}  # prefill-only requests' KV, awaiting hand-off
+        self.credit = CreditBatcher()
 
     def add(self, request: Request) -> None:
         self.requests[request.request_id] = request
@@ -83,12 +95,13 @@ class Scheduler:
         budget = self.config.max_num_tokens
         seqs: list[ScheduledSeq] = []
         preempted = 0
+        decoding = self._credited_decodes()
         # Decodes go first so a long prompt chunk never delays tokens already streaming.
         for request in sorted(self.running, key=lambda r: r.num_tokens - r.num_computed_tokens > 1):
             if budget == 0:
                 break
-            if request.status != RequestStatus.RUNNING:
-                continue  # preempted earlier in this loop
+            if request.status != RequestStatus.RUNNING or (decoding is not None and request not in decoding):
+                continue  # preempted earlier in this loop, or waiting for TPOT credit
             n = min(request.num_tokens - request.num_computed_tokens, budget)
             preempted += self._make_room(request, request.num_computed_tokens + n)
             if request.status == RequestStatus.RUNNING:
@@ -98,7 +111,21 @@ class Scheduler:
             budget = self._admit_waiting(seqs, budget)
         return ScheduledBatch(tuple(seqs), preempted)
 
+    def _credited_decodes(self) -> set[Request] | None:
+        """TPOT guard: the decoding requests whose credit lets them run this step (None: all run)."""
+        if not self.config.tpot_guard:
+            return None
+        decoding = {r.request_id: r for r in self.running if r.num_tokens - r.num_computed_tokens == 1}
+        # A request without a TPOT SLO counts as the tightest present: it runs every step, as under fcfs.
+        tightest = min((r.tpot_slo_ms for r in decoding.values() if r.tpot_slo_ms), default=1.0)
+        slos = {rid: r.tpot_slo_ms or tightest for rid, r in decoding.items()}
+        chosen = self.credit.select(slos)
+        return {decoding[rid] for rid in chosen} | {r for r in self.running if r.request_id not in decoding}
+
     def _admit_waiting(self, seqs: list[ScheduledSeq], budget: int) -> int:
+        if self.config.ttft_guard and len(self.waiting) > 1:
+            # Least slack first: the request whose TTFT deadline comes soonest is prefilled first.
+            self.waiting = deque(sorted(self.waiting, key=lambda r: r.ttft_deadline))
         while self.waiting and budget > 0 and len(self.running) < self.config.max_batch_size:
             request = self.waiting[0]
             n = min(request.num_tokens - request.num_computed_tokens, budget)

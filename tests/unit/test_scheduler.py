@@ -86,3 +86,44 @@ def test_aborting_a_waiting_request_removes_it_without_touching_blocks():
     outputs = s.apply_aborts()
     assert [(o.request_id, o.finish_reason) for o in outputs] == [("a", "abort")]
     assert not s.waiting and not s.has_unfinished()
+
+
+def _slo_scheduler(policy: str) -> Scheduler:
+    config = SchedulerConfig(max_batch_size=8, max_num_tokens=64, block_size=4, max_model_len=1024,
+                             memory_policy="guaranteed_no_evict", eos_token_ids=(0,), policy=policy)
+    return Scheduler(config, BlockPool(64))
+
+
+def test_scorpio_decodes_tpot_slos_2_4_6_every_1_2_and_3_steps():
+    s = _slo_scheduler("scorpio")
+    for rid, tpot in (("a", 2.0), ("b", 4.0), ("c", 6.0)):
+        request = _request(rid, 2, max_tokens=40)
+        request.tpot_slo_ms = tpot
+        s.add(request)
+    _step(s)  # prefill all three
+    ran: dict[str, int] = {"a": 0, "b": 0, "c": 0}
+    for _ in range(12):
+        for seq in _step(s).seqs:
+            ran[seq.request_id] += 1
+    assert ran == {"a": 12, "b": 6, "c": 4}
+
+
+def test_fcfs_runs_every_decode_every_step():
+    s = _slo_scheduler("fcfs")
+    for rid, tpot in (("a", 2.0), ("b", 6.0)):
+        request = _request(rid, 2, max_tokens=40)
+        request.tpot_slo_ms = tpot
+        s.add(request)
+    _step(s)
+    assert all(len(_step(s).seqs) == 2 for _ in range(6))
+
+
+def test_ttft_guard_prefills_the_earliest_deadline_first():
+    s = _slo_scheduler("ttft_guard")
+    s.config = SchedulerConfig(1, 64, 4, 1024, "guaranteed_no_evict", (0,), "ttft_guard")  # one at a time
+    for rid, ttft, arrival in (("late", 5000.0, 0.0), ("soon", 100.0, 0.5), ("none", 0.0, 0.1)):
+        request = _request(rid, 3, max_tokens=1)
+        request.ttft_slo_ms, request.arrival_time = ttft, arrival
+        s.add(request)
+    order = [_step(s).seqs[0].request_id for _ in range(3)]
+    assert order == ["soon", "late", "none"]

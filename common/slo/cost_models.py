@@ -1,0 +1,76 @@
+"""Fitted time models a worker uses to predict its own latency.
+
+- Prefill: time of a step against its batched prompt tokens ``n`` — constant below a
+  threshold (fixed costs dominate), linear above: ``t = c`` for ``n ≤ n0``, else
+  ``t = c + k·(n − n0)``. ``n0`` is found by search over the measured sizes.
+- Decode: step time against batch size ``B`` and mean sequence length ``L``:
+  ``t = α·B·L + β·B + γ·L + δ`` (least squares).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillModel:
+    threshold: float
+    base_s: float
+    per_token_s: float
+    r2: float = 0.0
+
+    def predict(self, tokens: float) -> float:
+        return self.base_s + self.per_token_s * max(0.0, tokens - self.threshold)
+
+    @classmethod
+    def fit(cls, tokens: list[float], seconds: list[float]) -> PrefillModel:
+        x, y = np.asarray(tokens, float), np.asarray(seconds, float)
+        best: PrefillModel | None = None
+        best_sse = float("inf")
+        for n0 in np.unique(np.concatenate([[0.0], x])):
+            model, sse = _fit_hinge(x, y, float(n0))
+            if sse < best_sse:
+                best, best_sse = model, sse
+        assert best is not None
+        return PrefillModel(best.threshold, best.base_s, best.per_token_s, _r2(y, best_sse))
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def _fit_hinge(x: np.ndarray, y: np.ndarray, n0: float) -> tuple[PrefillModel, float]:
+    design = np.stack([np.ones_like(x), np.maximum(0.0, x - n0)], axis=1)
+    (base, slope), *_ = np.linalg.lstsq(design, y, rcond=None)
+    slope = max(slope, 0.0)
+    sse = float(((design @ np.array([base, slope]) - y) ** 2).sum())
+    return PrefillModel(n0, float(base), float(slope)), sse
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeModel:
+    alpha: float  # per batch·length
+    beta: float  # per request
+    gamma: float  # per token of mean length
+    delta: float  # fixed
+    r2: float = 0.0
+
+    def predict(self, batch: float, mean_len: float) -> float:
+        return self.alpha * batch * mean_len + self.beta * batch + self.gamma * mean_len + self.delta
+
+    @classmethod
+    def fit(cls, batch: list[float], mean_len: list[float], seconds: list[float]) -> DecodeModel:
+        b, length, y = (np.asarray(v, float) for v in (batch, mean_len, seconds))
+        design = np.stack([b * length, b, length, np.ones_like(b)], axis=1)
+        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+        sse = float(((design @ coef - y) ** 2).sum())
+        return DecodeModel(*(float(c) for c in coef), r2=_r2(y, sse))
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def _r2(y: np.ndarray, sse: float) -> float:
+    total = float(((y - y.mean()) ** 2).sum())
+    return 1.0 - sse / total if total > 0 else 1.0

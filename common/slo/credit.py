@@ -1,0 +1,49 @@
+"""Credit-based batching and virtual-batch-size admission for decode (SCORPIO's TPOT guard).
+
+Each step every running request ``r`` earns ``TRP(r) = min_{r'} TPOT_SLO(r') / TPOT_SLO(r)``
+credit and runs in the step when its credit reaches 1, paying 1. The tightest requests run
+every step; a request with twice the TPOT budget runs every other step, freeing capacity.
+``VBS(R) = Σ TRP(r)`` is the batch size the step-time model should be asked about.
+"""
+
+from __future__ import annotations
+
+from common.slo.cost_models import DecodeModel
+
+
+def trp(tpot_slos: dict[str, float]) -> dict[str, float]:
+    tightest = min(tpot_slos.values())
+    return {rid: tightest / slo for rid, slo in tpot_slos.items()}
+
+
+def virtual_batch_size(tpot_slos: dict[str, float]) -> float:
+    return sum(trp(tpot_slos).values()) if tpot_slos else 0.0
+
+
+class CreditBatcher:
+    def __init__(self) -> None:
+        self._credit: dict[str, float] = {}
+
+    def select(self, tpot_slos: dict[str, float]) -> set[str]:
+        """The requests that run this step. TRP is recomputed from the current set each step,
+        so when the tightest request leaves, the others speed up at once."""
+        for gone in set(self._credit) - set(tpot_slos):
+            del self._credit[gone]
+        if not tpot_slos:
+            return set()
+        chosen = set()
+        for rid, earned in trp(tpot_slos).items():
+            credit = self._credit.get(rid, 1.0 - earned) + earned  # a newcomer runs in its first step
+            if credit >= 1.0 - 1e-9:
+                credit -= 1.0
+                chosen.add(rid)
+            self._credit[rid] = credit
+        return chosen
+
+
+def admits(tpot_slos: dict[str, float], new_slo: float, mean_len: float, model: DecodeModel,
+           epsilon: float = 1.3) -> bool:
+    """Whether adding a request with TPOT SLO ``new_slo`` keeps the predicted step time, with
+    margin ``epsilon``, within the tightest TPOT SLO of the resulting set (all in seconds)."""
+    slos = {**tpot_slos, "__new__": new_slo}
+    return model.predict(virtual_batch_size(slos), mean_len) * epsilon <= min(slos.values())

@@ -1,0 +1,65 @@
+"""SCORPIO's guards as pure functions: credit batching, VBS admission, fitted cost models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common.slo.cost_models import DecodeModel, PrefillModel
+from common.slo.credit import CreditBatcher, admits, trp, virtual_batch_size
+
+
+def _runs(batcher: CreditBatcher, slos: dict[str, float], steps: int) -> dict[str, list[int]]:
+    ran: dict[str, list[int]] = {rid: [] for rid in slos}
+    for step in range(steps):
+        for rid in batcher.select(slos):
+            ran[rid].append(step)
+    return ran
+
+
+def test_credit_batching_runs_slos_2_4_6_every_1_2_and_3_steps():
+    ran = _runs(CreditBatcher(), {"a": 2.0, "b": 4.0, "c": 6.0}, 12)
+    assert ran["a"] == list(range(12))
+    assert np.diff(ran["b"]).tolist() == [2] * (len(ran["b"]) - 1) and len(ran["b"]) == 6
+    assert np.diff(ran["c"]).tolist() == [3] * (len(ran["c"]) - 1) and len(ran["c"]) == 4
+
+
+def test_trp_is_recomputed_when_the_tightest_request_leaves():
+    batcher = CreditBatcher()
+    _runs(batcher, {"a": 2.0, "b": 4.0, "c": 6.0}, 6)
+    ran = _runs(batcher, {"b": 4.0, "c": 6.0}, 12)
+    assert len(ran["b"]) == 12  # now the tightest: every step
+    assert len(ran["c"]) == 8  # TRP 4/6: two steps in three
+    assert trp({"b": 4.0, "c": 6.0}) == {"b": 1.0, "c": pytest.approx(2 / 3)}
+
+
+def test_vbs_admission_accepts_and_rejects_at_the_boundary():
+    model = DecodeModel(alpha=0.0, beta=0.010, gamma=0.0, delta=0.0)  # 10 ms per virtual request
+    running = {"a": 0.100, "b": 0.100}
+    # adding a third 100 ms request: VBS 3 -> 30 ms x 1.3 = 39 ms <= 100 ms
+    assert admits(running, 0.100, 100, model)
+    # tightest becomes 40 ms: VBS = 1 + 0.4 + 0.4 = 1.8 -> 18 ms x 1.3 = 23.4 ms <= 40 ms
+    assert admits(running, 0.040, 100, model)
+    assert virtual_batch_size({"a": 0.1, "b": 0.1, "c": 0.02}) == pytest.approx(1.4)
+    # 7 requests at 0.1: VBS 8 -> 80 ms x 1.3 = 104 ms > 100 ms -> rejected; 6 -> 91 ms -> admitted
+    assert admits({str(i): 0.1 for i in range(6)}, 0.1, 100, model)
+    assert not admits({str(i): 0.1 for i in range(7)}, 0.1, 100, model)
+
+
+def test_decode_model_recovers_known_coefficients():
+    rng = np.random.default_rng(0)
+    b = rng.integers(1, 64, 300).astype(float)
+    length = rng.integers(16, 2048, 300).astype(float)
+    truth = DecodeModel(2e-7, 3e-4, 1e-6, 4e-3)
+    seconds = [truth.predict(x, y) * (1 + rng.normal(0, 0.01)) for x, y in zip(b, length)]
+    fit = DecodeModel.fit(b.tolist(), length.tolist(), seconds)
+    assert fit.alpha == pytest.approx(2e-7, rel=0.05) and fit.beta == pytest.approx(3e-4, rel=0.1)
+    assert fit.delta == pytest.approx(4e-3, rel=0.1) and fit.r2 > 0.99
+
+
+def test_prefill_model_finds_the_threshold_and_slope():
+    tokens = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    truth = PrefillModel(threshold=256, base_s=0.02, per_token_s=1e-4)
+    fit = PrefillModel.fit(tokens, [truth.predict(n) for n in tokens])
+    assert fit.threshold == 256 and fit.base_s == pytest.approx(0.02) and fit.per_token_s == pytest.approx(1e-4)
+    assert fit.predict(100) == pytest.approx(0.02) and fit.r2 > 0.999
