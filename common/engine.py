@@ -76,12 +76,12 @@ class LLMEngine:
         return self.leases.reserve(request_id, -(-min(tokens, self.max_model_len) // self.config.block_size))
 
     def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
-               params: SamplingParams) -> None:
+               params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:
         """Starts decoding a request whose prompt KV is in its reserved blocks."""
         self._validate(request_id, prompt_token_ids, params)
         blocks = self.leases.commit(request_id, lease_id)
         request = Request(request_id, list(prompt_token_ids), params, output_token_ids=[first_token],
-                          num_computed_tokens=len(prompt_token_ids), block_ids=blocks)
+                          num_computed_tokens=len(prompt_token_ids), block_ids=blocks, tpot_slo_ms=tpot_slo_ms)
         self.scheduler.add_committed(request)
 
     def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:

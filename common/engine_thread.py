@@ -31,6 +31,7 @@ class _Submit:
     params: SamplingParams
     on_output: OutputCallback
     prefill_only: bool = False
+    ttft_slo_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +68,9 @@ class EngineThread:
         self._thread.join()
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-               on_output: OutputCallback, prefill_only: bool = False) -> None:
+               on_output: OutputCallback, prefill_only: bool = False, ttft_slo_ms: float = 0.0) -> None:
         """Validation errors arrive through ``on_output`` as an output with ``error`` set."""
-        self._inbox.put(_Submit(request_id, prompt_token_ids, params, on_output, prefill_only))
+        self._inbox.put(_Submit(request_id, prompt_token_ids, params, on_output, prefill_only, ttft_slo_ms))
 
     def abort(self, request_id: str) -> None:
         self._inbox.put(_Abort(request_id))
@@ -114,7 +115,8 @@ class EngineThread:
             _run_call(item, self.engine)
         else:
             try:
-                self.engine.add_request(item.request_id, item.prompt_token_ids, item.params, item.prefill_only)
+                self.engine.add_request(item.request_id, item.prompt_token_ids, item.params, item.prefill_only,
+                                        ttft_slo_ms=item.ttft_slo_ms)
             except ValueError as exc:
                 item.on_output(RequestOutput(item.request_id, (), True, "error", str(exc)))
                 return
@@ -156,11 +158,11 @@ class AsyncEngine:
         self.thread = thread
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                       prefill_only: bool = False) -> AsyncIterator[RequestOutput]:
+                       prefill_only: bool = False, ttft_slo_ms: float = 0.0) -> AsyncIterator[RequestOutput]:
         loop = asyncio.get_running_loop()
         outputs: asyncio.Queue[RequestOutput] = asyncio.Queue()
         self.thread.submit(request_id, prompt_token_ids, params,
-                           lambda out: loop.call_soon_threadsafe(outputs.put_nowait, out), prefill_only)
+                           lambda out: loop.call_soon_threadsafe(outputs.put_nowait, out), prefill_only, ttft_slo_ms)
         finished = False
         try:
             while not finished:

@@ -52,7 +52,8 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
         try:
             params = sampling_from_proto(request.sampling)
             await self.thread.run(lambda e: e.commit(request.request_id, request.lease_id,
-                                                     list(request.prompt_token_ids), request.first_token, params))
+                                                     list(request.prompt_token_ids), request.first_token, params,
+                                                     request.slo.tpot_ms))
         except (ValueError, LeaseError) as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         return worker_pb2.CommitResponse()

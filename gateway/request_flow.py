@@ -152,7 +152,8 @@ class RequestFlow:
             decode_worker_id=p.decode.worker_id, address=p.decode.descriptor.address,
             block_ids=reservation.block_ids, lease_id=reservation.lease_id, host_id=p.decode.descriptor.host_id)
         request = worker_pb2.PrefillRequest(request_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
-                                            sampling=sampling_to_proto(req.params), destination=destination)
+                                            sampling=sampling_to_proto(req.params), destination=destination,
+                                            slo=_slo(req))
         p.prefill.inflight += 1
         try:
             p.prefill_reply = await p.prefill.stub.Prefill(request)
@@ -174,7 +175,7 @@ class RequestFlow:
         assert p.decode is not None
         commit = worker_pb2.CommitRequest(request_id=req.request_id, lease_id=p.lease_id,
                                           prompt_token_ids=req.prompt_token_ids, first_token=first_token,
-                                          sampling=sampling_to_proto(req.params))
+                                          sampling=sampling_to_proto(req.params), slo=_slo(req))
         p.commit_sent = True
         try:
             await p.decode.stub.Commit(commit, timeout=10)
@@ -249,6 +250,10 @@ async def _quietly(call) -> None:  # type: ignore[no-untyped-def]
         await call
     except grpc.aio.AioRpcError as exc:
         log.debug("best-effort call failed: %s", exc.code().name)
+
+
+def _slo(req: ValidatedRequest) -> gateway_pb2.SLO:
+    return gateway_pb2.SLO(ttft_ms=req.ttft_ms, tpot_ms=req.tpot_ms)
 
 
 def _ms_since(start: float) -> float:

@@ -94,16 +94,18 @@ class KVDestination(_message.Message):
     def __init__(self, decode_worker_id: _Optional[str] = ..., address: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., lease_id: _Optional[str] = ..., transport: _Optional[str] = ..., host_id: _Optional[str] = ...) -> None: ...
 
 class PrefillRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_token_ids", "sampling", "destination")
+    __slots__ = ("request_id", "prompt_token_ids", "sampling", "destination", "slo")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    SLO_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     sampling: _gateway_pb2.SamplingParams
     destination: KVDestination
-    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_gateway_pb2.SamplingParams, _Mapping]] = ..., destination: _Optional[_Union[KVDestination, _Mapping]] = ...) -> None: ...
+    slo: _gateway_pb2.SLO
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_gateway_pb2.SamplingParams, _Mapping]] = ..., destination: _Optional[_Union[KVDestination, _Mapping]] = ..., slo: _Optional[_Union[_gateway_pb2.SLO, _Mapping]] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
     __slots__ = ("first_token", "queue_ms", "prefill_ms", "transfer_ms", "transfer_bytes", "transport", "finish_reason")
@@ -158,18 +160,20 @@ class ReserveResponse(_message.Message):
     def __init__(self, block_ids: _Optional[_Iterable[int]] = ..., lease_id: _Optional[str] = ..., lease_ms: _Optional[float] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("request_id", "lease_id", "prompt_token_ids", "first_token", "sampling")
+    __slots__ = ("request_id", "lease_id", "prompt_token_ids", "first_token", "sampling", "slo")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    SLO_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     lease_id: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     first_token: int
     sampling: _gateway_pb2.SamplingParams
-    def __init__(self, request_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., first_token: _Optional[int] = ..., sampling: _Optional[_Union[_gateway_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
+    slo: _gateway_pb2.SLO
+    def __init__(self, request_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., first_token: _Optional[int] = ..., sampling: _Optional[_Union[_gateway_pb2.SamplingParams, _Mapping]] = ..., slo: _Optional[_Union[_gateway_pb2.SLO, _Mapping]] = ...) -> None: ...
 
 class CommitResponse(_message.Message):
     __slots__ = ()

@@ -67,3 +67,24 @@ def test_seeded_sampling_through_the_cluster_matches_the_single_engine(cluster):
                  for s in (1, 2, 3)]
     assert generate_all(cluster.address, prompts, samplings) == expected
     assert_pools_whole(cluster)
+
+
+def test_scorpio_policy_with_mixed_slos_keeps_greedy_output_exact(tmp_path, reference):
+    from tests.integration.conftest import WORKER_ARGS
+
+    cluster = start_cluster(tmp_path, worker_args=(*WORKER_ARGS, "--policy", "scorpio"))
+    try:
+        prompts = random_prompts(LENGTHS, seed=11)
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            def one(i: int) -> list[int]:
+                with grpc.insecure_channel(cluster.address) as channel:
+                    request = gateway_pb2.GenerateRequest(
+                        token_ids=gateway_pb2.TokenIds(ids=prompts[i]),
+                        sampling=gateway_pb2.SamplingParams(max_tokens=MAX_TOKENS[i], ignore_eos=True),
+                        slo=gateway_pb2.SLO(ttft_ms=1000 * (1 + i % 3), tpot_ms=20 * (1 + i % 3)))
+                    stub = gateway_pb2_grpc.GatewayStub(channel)
+                    return [t for m in stub.Generate(request, timeout=120) for t in m.token_ids]
+            assert list(pool.map(one, range(len(prompts)))) == reference
+        assert_pools_whole(cluster)
+    finally:
+        cluster.stop()
