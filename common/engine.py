@@ -24,6 +24,12 @@ from common.request import Request, RequestOutput
 from common.sampler import Sampler
 from common.sampling_params import SamplingParams
 from common.scheduler import Scheduler, SchedulerConfig
+from common.slo.cost_models import CostModels
+from common.slo.credit import admits
+
+
+class AdmissionError(ValueError):
+    """The request's SLO cannot be met here (the caller answers RESOURCE_EXHAUSTED)."""
 
 
 def resolve_model_dir(config: EngineConfig) -> Path:
@@ -52,6 +58,8 @@ class LLMEngine:
         stage = DecodeStage(self.cache, config.max_batch_size) if self.uses_torch_attention else None
         self.runner = ModelRunner(self.model, self.cache, Sampler(mcfg.eos_token_ids), stage)
         self.leases = LeaseTable(self.pool)
+        self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
+        self._pending_tpot: dict[str, float] = {}  # reserved, not yet committed: counted by admission
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     prefill_only: bool = False, ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0) -> None:
@@ -69,17 +77,35 @@ class LLMEngine:
 
     # Decode side of a KV hand-off: reserve -> (a prefill worker writes) -> commit.
 
-    def reserve(self, request_id: str, prompt_len: int, max_tokens: int) -> Lease | None:
-        """Blocks for the prompt's KV (and, under guaranteed_no_evict, all output); None if full."""
+    def reserve(self, request_id: str, prompt_len: int, max_tokens: int, tpot_slo_ms: float = 0.0) -> Lease | None:
+        """Blocks for the prompt's KV (and, under guaranteed_no_evict, all output); None if full.
+
+        Raises ``AdmissionError`` when the TPOT guard predicts the SLOs could not all be met."""
         self._validate(request_id, [0] * prompt_len, SamplingParams(max_tokens=max_tokens))
+        if not self.tpot_admits(tpot_slo_ms, prompt_len):
+            raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here")
         tokens = prompt_len + (max_tokens if self.config.memory_policy == "guaranteed_no_evict" else 1)
-        return self.leases.reserve(request_id, -(-min(tokens, self.max_model_len) // self.config.block_size))
+        lease = self.leases.reserve(request_id, -(-min(tokens, self.max_model_len) // self.config.block_size))
+        if lease is not None and tpot_slo_ms:
+            self._pending_tpot[request_id] = tpot_slo_ms
+        return lease
+
+    def tpot_admits(self, tpot_slo_ms: float, prompt_len: int) -> bool:
+        """VBS admission: running + reserved + this request within the tightest TPOT SLO (× ε)."""
+        if not self.scheduler.config.tpot_guard or self.cost_models is None or not tpot_slo_ms:
+            return True
+        self._pending_tpot = {r: t for r, t in self._pending_tpot.items() if self.leases.state(r) is not None}
+        running = {r.request_id: r.tpot_slo_ms / 1000 for r in self.scheduler.running if r.tpot_slo_ms}
+        slos = {**running, **{r: t / 1000 for r, t in self._pending_tpot.items()}}
+        lengths = [r.num_tokens for r in self.scheduler.running] + [prompt_len]
+        return admits(slos, tpot_slo_ms / 1000, sum(lengths) / len(lengths), self.cost_models.decode)
 
     def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
                params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:
         """Starts decoding a request whose prompt KV is in its reserved blocks."""
         self._validate(request_id, prompt_token_ids, params)
         blocks = self.leases.commit(request_id, lease_id)
+        self._pending_tpot.pop(request_id, None)
         request = Request(request_id, list(prompt_token_ids), params, output_token_ids=[first_token],
                           num_computed_tokens=len(prompt_token_ids), block_ids=blocks, tpot_slo_ms=tpot_slo_ms)
         self.scheduler.add_committed(request)

@@ -38,7 +38,7 @@ async def serve(engine_config: EngineConfig, worker: WorkerConfig) -> None:
     device = torch.device(engine_config.device)
     shm_name = f"pdserve-kv-{worker_id}" if device.type == "cpu" and shm_available() else None
     engine = LLMEngine(engine_config, _storage(device, shm_name))
-    warm_up(engine)
+    warm_up(engine, worker.cost_model)
     hub = StreamHub(asyncio.get_running_loop())
     thread = EngineThread(engine, step_listener=hub.on_step)
     thread.start()

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from common.engine import AdmissionError
 from common.engine_thread import EngineThread
 from common.kv_transfer.collective import CollectiveReceiver, in_waiter_thread
 from common.kv_transfer.grpc_stream import write_chunk
@@ -38,7 +39,9 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no open stream {request.stream_id!r}")
         try:
             lease = await self.thread.run(lambda e: e.reserve(request.request_id, request.prompt_tokens,
-                                                              request.max_tokens))
+                                                              request.max_tokens, request.tpot_ms))
+        except AdmissionError as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if lease is None:

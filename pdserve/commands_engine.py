@@ -40,6 +40,32 @@ def register(sub: Any) -> None:
     add_engine_args(gen)
     gen.set_defaults(handler=_generate)
 
+    prof = sub.add_parser("profile", help="measure this machine and fit the prefill and decode cost models")
+    prof.add_argument("--out", type=Path, default=Path("cost_model.json"))
+    prof.add_argument("--prefill-tokens", default="16,32,64,128,256,512,1024,2048")
+    prof.add_argument("--decode-batches", default="1,4,8,16,32")
+    prof.add_argument("--decode-lengths", default="64,256,1024")
+    add_engine_args(prof)
+    prof.set_defaults(handler=_profile)
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from common.slo.profile import profile
+
+    engine = LLMEngine(engine_config_from_args(args))
+    engine.generate([[1, 2, 3]], SamplingParams(max_tokens=2))
+    prefill_tokens = tuple(int(n) for n in args.prefill_tokens.split(","))
+    points = tuple((int(b), int(n)) for b in args.decode_batches.split(",") for n in args.decode_lengths.split(","))
+    models = profile(engine, prefill_tokens, points, progress=lambda line: print("  " + line, file=sys.stderr))
+    p, d = models.prefill, models.decode
+    print(f"prefill: t = {p.base_s * 1000:.2f} ms + {p.per_token_s * 1e6:.2f} us x max(0, n - {p.threshold:g})"
+          f"   R^2 = {p.r2:.4f}")
+    print(f"decode:  t = {d.alpha * 1e9:.3f} ns*B*L + {d.beta * 1e6:.1f} us*B + {d.gamma * 1e9:.1f} ns*L + "
+          f"{d.delta * 1000:.2f} ms   R^2 = {d.r2:.4f}")
+    models.save(args.out)
+    print(f"saved {args.out}")
+    return 0
+
 
 def _model_create(args: argparse.Namespace) -> int:
     out = args.out or default_model_dir(args.preset)

@@ -23,7 +23,7 @@ log = logging.getLogger("pdserve.prefill")
 async def serve(engine_config: EngineConfig, worker: WorkerConfig) -> None:
     worker_id = worker.resolved_id("prefill")
     engine = LLMEngine(engine_config)
-    warm_up(engine)
+    warm_up(engine, worker.cost_model)
     thread = EngineThread(engine)
     thread.start()
     servicer = PrefillServicer(thread, worker_id, worker.kv_transport)

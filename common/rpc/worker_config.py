@@ -17,6 +17,7 @@ class WorkerConfig:
     port: int = 0  # 0 picks a free port
     worker_id: str = ""  # empty: role-hostname-pid
     kv_transport: str = "auto"  # prefill side: how KV blocks reach decode workers
+    cost_model: str = ""  # JSON from `pdserve profile`; empty: profile at start when a guard needs it
 
     def __post_init__(self) -> None:
         if self.kv_transport not in KV_TRANSPORTS:
@@ -36,7 +37,8 @@ def add_worker_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--port", type=int, default=d.port)
     group.add_argument("--worker-id", default=d.worker_id)
     group.add_argument("--kv-transport", default=d.kv_transport, choices=KV_TRANSPORTS)
+    group.add_argument("--cost-model", default=d.cost_model, help="fitted cost models (pdserve profile --out)")
 
 
 def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
-    return WorkerConfig(args.gateway, args.host, args.port, args.worker_id, args.kv_transport)
+    return WorkerConfig(args.gateway, args.host, args.port, args.worker_id, args.kv_transport, args.cost_model)

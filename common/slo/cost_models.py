@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -74,3 +76,17 @@ class DecodeModel:
 def _r2(y: np.ndarray, sse: float) -> float:
     total = float(((y - y.mean()) ** 2).sum())
     return 1.0 - sse / total if total > 0 else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class CostModels:
+    prefill: PrefillModel
+    decode: DecodeModel
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps({"prefill": self.prefill.to_dict(), "decode": self.decode.to_dict()}, indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> CostModels:
+        raw = json.loads(path.read_text())
+        return cls(PrefillModel(**raw["prefill"]), DecodeModel(**raw["decode"]))

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerDescriptor(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "host_id", "device", "model", "block_size", "total_blocks", "max_model_len", "vocab_size", "kv_dtype", "block_bytes")
+    __slots__ = ("worker_id", "role", "address", "host_id", "device", "model", "block_size", "total_blocks", "max_model_len", "vocab_size", "kv_dtype", "block_bytes", "cost_model", "policy")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,8 @@ class WorkerDescriptor(_message.Message):
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     KV_DTYPE_FIELD_NUMBER: _ClassVar[int]
     BLOCK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COST_MODEL_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     role: str
     address: str
@@ -33,7 +35,29 @@ class WorkerDescriptor(_message.Message):
     vocab_size: int
     kv_dtype: str
     block_bytes: int
-    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., device: _Optional[str] = ..., model: _Optional[str] = ..., block_size: _Optional[int] = ..., total_blocks: _Optional[int] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., kv_dtype: _Optional[str] = ..., block_bytes: _Optional[int] = ...) -> None: ...
+    cost_model: CostModel
+    policy: str
+    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., device: _Optional[str] = ..., model: _Optional[str] = ..., block_size: _Optional[int] = ..., total_blocks: _Optional[int] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., kv_dtype: _Optional[str] = ..., block_bytes: _Optional[int] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., policy: _Optional[str] = ...) -> None: ...
+
+class CostModel(_message.Message):
+    __slots__ = ("present", "prefill_threshold", "prefill_base_s", "prefill_per_token_s", "decode_alpha", "decode_beta", "decode_gamma", "decode_delta")
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_BASE_S_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_PER_TOKEN_S_FIELD_NUMBER: _ClassVar[int]
+    DECODE_ALPHA_FIELD_NUMBER: _ClassVar[int]
+    DECODE_BETA_FIELD_NUMBER: _ClassVar[int]
+    DECODE_GAMMA_FIELD_NUMBER: _ClassVar[int]
+    DECODE_DELTA_FIELD_NUMBER: _ClassVar[int]
+    present: bool
+    prefill_threshold: float
+    prefill_base_s: float
+    prefill_per_token_s: float
+    decode_alpha: float
+    decode_beta: float
+    decode_gamma: float
+    decode_delta: float
+    def __init__(self, present: _Optional[bool] = ..., prefill_threshold: _Optional[float] = ..., prefill_base_s: _Optional[float] = ..., prefill_per_token_s: _Optional[float] = ..., decode_alpha: _Optional[float] = ..., decode_beta: _Optional[float] = ..., decode_gamma: _Optional[float] = ..., decode_delta: _Optional[float] = ...) -> None: ...
 
 class WorkerLoad(_message.Message):
     __slots__ = ("free_blocks", "running", "waiting", "queued_tokens", "draining")
@@ -138,16 +162,18 @@ class WorkerAbortResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_tokens", "max_tokens", "stream_id")
+    __slots__ = ("request_id", "prompt_tokens", "max_tokens", "stream_id", "tpot_ms")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    TPOT_MS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_tokens: int
     max_tokens: int
     stream_id: str
-    def __init__(self, request_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stream_id: _Optional[str] = ...) -> None: ...
+    tpot_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stream_id: _Optional[str] = ..., tpot_ms: _Optional[int] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
     __slots__ = ("block_ids", "lease_id", "lease_ms")
