@@ -19,6 +19,10 @@ class GatewayConfig:
     heartbeat_ms: int = 500  # workers are told to heartbeat this often
     worker_timeout_ms: int = 1500  # a worker silent this long leaves routing
     default_max_tokens: int = 16
+    policy: str = "fcfs"  # fcfs | scorpio | ttft_guard | tpot_guard: which guards admit requests here
+    default_ttft_ms: int = 0  # for requests that give none (0: no TTFT objective)
+    default_tpot_ms: int = 0
+    slo_classes: str = ""  # named classes name:ttft_ms:tpot_ms,... requests may refer to by SLO.name
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -27,6 +31,22 @@ class GatewayConfig:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.worker_timeout_ms <= self.heartbeat_ms:
             raise ValueError("worker_timeout_ms must be longer than heartbeat_ms")
+        if self.policy not in ("fcfs", "scorpio", "ttft_guard", "tpot_guard"):
+            raise ValueError(f"policy must be fcfs, scorpio, ttft_guard or tpot_guard, got {self.policy!r}")
+        self.named_slos()  # validates the syntax
+
+    def named_slos(self) -> dict[str, tuple[int, int]]:
+        classes = {}
+        for item in filter(None, self.slo_classes.split(",")):
+            parts = item.split(":")
+            if len(parts) != 3:
+                raise ValueError(f"slo_classes entry {item!r} must be name:ttft_ms:tpot_ms")
+            classes[parts[0]] = (int(parts[1]), int(parts[2]))
+        return classes
+
+    @property
+    def ttft_guard(self) -> bool:
+        return self.policy in ("scorpio", "ttft_guard")
 
 
 def add_gateway_args(parser: argparse.ArgumentParser) -> None:

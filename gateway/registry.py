@@ -23,6 +23,7 @@ class WorkerRecord:
     stub: worker_pb2_grpc.PrefillWorkerStub | worker_pb2_grpc.DecodeWorkerStub
     ready: bool = False  # decode: its token stream is open; prefill: at once
     inflight: int = 0  # requests this gateway has routed here and not yet seen finish
+    inflight_tokens: int = 0  # prefill: prompt tokens this gateway sent and awaits answers for
     extra: dict[str, object] = field(default_factory=dict)
 
     @property

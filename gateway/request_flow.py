@@ -21,13 +21,14 @@ from common.rpc.convert import sampling_to_proto
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import RequestError, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
-from gateway.router import Router
+from gateway.router import Router, predicted_prefill_s
 from gateway.text_stream import TextStream
 from gateway.validation import ValidatedRequest
 from pdserve.v1 import gateway_pb2, worker_pb2
 
 log = logging.getLogger(__name__)
 ABORTED = RequestError(grpc.StatusCode.CANCELLED, "aborted")
+ADMISSION_RETRY_MS = 5.0
 
 
 @dataclass(slots=True)
@@ -50,11 +51,13 @@ class Progress:
 
 
 class RequestFlow:
-    def __init__(self, registry: WorkerRegistry, router: Router, streams: DecodeStreams, tokenizer: object) -> None:
+    def __init__(self, registry: WorkerRegistry, router: Router, streams: DecodeStreams, tokenizer: object,
+                 ttft_guard: bool = False) -> None:
         self.registry = registry
         self.router = router
         self.streams = streams
         self.tokenizer = tokenizer
+        self.ttft_guard = ttft_guard
         self.active: dict[str, Progress] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
 
@@ -103,7 +106,8 @@ class RequestFlow:
 
     async def _stages(self, req: ValidatedRequest, p: Progress) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         text = TextStream(self.tokenizer, req.stop)
-        reservation = await self._reserve(req, p)
+        prefill_s = self._check_ttft(req, p)
+        reservation = await self._reserve(req, p, prefill_s)
         inbox = self.streams.subscribe(req.request_id, p.decode.worker_id)
         reply = await self._prefill(req, p, reservation)
         first = text.add([reply.first_token])
@@ -120,12 +124,37 @@ class RequestFlow:
         async for message in self._decode_events(req, p, inbox, text):
             yield message
 
-    async def _reserve(self, req: ValidatedRequest, p: Progress) -> worker_pb2.ReserveResponse:
+    def _check_ttft(self, req: ValidatedRequest, p: Progress) -> float:
+        """TTFT guard: the best predicted prefill time, or RESOURCE_EXHAUSTED before any work is done."""
+        if not (self.ttft_guard and req.ttft_ms):
+            return 0.0
+        predictions = [predicted_prefill_s(w, len(req.prompt_token_ids)) for w in self.registry.routable("prefill")]
+        best = min((s for s in predictions if s is not None), default=0.0)
+        if _ms_since(p.started) + best * 1000 > req.ttft_ms:
+            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"TTFT SLO of {req.ttft_ms} ms is unattainable: the best prefill worker is "
+                               f"predicted to need {best * 1000:.0f} ms")
+        return best
+
+    async def _reserve(self, req: ValidatedRequest, p: Progress, prefill_s: float) -> worker_pb2.ReserveResponse:
+        """Reserves on the first decode worker that admits the request. Under the TTFT guard a
+        request every worker turns away waits here while its TTFT deadline still allows it."""
+        while True:
+            try:
+                return await self._reserve_once(req, p)
+            except RequestError as exc:
+                waiting_allowed = self.ttft_guard and req.ttft_ms and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+                if not waiting_allowed or _ms_since(p.started) + prefill_s * 1000 + ADMISSION_RETRY_MS > req.ttft_ms:
+                    raise
+            await asyncio.sleep(ADMISSION_RETRY_MS / 1000)
+
+    async def _reserve_once(self, req: ValidatedRequest, p: Progress) -> worker_pb2.ReserveResponse:
         candidates = self.router.decode_candidates(self.registry, len(req.prompt_token_ids) + req.params.max_tokens)
         if not candidates:
             raise unavailable("no decode worker is available")
         reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
-                                            max_tokens=req.params.max_tokens, stream_id=self.streams.stream_id)
+                                            max_tokens=req.params.max_tokens, stream_id=self.streams.stream_id,
+                                            tpot_ms=req.tpot_ms)
         last: grpc.aio.AioRpcError | None = None
         for worker in candidates:
             try:
@@ -138,7 +167,8 @@ class RequestFlow:
             return reply
         assert last is not None
         if last.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, "KV cache full on every decode worker")
+            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"no decode worker admits the request: "
+                                                                   f"{last.details()}")
         raise RequestError(last.code(), f"decode reservation failed: {last.details()}")
 
     async def _prefill(self, req: ValidatedRequest, p: Progress,
@@ -155,12 +185,14 @@ class RequestFlow:
                                             sampling=sampling_to_proto(req.params), destination=destination,
                                             slo=_slo(req))
         p.prefill.inflight += 1
+        p.prefill.inflight_tokens += len(req.prompt_token_ids)
         try:
             p.prefill_reply = await p.prefill.stub.Prefill(request)
         except grpc.aio.AioRpcError as exc:
             raise self._prefill_error(exc, p) from None
         finally:
             p.prefill.inflight -= 1
+            p.prefill.inflight_tokens -= len(req.prompt_token_ids)
         return p.prefill_reply
 
     def _prefill_error(self, exc: grpc.aio.AioRpcError, p: Progress) -> RequestError:

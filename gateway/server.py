@@ -16,7 +16,7 @@ from gateway.config import GatewayConfig, add_gateway_args, gateway_config_from_
 from gateway.decode_streams import DecodeStreams
 from gateway.registry import RegistryServicer, WorkerRegistry
 from gateway.request_flow import RequestFlow
-from gateway.router import LeastLoadedRouter
+from gateway.router import LeastLoadedRouter, SloAwareRouter
 from gateway.servicer import GatewayServicer
 from gateway.validation import ModelLimits
 from pdserve.v1 import gateway_pb2_grpc, worker_pb2_grpc
@@ -35,10 +35,11 @@ async def serve(config: GatewayConfig) -> None:
     model = load_model_config(model_dir)
     tokenizer = load_tokenizer(model_dir)
     limits = ModelLimits(min(config.max_model_len or model.max_position_embeddings, model.max_position_embeddings),
-                         model.vocab_size)
+                         model.vocab_size, (config.default_ttft_ms, config.default_tpot_ms), config.named_slos())
     registry = WorkerRegistry(config.worker_timeout_ms / 1000)
     streams = DecodeStreams(f"gateway-{uuid.uuid4().hex[:8]}", registry)
-    flow = RequestFlow(registry, LeastLoadedRouter(), streams, tokenizer)
+    router = SloAwareRouter() if config.ttft_guard else LeastLoadedRouter()
+    flow = RequestFlow(registry, router, streams, tokenizer, ttft_guard=config.ttft_guard)
     server = new_server()
     gateway_pb2_grpc.add_GatewayServicer_to_server(
         GatewayServicer(flow, registry, tokenizer, limits, str(model_dir)), server)
@@ -46,7 +47,7 @@ async def serve(config: GatewayConfig) -> None:
     address = bind(server, config.host, config.port)
     await server.start()
     expiry = asyncio.create_task(_expire_workers(registry, config.heartbeat_ms / 1000))
-    log.info("gateway listening on %s (model %s)", address, model_dir)
+    log.info("gateway listening on %s (model %s, policy %s)", address, model_dir, config.policy)
 
     async def stop() -> None:
         expiry.cancel()

@@ -27,6 +27,8 @@ class ValidatedRequest:
 class ModelLimits:
     max_model_len: int
     vocab_size: int
+    default_slo: tuple[int, int] = (0, 0)  # (ttft_ms, tpot_ms) for requests that give none
+    named_slos: dict[str, tuple[int, int]] | None = None
 
 
 def validate(request: gateway_pb2.GenerateRequest, tokenizer: Any, limits: ModelLimits) -> ValidatedRequest:
@@ -40,15 +42,27 @@ def validate(request: gateway_pb2.GenerateRequest, tokenizer: Any, limits: Model
                       f"model's limit of {limits.max_model_len} tokens")
     if any(not s for s in request.sampling.stop):
         raise invalid("sampling.stop must not contain empty strings")
+    ttft_ms, tpot_ms = _slo(request.slo, limits)
     return ValidatedRequest(
         request_id=request.request_id or uuid.uuid4().hex,
         prompt_token_ids=prompt,
         params=params,
         stop=tuple(request.sampling.stop),
-        ttft_ms=request.slo.ttft_ms,
-        tpot_ms=request.slo.tpot_ms,
+        ttft_ms=ttft_ms,
+        tpot_ms=tpot_ms,
         tenant=request.tenant,
     )
+
+
+def _slo(slo: gateway_pb2.SLO, limits: ModelLimits) -> tuple[int, int]:
+    """Explicit values win, then the named class, then the server default."""
+    base = limits.default_slo
+    if slo.name:
+        named = (limits.named_slos or {}).get(slo.name)
+        if named is None:
+            raise invalid(f"slo.name {slo.name!r} is not a class configured at the gateway")
+        base = named
+    return slo.ttft_ms or base[0], slo.tpot_ms or base[1]
 
 
 def _prompt_ids(request: gateway_pb2.GenerateRequest, tokenizer: Any, limits: ModelLimits) -> list[int]:

@@ -35,6 +35,8 @@ class ClusterSpec:
     kv_transport: str = "auto"
     worker_args: tuple[str, ...] = ()  # extra engine flags for every worker, e.g. ("--num-kv-blocks", "512")
     threads_per_worker: int | None = None  # OMP/torch threads per process; None = library default
+    policy: str = "fcfs"  # scheduling policy of the gateway and every worker
+    gateway_args: tuple[str, ...] = ()  # extra gateway flags, e.g. ("--slo-classes", "tight:200:20")
 
 
 @dataclass
@@ -49,7 +51,8 @@ class LocalCluster:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         port = self.spec.port or _free_port(self.spec.host)
         self.address = f"{self.spec.host}:{port}"
-        self._spawn("gateway", ["gateway", "--host", self.spec.host, "--port", str(port), *self._model_args()])
+        self._spawn("gateway", ["gateway", "--host", self.spec.host, "--port", str(port), "--policy", self.spec.policy,
+                                *self._model_args(), *self.spec.gateway_args])
         tag = f"{os.getpid()}-{next(_counter)}"
         for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode)):
             for i in range(count):
@@ -60,7 +63,8 @@ class LocalCluster:
     def start_worker(self, role: str, worker_id: str) -> None:
         module = f"{role}_worker"
         args = [module, "--gateway", self.address, "--host", self.spec.host, "--worker-id", worker_id,
-                "--kv-transport", self.spec.kv_transport, *self._model_args(), *self.spec.worker_args]
+                "--kv-transport", self.spec.kv_transport, "--policy", self.spec.policy, *self._model_args(),
+                *self.spec.worker_args]
         self._spawn(worker_id, args)
 
     def wait_ready(self, timeout_s: float, progress: bool = False) -> gateway_pb2.InfoResponse:

@@ -37,6 +37,9 @@ def register(sub: Any) -> None:
     up.add_argument("--model", default=None, help="Hugging Face checkpoint directory")
     up.add_argument("--preset", choices=tuple(PRESETS), default=DEFAULT_PRESET)
     up.add_argument("--kv-transport", choices=KV_TRANSPORTS, default=defaults.kv_transport)
+    up.add_argument("--policy", choices=("fcfs", "scorpio", "ttft_guard", "tpot_guard"), default=defaults.policy)
+    up.add_argument("--gateway-arg", action="append", default=[], metavar="FLAG",
+                    help="extra gateway flag, repeatable: --gateway-arg=--slo-classes=tight:200:20")
     up.add_argument("--log-dir", type=Path, default=None)
     up.add_argument("--worker-arg", action="append", default=[], metavar="FLAG",
                     help="extra engine flag for every worker, repeatable: --worker-arg=--num-kv-blocks=2048")
@@ -56,7 +59,8 @@ def _up(args: argparse.Namespace) -> int:
     if args.model is None:
         ensure_model(args.preset)
     spec = ClusterSpec(port=args.port, host=args.host, prefill=args.prefill, decode=args.decode, model=args.model,
-                       preset=args.preset, kv_transport=args.kv_transport, worker_args=tuple(args.worker_arg))
+                       preset=args.preset, kv_transport=args.kv_transport, worker_args=tuple(args.worker_arg),
+                       policy=args.policy, gateway_args=tuple(args.gateway_arg))
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="pdserve-up-"))
     cluster = LocalCluster(spec, log_dir)
     print(f"starting gateway + {spec.prefill} prefill + {spec.decode} decode (logs in {log_dir}) ...",

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18pdserve/v1/gateway.proto\x12\npdserve.v1\"\xe4\x01\n\x0eSamplingParams\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x12\n\x05top_p\x18\x04 \x01(\x02H\x01\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x03H\x02\x88\x01\x01\x12\x12\n\nmin_tokens\x18\x06 \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x0c\n\x04stop\x18\x08 \x03(\t\x12\x12\n\nignore_eos\x18\t \x01(\x08\x42\r\n\x0b_max_tokensB\x08\n\x06_top_pB\x07\n\x05_seed\"\'\n\x03SLO\x12\x0f\n\x07ttft_ms\x18\x01 \x01(\r\x12\x0f\n\x07tpot_ms\x18\x02 \x01(\r\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xc6\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12)\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x14.pdserve.v1.TokenIdsH\x00\x12,\n\x08sampling\x18\x04 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12\x1c\n\x03slo\x18\x05 \x01(\x0b\x32\x0f.pdserve.v1.SLO\x12\x0e\n\x06tenant\x18\x06 \x01(\tB\x08\n\x06prompt\"9\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\"\xaa\x01\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x12\n\nprefill_ms\x18\x02 \x01(\x01\x12\x13\n\x0btransfer_ms\x18\x03 \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x04 \x01(\x01\x12\x0e\n\x06\x65\x32\x65_ms\x18\x05 \x01(\x01\x12\x16\n\x0eprefill_worker\x18\x06 \x01(\t\x12\x15\n\rdecode_worker\x18\x07 \x01(\t\x12\x14\n\x0ckv_transport\x18\x08 \x01(\t\"\xa6\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12 \n\x05usage\x18\x05 \x01(\x0b\x32\x11.pdserve.v1.Usage\x12$\n\x07timings\x18\x06 \x01(\x0b\x32\x13.pdserve.v1.Timings\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x0f\n\rAbortResponse\"\r\n\x0bInfoRequest\"\xc6\x01\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x13\n\x0b\x66ree_blocks\x18\x05 \x01(\r\x12\x14\n\x0ctotal_blocks\x18\x06 \x01(\r\x12\x0f\n\x07running\x18\x07 \x01(\r\x12\x0f\n\x07waiting\x18\x08 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\t \x01(\t\x12\x18\n\x10heartbeat_age_ms\x18\n \x01(\x01\"\x87\x01\n\x0cInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rmax_model_len\x18\x02 \x01(\r\x12\x12\n\nvocab_size\x18\x03 \x01(\r\x12\x12\n\nblock_size\x18\x04 \x01(\r\x12)\n\x07workers\x18\x05 \x03(\x0b\x32\x18.pdserve.v1.WorkerStatus2\xcb\x01\n\x07Gateway\x12G\n\x08Generate\x12\x1b.pdserve.v1.GenerateRequest\x1a\x1c.pdserve.v1.GenerateResponse0\x01\x12<\n\x05\x41\x62ort\x12\x18.pdserve.v1.AbortRequest\x1a\x19.pdserve.v1.AbortResponse\x12\x39\n\x04Info\x12\x17.pdserve.v1.InfoRequest\x1a\x18.pdserve.v1.InfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18pdserve/v1/gateway.proto\x12\npdserve.v1\"\xe4\x01\n\x0eSamplingParams\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x12\n\x05top_p\x18\x04 \x01(\x02H\x01\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x03H\x02\x88\x01\x01\x12\x12\n\nmin_tokens\x18\x06 \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x0c\n\x04stop\x18\x08 \x03(\t\x12\x12\n\nignore_eos\x18\t \x01(\x08\x42\r\n\x0b_max_tokensB\x08\n\x06_top_pB\x07\n\x05_seed\"5\n\x03SLO\x12\x0f\n\x07ttft_ms\x18\x01 \x01(\r\x12\x0f\n\x07tpot_ms\x18\x02 \x01(\r\x12\x0c\n\x04name\x18\x03 \x01(\t\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xc6\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12)\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x14.pdserve.v1.TokenIdsH\x00\x12,\n\x08sampling\x18\x04 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12\x1c\n\x03slo\x18\x05 \x01(\x0b\x32\x0f.pdserve.v1.SLO\x12\x0e\n\x06tenant\x18\x06 \x01(\tB\x08\n\x06prompt\"9\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\"\xaa\x01\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x12\n\nprefill_ms\x18\x02 \x01(\x01\x12\x13\n\x0btransfer_ms\x18\x03 \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x04 \x01(\x01\x12\x0e\n\x06\x65\x32\x65_ms\x18\x05 \x01(\x01\x12\x16\n\x0eprefill_worker\x18\x06 \x01(\t\x12\x15\n\rdecode_worker\x18\x07 \x01(\t\x12\x14\n\x0ckv_transport\x18\x08 \x01(\t\"\xa6\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12 \n\x05usage\x18\x05 \x01(\x0b\x32\x11.pdserve.v1.Usage\x12$\n\x07timings\x18\x06 \x01(\x0b\x32\x13.pdserve.v1.Timings\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x0f\n\rAbortResponse\"\r\n\x0bInfoRequest\"\xc6\x01\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x13\n\x0b\x66ree_blocks\x18\x05 \x01(\r\x12\x14\n\x0ctotal_blocks\x18\x06 \x01(\r\x12\x0f\n\x07running\x18\x07 \x01(\r\x12\x0f\n\x07waiting\x18\x08 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\t \x01(\t\x12\x18\n\x10heartbeat_age_ms\x18\n \x01(\x01\"\x87\x01\n\x0cInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rmax_model_len\x18\x02 \x01(\r\x12\x12\n\nvocab_size\x18\x03 \x01(\r\x12\x12\n\nblock_size\x18\x04 \x01(\r\x12)\n\x07workers\x18\x05 \x03(\x0b\x32\x18.pdserve.v1.WorkerStatus2\xcb\x01\n\x07Gateway\x12G\n\x08Generate\x12\x1b.pdserve.v1.GenerateRequest\x1a\x1c.pdserve.v1.GenerateResponse0\x01\x12<\n\x05\x41\x62ort\x12\x18.pdserve.v1.AbortRequest\x1a\x19.pdserve.v1.AbortResponse\x12\x39\n\x04Info\x12\x17.pdserve.v1.InfoRequest\x1a\x18.pdserve.v1.InfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,27 +34,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SAMPLINGPARAMS']._serialized_start=41
   _globals['_SAMPLINGPARAMS']._serialized_end=269
   _globals['_SLO']._serialized_start=271
-  _globals['_SLO']._serialized_end=310
-  _globals['_TOKENIDS']._serialized_start=312
-  _globals['_TOKENIDS']._serialized_end=335
-  _globals['_GENERATEREQUEST']._serialized_start=338
-  _globals['_GENERATEREQUEST']._serialized_end=536
-  _globals['_USAGE']._serialized_start=538
-  _globals['_USAGE']._serialized_end=595
-  _globals['_TIMINGS']._serialized_start=598
-  _globals['_TIMINGS']._serialized_end=768
-  _globals['_GENERATERESPONSE']._serialized_start=771
-  _globals['_GENERATERESPONSE']._serialized_end=937
-  _globals['_ABORTREQUEST']._serialized_start=939
-  _globals['_ABORTREQUEST']._serialized_end=973
-  _globals['_ABORTRESPONSE']._serialized_start=975
-  _globals['_ABORTRESPONSE']._serialized_end=990
-  _globals['_INFOREQUEST']._serialized_start=992
-  _globals['_INFOREQUEST']._serialized_end=1005
-  _globals['_WORKERSTATUS']._serialized_start=1008
-  _globals['_WORKERSTATUS']._serialized_end=1206
-  _globals['_INFORESPONSE']._serialized_start=1209
-  _globals['_INFORESPONSE']._serialized_end=1344
-  _globals['_GATEWAY']._serialized_start=1347
-  _globals['_GATEWAY']._serialized_end=1550
+  _globals['_SLO']._serialized_end=324
+  _globals['_TOKENIDS']._serialized_start=326
+  _globals['_TOKENIDS']._serialized_end=349
+  _globals['_GENERATEREQUEST']._serialized_start=352
+  _globals['_GENERATEREQUEST']._serialized_end=550
+  _globals['_USAGE']._serialized_start=552
+  _globals['_USAGE']._serialized_end=609
+  _globals['_TIMINGS']._serialized_start=612
+  _globals['_TIMINGS']._serialized_end=782
+  _globals['_GENERATERESPONSE']._serialized_start=785
+  _globals['_GENERATERESPONSE']._serialized_end=951
+  _globals['_ABORTREQUEST']._serialized_start=953
+  _globals['_ABORTREQUEST']._serialized_end=987
+  _globals['_ABORTRESPONSE']._serialized_start=989
+  _globals['_ABORTRESPONSE']._serialized_end=1004
+  _globals['_INFOREQUEST']._serialized_start=1006
+  _globals['_INFOREQUEST']._serialized_end=1019
+  _globals['_WORKERSTATUS']._serialized_start=1022
+  _globals['_WORKERSTATUS']._serialized_end=1220
+  _globals['_INFORESPONSE']._serialized_start=1223
+  _globals['_INFORESPONSE']._serialized_end=1358
+  _globals['_GATEWAY']._serialized_start=1361
+  _globals['_GATEWAY']._serialized_end=1564
 # @@protoc_insertion_point(module_scope)
