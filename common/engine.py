@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
 
 from common import env
+from common.batch import ScheduledBatch
 from common.block_pool import BlockPool
 from common.config import EngineConfig
 from common.decode_stage import DecodeStage
@@ -24,6 +26,7 @@ from common.request import Request, RequestOutput
 from common.sampler import Sampler
 from common.sampling_params import SamplingParams
 from common.scheduler import Scheduler, SchedulerConfig
+from common.slo.calibration import Calibration
 from common.slo.cost_models import CostModels
 from common.slo.credit import admits
 
@@ -60,6 +63,7 @@ class LLMEngine:
         self.leases = LeaseTable(self.pool)
         self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
         self._pending_tpot: dict[str, float] = {}  # reserved, not yet committed: counted by admission
+        self.step_calibration = Calibration()  # decode steps as observed vs the fitted model
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     prefill_only: bool = False, ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0) -> None:
@@ -98,7 +102,8 @@ class LLMEngine:
         running = {r.request_id: r.tpot_slo_ms / 1000 for r in self.scheduler.running if r.tpot_slo_ms}
         slos = {**running, **{r: t / 1000 for r, t in self._pending_tpot.items()}}
         lengths = [r.num_tokens for r in self.scheduler.running] + [prompt_len]
-        return admits(slos, tpot_slo_ms / 1000, sum(lengths) / len(lengths), self.cost_models.decode)
+        return admits(slos, tpot_slo_ms / 1000, sum(lengths) / len(lengths), self.cost_models.decode,
+                      calibration=self.step_calibration.scale)
 
     def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
                params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:
@@ -140,9 +145,18 @@ class LLMEngine:
         outputs = self.scheduler.apply_aborts()
         batch = self.scheduler.schedule()
         if batch.seqs:
+            started = time.perf_counter()
             sampled = self.runner.execute(batch)
+            self._observe_step(batch, time.perf_counter() - started)
             outputs += self.scheduler.update_from_output(batch, sampled)
         return outputs
+
+    def _observe_step(self, batch: ScheduledBatch, seconds: float) -> None:
+        """Feeds decode-only steps to the calibration of the decode cost model."""
+        if self.cost_models is None or not all(s.is_decode for s in batch.seqs):
+            return
+        mean_len = sum(s.start_pos + 1 for s in batch.seqs) / len(batch.seqs)
+        self.step_calibration.observe(self.cost_models.decode.predict(len(batch.seqs), mean_len), seconds)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
         """Runs prompts to completion and returns each one's output token ids."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from common.rpc.server import channel
+from common.slo.calibration import Calibration
 from pdserve.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,7 @@ class WorkerRecord:
     ready: bool = False  # decode: its token stream is open; prefill: at once
     inflight: int = 0  # requests this gateway has routed here and not yet seen finish
     inflight_tokens: int = 0  # prefill: prompt tokens this gateway sent and awaits answers for
+    ttft_calibration: Calibration = field(default_factory=Calibration)  # observed / predicted TTFT
     extra: dict[str, object] = field(default_factory=dict)
 
     @property

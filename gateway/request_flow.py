@@ -184,10 +184,14 @@ class RequestFlow:
         request = worker_pb2.PrefillRequest(request_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
                                             sampling=sampling_to_proto(req.params), destination=destination,
                                             slo=_slo(req))
+        raw_s = predicted_prefill_s(p.prefill, len(req.prompt_token_ids), calibrated=False)
         p.prefill.inflight += 1
         p.prefill.inflight_tokens += len(req.prompt_token_ids)
         try:
             p.prefill_reply = await p.prefill.stub.Prefill(request)
+            if raw_s:  # teach the TTFT guard what prefill + transfer really take on this worker now
+                taken_ms = p.prefill_reply.prefill_ms + p.prefill_reply.transfer_ms
+                p.prefill.ttft_calibration.observe(raw_s, taken_ms / 1000)
         except grpc.aio.AioRpcError as exc:
             raise self._prefill_error(exc, p) from None
         finally:

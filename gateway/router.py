@@ -29,7 +29,7 @@ class LeastLoadedRouter:
         return sorted(workers, key=lambda w: (w.inflight, -w.load.free_blocks))
 
 
-def predicted_prefill_s(worker: WorkerRecord, prompt_tokens: int) -> float | None:
+def predicted_prefill_s(worker: WorkerRecord, prompt_tokens: int, calibrated: bool = True) -> float | None:
     """Queue ahead (what this gateway sent and the worker reported) plus this prompt, through the
     worker's fitted prefill model; None when the worker has no model."""
     cost = worker.descriptor.cost_model
@@ -37,7 +37,8 @@ def predicted_prefill_s(worker: WorkerRecord, prompt_tokens: int) -> float | Non
         return None
     queued = max(worker.inflight_tokens, worker.load.queued_tokens)
     ahead = queued + prompt_tokens
-    return cost.prefill_base_s + cost.prefill_per_token_s * max(0.0, ahead - cost.prefill_threshold)
+    raw = cost.prefill_base_s + cost.prefill_per_token_s * max(0.0, ahead - cost.prefill_threshold)
+    return worker.ttft_calibration.scale(raw) if calibrated else raw
 
 
 class SloAwareRouter(LeastLoadedRouter):

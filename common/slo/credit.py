@@ -8,6 +8,8 @@ every step; a request with twice the TPOT budget runs every other step, freeing 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from common.slo.cost_models import DecodeModel
 
 
@@ -42,8 +44,9 @@ class CreditBatcher:
 
 
 def admits(tpot_slos: dict[str, float], new_slo: float, mean_len: float, model: DecodeModel,
-           epsilon: float = 1.3) -> bool:
+           epsilon: float = 1.3, calibration: Callable[[float], float] = lambda s: s) -> bool:
     """Whether adding a request with TPOT SLO ``new_slo`` keeps the predicted step time, with
-    margin ``epsilon``, within the tightest TPOT SLO of the resulting set (all in seconds)."""
+    margin ``epsilon``, within the tightest TPOT SLO of the resulting set (all in seconds).
+    ``calibration`` corrects the model's prediction by what steps have been taking."""
     slos = {**tpot_slos, "__new__": new_slo}
-    return model.predict(virtual_batch_size(slos), mean_len) * epsilon <= min(slos.values())
+    return calibration(model.predict(virtual_batch_size(slos), mean_len)) * epsilon <= min(slos.values())

@@ -63,3 +63,22 @@ def test_prefill_model_finds_the_threshold_and_slope():
     fit = PrefillModel.fit(tokens, [truth.predict(n) for n in tokens])
     assert fit.threshold == 256 and fit.base_s == pytest.approx(0.02) and fit.per_token_s == pytest.approx(1e-4)
     assert fit.predict(100) == pytest.approx(0.02) and fit.r2 > 0.999
+
+
+def test_calibration_scales_predictions_to_what_is_observed_but_never_below_the_model():
+    from common.slo.calibration import Calibration
+
+    cal = Calibration(weight=0.5)
+    for _ in range(20):
+        cal.observe(0.010, 0.020)  # steps take twice the fitted time under contention
+    assert cal.scale(0.010) == pytest.approx(0.020, rel=1e-3)
+    for _ in range(40):
+        cal.observe(0.010, 0.005)  # faster than the model: keep the model's estimate
+    assert cal.scale(0.010) == pytest.approx(0.010)
+
+
+def test_calibrated_admission_turns_away_what_the_idle_model_would_admit():
+    model = DecodeModel(alpha=0.0, beta=0.010, gamma=0.0, delta=0.0)
+    running = {str(i): 0.1 for i in range(5)}
+    assert admits(running, 0.1, 100, model)  # 60 ms x 1.3 = 78 ms
+    assert not admits(running, 0.1, 100, model, calibration=lambda s: 2 * s)  # 156 ms
