@@ -10,15 +10,15 @@ import torch
 
 from common.config import EngineConfig
 from common.engine import LLMEngine
-from common.engine_args import add_engine_args, engine_config_from_args
 from common.engine_thread import EngineThread
 from common.kv_cache import StorageFactory, zeros_storage
 from common.kv_transfer.collective import CollectiveReceiver
 from common.kv_transfer.cuda_ipc import export_pool
 from common.kv_transfer.shm import create_shared_tensor, shm_available, unlink_shared
 from common.rpc.registration import Registrar
-from common.rpc.server import bind, new_server, run_main, serve_until_signalled
-from common.rpc.worker_config import WorkerConfig, add_worker_args, worker_config_from_args
+from common.rpc.server import bind, new_server, serve_until_signalled
+from common.rpc.worker_config import WorkerConfig
+from common.rpc.worker_main import run_worker, worker_parser
 from common.rpc.worker_state import current_load, describe, warm_up
 from decode_worker.servicer import DecodeServicer
 from decode_worker.streams import StreamHub
@@ -56,7 +56,7 @@ async def serve(engine_config: EngineConfig, worker: WorkerConfig) -> None:
     async def stop() -> None:
         await registrar.stop()
         hub.shutdown()
-        thread.stop()
+        await asyncio.to_thread(thread.stop)
         if shm_name:
             unlink_shared(shm_name)
 
@@ -64,16 +64,11 @@ async def serve(engine_config: EngineConfig, worker: WorkerConfig) -> None:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="pdserve decode", description="Run a decode worker.")
-    add_worker_args(parser)
-    add_engine_args(parser)
-    return parser
+    return worker_parser("decode", parser)
 
 
 def main_from_args(args: argparse.Namespace) -> int:
-    engine_config, worker = engine_config_from_args(args), worker_config_from_args(args)
-    run_main(lambda: serve(engine_config, worker))
-    return 0
+    return run_worker(serve, args)
 
 
 def main() -> int:

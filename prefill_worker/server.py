@@ -8,11 +8,11 @@ import logging
 
 from common.config import EngineConfig
 from common.engine import LLMEngine
-from common.engine_args import add_engine_args, engine_config_from_args
 from common.engine_thread import EngineThread
 from common.rpc.registration import Registrar
-from common.rpc.server import bind, new_server, run_main, serve_until_signalled
-from common.rpc.worker_config import WorkerConfig, add_worker_args, worker_config_from_args
+from common.rpc.server import bind, new_server, serve_until_signalled
+from common.rpc.worker_config import WorkerConfig
+from common.rpc.worker_main import run_worker, worker_parser
 from common.rpc.worker_state import current_load, describe, warm_up
 from pdserve.v1 import worker_pb2_grpc
 from prefill_worker.servicer import PrefillServicer
@@ -44,16 +44,11 @@ async def serve(engine_config: EngineConfig, worker: WorkerConfig) -> None:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="pdserve prefill", description="Run a prefill worker.")
-    add_worker_args(parser)
-    add_engine_args(parser)
-    return parser
+    return worker_parser("prefill", parser)
 
 
 def main_from_args(args: argparse.Namespace) -> int:
-    engine_config, worker = engine_config_from_args(args), worker_config_from_args(args)
-    run_main(lambda: serve(engine_config, worker))
-    return 0
+    return run_worker(serve, args)
 
 
 def main() -> int:

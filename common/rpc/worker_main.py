@@ -1,0 +1,26 @@
+"""The command line shared by both worker roles: worker flags + engine flags → ``serve``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable
+
+from common.config import EngineConfig
+from common.engine_args import add_engine_args, engine_config_from_args
+from common.rpc.server import run_main
+from common.rpc.worker_config import WorkerConfig, add_worker_args, worker_config_from_args
+
+Serve = Callable[[EngineConfig, WorkerConfig], Awaitable[None]]
+
+
+def worker_parser(role: str, parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog=f"pdserve {role}", description=f"Run a {role} worker.")
+    add_worker_args(parser)
+    add_engine_args(parser)
+    return parser
+
+
+def run_worker(serve: Serve, args: argparse.Namespace) -> int:
+    engine_config, worker = engine_config_from_args(args), worker_config_from_args(args)
+    run_main(lambda: serve(engine_config, worker))
+    return 0
