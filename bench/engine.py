@@ -1,11 +1,15 @@
 """Engine throughput: pdserve against transformers' ``generate()`` on the same model, same run.
 
-For each batch size: B prompts of ``--prompt-len`` tokens, ``--output-len`` new tokens each.
-Decode tokens/s counts tokens after the first (prefill excluded); prefill tokens/s is the
-prompt tokens over the time to every request's first token. The machine's matmul FLOP/s
-and memory bandwidth are measured in the same run, with a roofline bound for decode.
+For each batch size B: B seeded random prompts of exactly ``--prompt-len`` ids, ``--output-len``
+new tokens each, EOS ignored. pdserve runs them through one ``LLMEngine`` built once for the
+whole run; the prefill phase lasts until every request has its first token, the decode phase
+is the rest. Decode tokens/s = B·(output_len − 1) / decode seconds; prefill tokens/s =
+B·prompt_len / prefill seconds. transformers: prefill is one forward of the batch, decode is
+``generate()`` minus that forward. Runs are interleaved and the best of ``--repeats`` is kept.
+The machine's matmul FLOP/s and copy bandwidth are measured in the same run, and give a
+roofline bound for pdserve's decode at batch 32.
 
-    python bench/engine.py [--preset tiny|small|1b] [--dtype bfloat16] [--device cuda]
+    python bench/engine.py [--preset tiny|small|1b | --model DIR] [--dtype bfloat16] [--device cuda]
 """
 
 from __future__ import annotations
@@ -14,119 +18,115 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
 from bench.common import device_name, emit, progress  # noqa: E402
+from bench.engine_runs import (  # noqa: E402
+    Timing, engine_config, load_transformers, make_prompts, time_pdserve, time_transformers)
 from bench.roofline import decode_roofline, machine_figures  # noqa: E402
-from common.config import EngineConfig  # noqa: E402
-from common.engine import LLMEngine, resolve_model_dir  # noqa: E402
-from common.sampling_params import SamplingParams  # noqa: E402
+from common.engine import LLMEngine  # noqa: E402
+
+ROOFLINE_BATCH = 32
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def make_prompts(batch: int, length: int) -> list[list[int]]:
-    gen = torch.Generator().manual_seed(batch)
-    return [torch.randint(0, 256, (length,), generator=gen).tolist() for _ in range(batch)]
-
-
-def pdserve_run(engine: LLMEngine, prompts: list[list[int]], output_len: int, device: str) -> tuple[float, float]:
-    """Returns (prefill seconds, decode seconds) for one batch."""
-    params = SamplingParams(max_tokens=output_len, ignore_eos=True)
-    for i, prompt in enumerate(prompts):
-        engine.add_request(f"b{i}", prompt, params)
-    started, first_done, seen = time.perf_counter(), 0.0, set()
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            seen.add(out.request_id)
-        if not first_done and len(seen) == len(prompts):
-            sync(device)
-            first_done = time.perf_counter()
-    sync(device)
-    return first_done - started, time.perf_counter() - first_done
-
-
-def transformers_run(model, prompts: list[list[int]], output_len: int, device: str) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    ids = torch.tensor(prompts, device=device)
-    mask = torch.ones_like(ids)
-    with torch.inference_mode():
-        sync(device)
-        started = time.perf_counter()
-        model(ids, attention_mask=mask)
-        sync(device)
-        prefill = time.perf_counter() - started
-        started = time.perf_counter()
-        model.generate(ids, attention_mask=mask, max_new_tokens=output_len, min_new_tokens=output_len,
-                       do_sample=False, pad_token_id=0)
-        sync(device)
-        total = time.perf_counter() - started
-    return prefill, max(total - prefill, 1e-9)
-
-
-def load_transformers(model_dir: Path, dtype: torch.dtype, device: str):  # type: ignore[no-untyped-def]
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
-    model.generation_config.eos_token_id = None
-    return model
-
-
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--model", default=None)
+    parser.add_argument("--model", default=None, help="a Hugging Face checkpoint directory (overrides --preset)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batches", default="1,8,32,64")
     parser.add_argument("--prompt-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per batch size; best is kept")
     parser.add_argument("--skip-transformers", action="store_true")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per batch size and engine; best is kept")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
-    batches = [int(b) for b in args.batches.split(",")]
-    total_len = args.prompt_len + args.output_len
-    config = EngineConfig(model=args.model, preset=args.preset, dtype=args.dtype, device=args.device,
-                          num_kv_blocks=max(batches) * (-(-total_len // 16)) + 16, max_batch_size=max(batches),
-                          max_num_tokens=8192)
-    engine = LLMEngine(config)
-    model_dir = resolve_model_dir(config)
-    hf = None if args.skip_transformers else load_transformers(model_dir, config.torch_dtype, args.device)
-    # Warm-up at full length: first-use costs (allocator, the CPU decode stage growing to the
-    # longest context) are paid here, not inside the batch-1 figure.
-    pdserve_run(engine, make_prompts(2, args.prompt_len), args.output_len, args.device)
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
+    args = parser.parse_args(argv)
+    args.batch_sizes = [int(b) for b in args.batches.split(",") if b.strip()]
+    if not args.batch_sizes or min(args.batch_sizes) < 1 or args.output_len < 2 or args.prompt_len < 1:
+        parser.error("--batches must be positive integers, --output-len >= 2, --prompt-len >= 1")
+    return args
+
+
+def warm_up(engine: LLMEngine, hf: Any, args: argparse.Namespace) -> None:
+    """pdserve's warm-up is full length: the CPU decode stage grows to the longest context once,
+    here, rather than inside the first measured batch. transformers gets a tiny generate()."""
+    time_pdserve(engine, make_prompts(2, args.prompt_len, seed=1), args.output_len, args.device)
     if hf is not None:
-        transformers_run(hf, make_prompts(2, 32), 4, args.device)
+        time_transformers(hf, make_prompts(2, 32, seed=1), 4, args.device)
+
+
+def best(timings: list[Timing]) -> Timing:
+    return Timing(min(t.prefill_s for t in timings), min(t.decode_s for t in timings))
+
+
+def measure_batch(engine: LLMEngine, hf: Any, batch: int, args: argparse.Namespace) -> tuple[Timing, Timing | None]:
+    prompts = make_prompts(batch, args.prompt_len)
+    ours: list[Timing] = []
+    theirs: list[Timing] = []
+    for _ in range(args.repeats):  # interleaved: drift on a shared machine hits both sides alike
+        ours.append(time_pdserve(engine, prompts, args.output_len, args.device))
+        if hf is not None:
+            theirs.append(time_transformers(hf, prompts, args.output_len, args.device))
+    return best(ours), (best(theirs) if theirs else None)
+
+
+def rates(batch: int, args: argparse.Namespace, ours: Timing, theirs: Timing | None) -> tuple[dict, dict]:
+    generated, prompt_tokens = batch * (args.output_len - 1), batch * args.prompt_len
+    ours_dec, ours_pre = generated / ours.decode_s, prompt_tokens / ours.prefill_s
+    theirs_dec = generated / theirs.decode_s if theirs else None
+    theirs_pre = prompt_tokens / theirs.prefill_s if theirs else None
+    decode = {"batch": batch, "pdserve_tok_s": ours_dec, "transformers_tok_s": theirs_dec,
+              "ratio": ours_dec / theirs_dec if theirs_dec else None}
+    prefill = {"batch": batch, "pdserve_tok_s": ours_pre, "transformers_tok_s": theirs_pre}
+    return decode, prefill
+
+
+def report(decode: dict, prefill: dict) -> None:
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0f}"
+
+    ratio = "" if decode["ratio"] is None else f" ({decode['ratio']:.2f}x)"
+    progress(f"[batch {decode['batch']}] decode: pdserve {fmt(decode['pdserve_tok_s'])} tok/s, transformers "
+             f"{fmt(decode['transformers_tok_s'])} tok/s{ratio}; prefill: pdserve {fmt(prefill['pdserve_tok_s'])}"
+             f" tok/s, transformers {fmt(prefill['transformers_tok_s'])} tok/s")
+
+
+def roofline_for(engine: LLMEngine, args: argparse.Namespace, machine: dict, decode: list[dict]) -> dict:
+    entry = next((d for d in decode if d["batch"] == ROOFLINE_BATCH), decode[-1])
+    mean_len = args.prompt_len + args.output_len / 2  # contexts run prompt+1 .. prompt+output-1
+    roof = decode_roofline(engine.model_dir, args.dtype, entry["batch"], mean_len, machine, entry["pdserve_tok_s"])
+    progress(f"[roofline] batch {roof['batch']}: bound {roof['bound_tok_s']:.0f} tok/s ({roof['bound_by']}: "
+             f"{roof['memory_ms']:.2f} ms memory, {roof['compute_ms']:.2f} ms compute per step), achieved "
+             f"{roof['achieved_tok_s']:.0f} tok/s ({roof['achieved_step_ms']:.2f} ms/step) = "
+             f"{roof['fraction_of_bound']:.0%} of bound")
+    return roof
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    engine = LLMEngine(engine_config(args, max(args.batch_sizes)))
+    hf = None if args.skip_transformers else load_transformers(engine.model_dir, engine.config.torch_dtype,
+                                                                 args.device)
+    warm_up(engine, hf, args)
+    progress(f"[setup] model {engine.model_dir}, {args.dtype} on {args.device}, {time.perf_counter() - started:.1f} s")
     decode, prefill = [], []
-    for batch in batches:
-        prompts = make_prompts(batch, args.prompt_len)
-        p_pre, p_dec, t_pre, t_dec = float("inf"), float("inf"), float("inf"), float("inf")
-        for _ in range(args.repeats):  # interleaved, best of each: the machine is shared and noisy
-            pre, dec = pdserve_run(engine, prompts, args.output_len, args.device)
-            p_pre, p_dec = min(p_pre, pre), min(p_dec, dec)
-            if hf is not None:
-                pre, dec = transformers_run(hf, prompts, args.output_len, args.device)
-                t_pre, t_dec = min(t_pre, pre), min(t_dec, dec)
-        generated, prompt_tokens = batch * (args.output_len - 1), batch * args.prompt_len
-        decode.append({"batch": batch, "pdserve_tok_s": generated / p_dec, "transformers_tok_s": generated / t_dec,
-                       "ratio": t_dec / p_dec})
-        prefill.append({"batch": batch, "pdserve_tok_s": prompt_tokens / p_pre,
-                        "transformers_tok_s": prompt_tokens / t_pre})
-        progress(f"[batch {batch}] decode: pdserve {decode[-1]['pdserve_tok_s']:.0f} tok/s, transformers "
-                 f"{decode[-1]['transformers_tok_s']:.0f} tok/s ({decode[-1]['ratio']:.2f}x); prefill: pdserve "
-                 f"{prefill[-1]['pdserve_tok_s']:.0f} tok/s, transformers {prefill[-1]['transformers_tok_s']:.0f}")
+    for batch in args.batch_sizes:
+        d, p = rates(batch, args, *measure_batch(engine, hf, batch, args))
+        report(d, p)
+        decode.append(d)
+        prefill.append(p)
     engine.check_integrity()
-    machine = machine_figures(args.device)
-    progress(f"[machine] {machine['matmul_gflops']:.0f} GFLOP/s matmul, {machine['mem_bw_gb_s']:.1f} GB/s copy")
-    at32 = next((d for d in decode if d["batch"] == 32), decode[-1])
-    roofline = decode_roofline(engine, at32["batch"], args.prompt_len + args.output_len // 2, machine,
-                               at32["pdserve_tok_s"])
+    machine = machine_figures(args.device, args.dtype)
+    progress(f"[machine] {machine['matmul_gflops']:.0f} GFLOP/s float32 matmul, {machine['mem_bw_gb_s']:.1f} GB/s "
+             f"copy (read + write), {machine['cpu_threads']} threads")
+    roofline = roofline_for(engine, args, machine, decode)
+    progress(f"[done] {time.perf_counter() - started:.1f} s")
     emit({"device": device_name(args.device), "model": args.model or args.preset, "dtype": args.dtype,
           "prompt_len": args.prompt_len, "output_len": args.output_len, "machine": machine, "decode": decode,
           "prefill": prefill, "roofline": roofline}, args.out)

@@ -18,6 +18,7 @@ class ScheduledSeq:
     sample: bool
     params: SamplingParams
     num_output_tokens: int
+    uid: int = -1  # Request.uid: unique even where request ids are reused
 
     @property
     def is_decode(self) -> bool:

@@ -40,11 +40,12 @@ class DecodeStage:
         self.width = 0
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
-        self._slot_of: dict[str, int] = {}
-        self._length: dict[str, int] = {}  # tokens of each request present in its slot
+        # Keyed by Request.uid, never by request id: a reused id must not find the old KV.
+        self._slot_of: dict[int, int] = {}
+        self._length: dict[int, int] = {}  # tokens of each request present in its slot
         self._grow(initial_width)
 
-    def plan(self, request_ids: list[str], context_lens: list[int], block_tables: list[list[int]]) -> StagePlan:
+    def plan(self, request_ids: list[int], context_lens: list[int], block_tables: list[list[int]]) -> StagePlan:
         """Assigns slots for this step's decodes; requests absent from the step lose theirs."""
         present = set(request_ids)
         for gone in [r for r in self._slot_of if r not in present]:

@@ -57,7 +57,7 @@ class ModelRunner:
         max_ctx = max(decode_lens, default=0)
         stage = None
         if self.stage is not None and decodes:
-            stage = (self.stage, self.stage.plan([s.request_id for s in decodes], decode_lens,
+            stage = (self.stage, self.stage.plan([s.uid for s in decodes], decode_lens,
                                                  [s.block_ids for s in decodes]))
         return AttentionMetadata(
             slot_blocks=slot_blocks,

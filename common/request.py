@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import enum
+import itertools
 import time
 from dataclasses import dataclass, field
 
 from common.sampling_params import SamplingParams
+
+
+_UIDS = itertools.count()
 
 
 class RequestStatus(enum.IntEnum):
@@ -45,6 +49,9 @@ class Request:
     block_ids: list[int] = field(default_factory=list)
     num_preemptions: int = 0
     prefill_only: bool = False  # finish after the first token and keep the KV blocks
+    # Unique per Request object, even when a request id is reused: caches keyed by it (the CPU
+    # decode stage) can never serve one request's KV to another.
+    uid: int = field(default_factory=lambda: next(_UIDS))
     ttft_slo_ms: float = 0.0  # 0: no TTFT objective
     tpot_slo_ms: float = 0.0  # 0: no TPOT objective
 

@@ -183,6 +183,7 @@ class Scheduler:
             sample=start + n == request.num_tokens,
             params=request.params,
             num_output_tokens=len(request.output_token_ids),
+            uid=request.uid,
         )
 
     def update_from_output(self, batch: ScheduledBatch, sampled: dict[str, int]) -> list[RequestOutput]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from common.model_create import ensure_model
+from common.sampling_params import SamplingParams
 from tests.checkpoints import random_prompts, reference_greedy, write_checkpoint
 from tests.engine_helpers import checked_engine, run_staggered
 
@@ -87,3 +88,15 @@ def _count_preemptions(engine):  # type: ignore[no-untyped-def]
 
     engine.scheduler._preempt = counting
     return lambda: sum(seen.values())
+
+
+def test_a_reused_request_id_never_sees_the_previous_requests_kv(default_model):
+    # generate() names requests gen-0, gen-1, ... on every call. B's length equals A's final
+    # context, the one case where a cache keyed by request id would look up to date.
+    prompt_a, prompt_b = random_prompts([10, 16], seed=5)
+    params = SamplingParams(max_tokens=7, ignore_eos=True)
+    with checked_engine(default_model, num_kv_blocks=64) as engine:
+        engine.generate([prompt_a], params)
+        reused = engine.generate([prompt_b], params)
+    with checked_engine(default_model, num_kv_blocks=64) as fresh:
+        assert reused == fresh.generate([prompt_b], params)
