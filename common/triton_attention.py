@@ -3,7 +3,9 @@
 Grid: one program per (request, KV head). A program loads the query heads that share that
 KV head (GQA group, padded to a power of two), walks the request's block table, reads each
 K/V block straight from the block-major cache and keeps a running max and sum (online
-softmax), so no gathered copy of the context is ever made.
+softmax), so no gathered copy of the context is ever made. One program per KV head rather than
+per query head so that each K/V block is read from memory once for its whole group, not once
+per query head.
 """
 
 from __future__ import annotations
@@ -65,8 +67,9 @@ def decode_attention_triton(q: torch.Tensor, cache: PagedKVCache, layer: int, me
     batch, heads, head_dim = q.shape
     data = cache.data  # [blocks, layers, 2, kv_heads, block_size, d], contiguous
     kv_heads = data.shape[3]
-    if head_dim & (head_dim - 1):
-        raise ValueError(f"the Triton decode kernel needs a power-of-two head_dim, got {head_dim}")
+    for name, size in (("head_dim", head_dim), ("block_size", cache.block_size)):
+        if size < 1 or size & (size - 1):
+            raise ValueError(f"the Triton decode kernel needs a power-of-two {name}, got {size}")
     if data.stride(-1) != 1 or q.stride(-1) != 1:
         raise ValueError("the Triton decode kernel needs the cache and queries contiguous in head_dim")
     group = heads // kv_heads

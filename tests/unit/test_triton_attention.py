@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -18,9 +19,9 @@ from common.model_config import parse_model_config  # noqa: E402
 from common.triton_attention import decode_attention_triton  # noqa: E402
 
 
-def _case(heads: int, kv_heads: int, block_size: int, lens: list[int], seed: int = 0):  # type: ignore[no-untyped-def]
+def _case(heads: int, kv_heads: int, block_size: int, lens: list[int], seed: int = 0,  # type: ignore[no-untyped-def]
+          head_dim: int = 16):
     gen = torch.Generator().manual_seed(seed)
-    head_dim = 16
     model = parse_model_config({"vocab_size": 10, "hidden_size": heads * head_dim, "intermediate_size": 8,
                                 "num_hidden_layers": 2, "num_attention_heads": heads,
                                 "num_key_value_heads": kv_heads, "head_dim": head_dim})
@@ -51,6 +52,25 @@ def test_triton_decode_matches_torch_with_a_sliding_window():
     q, cache, meta = _case(8, 2, 8, lens=[3, 20, 41], seed=1)
     expected = decode_attention(q, cache, 1, meta, 0.25, 12)
     assert torch.allclose(decode_attention_triton(q, cache, 1, meta, 0.25, 12), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_triton_decode_on_a_half_precision_cache_matches_float32_math_up_to_output_rounding(dtype):
+    q, cache, meta = _case(8, 2, 8, lens=[1, 5, 8, 26], seed=2)
+    cache.data = cache.data.to(dtype)
+    got = decode_attention_triton(q.to(dtype), cache, 1, meta, 0.25, None)
+    reference = copy.copy(cache)
+    reference.data = cache.data.float()  # the same rounded K/V, attended in float32
+    expected = decode_attention(q.to(dtype).float(), reference, 1, meta, 0.25, None)
+    assert got.dtype == dtype
+    assert torch.allclose(got.float(), expected, atol=torch.finfo(dtype).eps * 4)
+
+
+@pytest.mark.parametrize("head_dim, block_size", [(24, 8), (16, 12)])
+def test_triton_decode_rejects_sizes_that_are_not_powers_of_two(head_dim, block_size):
+    q, cache, meta = _case(4, 2, block_size, lens=[3], head_dim=head_dim)
+    with pytest.raises(ValueError, match="power-of-two"):
+        decode_attention_triton(q, cache, 0, meta, 0.25, None)
 
 
 def test_engine_with_the_triton_backend_matches_the_torch_backend():
