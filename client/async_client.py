@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
 
-from client.convert import chunk, cluster_info, generate_request
+from client.convert import chunk, cluster_info, completion, generate_request, not_ready_message
 from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions
 from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+
+UNARY_TIMEOUT_S = 10.0  # Abort and Info when the client has no timeout of its own
+POLL_S = 0.1  # how often wait_ready asks
+
+
+def auth_metadata(api_key: str | None) -> tuple[tuple[str, str], ...] | None:
+    """The call metadata: a bearer token when there is an API key."""
+    return (("authorization", f"Bearer {api_key}"),) if api_key else None
 
 
 class AsyncClient:
     """``async with AsyncClient("host:port") as c: async for text in c.generate_text("Hi"): ...``
 
-    gRPC errors surface as ``grpc.aio.AioRpcError``; check ``.code()`` (INVALID_ARGUMENT,
-    RESOURCE_EXHAUSTED, UNAVAILABLE, ...). Closing a stream early (``aclose()``, or
-    ``contextlib.aclosing``; Python closes an abandoned async generator only when it is
-    collected) cancels the call, which aborts the request everywhere and frees its KV blocks.
+    gRPC errors propagate unchanged as ``grpc.aio.AioRpcError``; check ``.code()``
+    (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE, ...). Leaving a stream early (``break``,
+    ``aclose()``, or cancelling the consuming task) cancels the call, which aborts the request
+    on the server. ``contextlib.aclosing`` makes that immediate; a plain ``break`` relies on the
+    event loop closing the dropped generator, which CPython does at once.
     """
 
     def __init__(self, address: str = "127.0.0.1:50051", *, api_key: str | None = None,
@@ -30,50 +39,60 @@ class AsyncClient:
         else:
             self._channel = grpc.aio.insecure_channel(address)
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
-        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
+        self._metadata = auth_metadata(api_key)
+        self.address = address
         self.timeout_s = timeout_s
 
-    async def stream(self, prompt: str | list[int], options: SamplingOptions | None = None, slo: SLO | None = None,
-                     request_id: str = "", tenant: str = "", timeout_s: float | None = None) -> AsyncIterator[Chunk]:
+    async def stream(self, prompt: str | Sequence[int], options: SamplingOptions | None = None,
+                     slo: SLO | None = None, request_id: str = "", tenant: str = "",
+                     timeout_s: float | None = None) -> AsyncIterator[Chunk]:
+        """Yields every response message as a Chunk; the last one has the finish reason."""
         request = generate_request(prompt, options, slo, request_id, tenant)
-        call = self._stub.Generate(request, timeout=timeout_s or self.timeout_s, metadata=self._metadata)
+        call = self._stub.Generate(request, timeout=self._timeout(timeout_s), metadata=self._metadata)
         try:
             async for message in call:
-                yield chunk(message)
+                yield chunk(message, time.perf_counter())
         finally:
-            call.cancel()  # no-op when the stream already ended
+            call.cancel()  # a no-op once the stream has ended
 
-    async def generate_text(self, prompt: str | list[int], options: SamplingOptions | None = None,
-                            **kwargs: Any) -> AsyncIterator[str]:
-        async for part in self.stream(prompt, options, **kwargs):
-            if part.text:
-                yield part.text
+    async def generate_text(self, prompt: str | Sequence[int], options: SamplingOptions | None = None,
+                            slo: SLO | None = None, request_id: str = "", tenant: str = "",
+                            timeout_s: float | None = None) -> AsyncIterator[str]:
+        """Yields only the text deltas."""
+        parts = self.stream(prompt, options, slo, request_id, tenant, timeout_s)
+        async with contextlib.aclosing(parts):
+            async for part in parts:
+                if part.text:
+                    yield part.text
 
-    async def complete(self, prompt: str | list[int], options: SamplingOptions | None = None,
-                       **kwargs: Any) -> Completion:
-        sent = time.perf_counter()
-        parts = [part async for part in self.stream(prompt, options, **kwargs)]
-        return completion(parts, sent)
+    async def complete(self, prompt: str | Sequence[int], options: SamplingOptions | None = None,
+                       slo: SLO | None = None, request_id: str = "", tenant: str = "",
+                       timeout_s: float | None = None) -> Completion:
+        """Runs a request to the end and collects it, with the client-side TTFT and arrival times."""
+        sent_at = time.perf_counter()
+        parts = [p async for p in self.stream(prompt, options, slo, request_id, tenant, timeout_s)]
+        return completion(parts, sent_at, request_id)
 
     async def abort(self, request_id: str) -> None:
-        await self._stub.Abort(gateway_pb2.AbortRequest(request_id=request_id), timeout=10, metadata=self._metadata)
+        """Aborts a running request (NOT_FOUND if the gateway does not know it)."""
+        await self._stub.Abort(gateway_pb2.AbortRequest(request_id=request_id),
+                               timeout=self._timeout(None, UNARY_TIMEOUT_S), metadata=self._metadata)
 
     async def info(self) -> ClusterInfo:
-        return cluster_info(await self._stub.Info(gateway_pb2.InfoRequest(), timeout=10, metadata=self._metadata))
+        """The model, its limits and every worker with its state."""
+        return await self._info(self._timeout(None, UNARY_TIMEOUT_S))
 
-    async def wait_ready(self, num_prefill: int = 1, num_decode: int = 1, timeout_s: float = 60) -> ClusterInfo:
+    async def wait_ready(self, num_prefill: int = 1, num_decode: int = 1, timeout_s: float = 60.0) -> ClusterInfo:
+        """Polls Info until that many workers of each role are "ready"; TimeoutError otherwise."""
         deadline = time.monotonic() + timeout_s
         while True:
-            try:
-                info = await self.info()
-                if info.ready("prefill") >= num_prefill and info.ready("decode") >= num_decode:
-                    return info
-                seen = f"{info.ready('prefill')} prefill and {info.ready('decode')} decode ready"
-            except grpc.aio.AioRpcError as exc:
-                seen = f"gateway unreachable ({exc.code().name})"
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"cluster not ready after {timeout_s}s: {seen}")
-            await asyncio.sleep(0.2)
+            seen = await self._probe(deadline)
+            if isinstance(seen, ClusterInfo) and seen.has_ready(num_prefill, num_decode):
+                return seen
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(not_ready_message(seen, num_prefill, num_decode, timeout_s))
+            await asyncio.sleep(min(POLL_S, left))
 
     async def close(self) -> None:
         await self._channel.close()
@@ -84,12 +103,18 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def _info(self, timeout: float | None) -> ClusterInfo:
+        response = await self._stub.Info(gateway_pb2.InfoRequest(), timeout=timeout, metadata=self._metadata)
+        return cluster_info(response)
 
-def completion(parts: list[Chunk], sent: float) -> Completion:
-    last = parts[-1]
-    return Completion(
-        request_id=last.request_id, text="".join(p.text for p in parts),
-        token_ids=[t for p in parts for t in p.token_ids], finish_reason=last.finish_reason or "",
-        prompt_tokens=last.prompt_tokens, completion_tokens=last.completion_tokens,
-        ttft_s=parts[0].received_at - sent, chunk_times=[p.received_at for p in parts], timings=last.timings,
-    )
+    async def _probe(self, deadline: float) -> ClusterInfo | str:
+        """Info, or what went wrong asking for it, within what is left before ``deadline``."""
+        try:
+            return await self._info(min(max(deadline - time.monotonic(), 0.05), UNARY_TIMEOUT_S))
+        except grpc.aio.AioRpcError as exc:
+            return f"gateway at {self.address}: {exc.code().name} {exc.details() or ''}".rstrip()
+
+    def _timeout(self, timeout_s: float | None, default: float | None = None) -> float | None:
+        if timeout_s is not None:
+            return timeout_s
+        return self.timeout_s if self.timeout_s is not None else default

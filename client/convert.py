@@ -1,44 +1,79 @@
-"""Client types ⇄ protobuf messages."""
+"""Client types <-> protobuf messages, and chunks -> a Completion."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Sequence
 
-from client.types import SLO, Chunk, ClusterInfo, SamplingOptions, WorkerInfo
+from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions, Usage, WorkerInfo
 from pdserve.v1 import gateway_pb2
 
+_OPTIONAL_SAMPLING = ("max_tokens", "top_p", "seed")  # proto3 `optional`: set only when given
 
-def generate_request(prompt: str | list[int], options: SamplingOptions | None, slo: SLO | None,
-                     request_id: str, tenant: str) -> gateway_pb2.GenerateRequest:
-    o = options or SamplingOptions()
-    sampling = gateway_pb2.SamplingParams(temperature=o.temperature, top_k=o.top_k, min_tokens=o.min_tokens,
-                                          stop_token_ids=list(o.stop_token_ids), stop=list(o.stop),
-                                          ignore_eos=o.ignore_eos)
-    for name in ("max_tokens", "top_p", "seed"):  # proto3 optional: set only when given
-        if getattr(o, name) is not None:
-            setattr(sampling, name, getattr(o, name))
-    s = slo or SLO()
-    request = gateway_pb2.GenerateRequest(request_id=request_id, sampling=sampling, tenant=tenant,
-                                          slo=gateway_pb2.SLO(ttft_ms=s.ttft_ms, tpot_ms=s.tpot_ms))
+
+def generate_request(prompt: str | Sequence[int], options: SamplingOptions | None = None, slo: SLO | None = None,
+                     request_id: str = "", tenant: str = "") -> gateway_pb2.GenerateRequest:
+    """A GenerateRequest; a ``str`` prompt goes in ``text``, token ids in ``token_ids``."""
+    request = gateway_pb2.GenerateRequest(request_id=request_id, tenant=tenant,
+                                          sampling=sampling_params(options or SamplingOptions()))
+    if slo is not None:
+        request.slo.CopyFrom(gateway_pb2.SLO(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms, name=slo.name))
     if isinstance(prompt, str):
         request.text = prompt
     else:
-        request.token_ids.ids.extend(prompt)
+        request.token_ids.CopyFrom(gateway_pb2.TokenIds(ids=list(prompt)))
     return request
 
 
-def chunk(message: gateway_pb2.GenerateResponse) -> Chunk:
-    t = message.timings
-    timings: dict[str, float | str] = {}
-    if message.finish_reason:
-        timings = {"prefill_ms": t.prefill_ms, "transfer_ms": t.transfer_ms, "ttft_ms": t.ttft_ms,
-                   "e2e_ms": t.e2e_ms, "prefill_worker": t.prefill_worker, "decode_worker": t.decode_worker,
-                   "kv_transport": t.kv_transport}
+def sampling_params(o: SamplingOptions) -> gateway_pb2.SamplingParams:
+    params = gateway_pb2.SamplingParams(temperature=o.temperature, top_k=o.top_k, min_tokens=o.min_tokens,
+                                        stop_token_ids=list(o.stop_token_ids), stop=list(o.stop),
+                                        ignore_eos=o.ignore_eos)
+    for name in _OPTIONAL_SAMPLING:
+        if (value := getattr(o, name)) is not None:
+            setattr(params, name, value)
+    return params
+
+
+def chunk(message: gateway_pb2.GenerateResponse, received_at: float) -> Chunk:
+    """One response message as a Chunk; ``usage``/``timings`` only where the message carries them."""
+    usage = None
+    if message.HasField("usage"):
+        usage = Usage(message.usage.prompt_tokens, message.usage.completion_tokens)
+    timings = timings_dict(message.timings) if message.HasField("timings") else None
     return Chunk(message.request_id, message.text, tuple(message.token_ids), message.finish_reason or None,
-                 time.perf_counter(), message.usage.prompt_tokens, message.usage.completion_tokens, timings)
+                 usage, timings, received_at)
+
+
+def timings_dict(t: gateway_pb2.Timings) -> dict[str, float | str]:
+    return {"queue_ms": t.queue_ms, "prefill_ms": t.prefill_ms, "transfer_ms": t.transfer_ms,
+            "ttft_ms": t.ttft_ms, "e2e_ms": t.e2e_ms, "prefill_worker": t.prefill_worker,
+            "decode_worker": t.decode_worker, "kv_transport": t.kv_transport}
+
+
+def completion(chunks: Sequence[Chunk], sent_at: float, request_id: str = "") -> Completion:
+    """Joins the chunks of one request; ``sent_at`` is the perf_counter() of the send."""
+    last = chunks[-1] if chunks else None
+    return Completion(
+        request_id=last.request_id if last else request_id,
+        text="".join(c.text for c in chunks),
+        token_ids=tuple(t for c in chunks for t in c.token_ids),
+        finish_reason=last.finish_reason if last else None,
+        usage=next((c.usage for c in reversed(chunks) if c.usage), None),
+        timings=next((c.timings for c in reversed(chunks) if c.timings), None),
+        ttft_s=chunks[0].received_at - sent_at if chunks else None,
+        chunk_times=tuple(c.received_at for c in chunks),
+    )
 
 
 def cluster_info(info: gateway_pb2.InfoResponse) -> ClusterInfo:
-    workers = [WorkerInfo(w.worker_id, w.role, w.address, w.state, w.free_blocks, w.total_blocks)
-               for w in info.workers]
-    return ClusterInfo(info.model, info.max_model_len, workers)
+    """An InfoResponse as a ClusterInfo."""
+    workers = tuple(WorkerInfo(w.worker_id, w.role, w.address, w.state, w.free_blocks, w.total_blocks,
+                               w.running, w.waiting, w.device, w.heartbeat_age_ms) for w in info.workers)
+    return ClusterInfo(info.model, info.max_model_len, info.vocab_size, info.block_size, workers)
+
+
+def not_ready_message(seen: ClusterInfo | str, num_prefill: int, num_decode: int, timeout_s: float) -> str:
+    """Why ``wait_ready`` gave up: what it wanted, and the workers (or the error) it last saw."""
+    what = seen.describe() if isinstance(seen, ClusterInfo) else seen
+    return (f"cluster not ready after {timeout_s:g}s: wanted {num_prefill} prefill and {num_decode} decode "
+            f"workers ready; last saw: {what}")

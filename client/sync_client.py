@@ -1,21 +1,24 @@
-"""Blocking client for the pdserve gateway (same methods as ``AsyncClient``)."""
+"""Blocking client for the pdserve gateway (the same methods as ``AsyncClient``)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 import grpc
 
-from client.async_client import completion
-from client.convert import chunk, cluster_info, generate_request
+from client.async_client import POLL_S, UNARY_TIMEOUT_S, auth_metadata
+from client.convert import chunk, cluster_info, completion, generate_request, not_ready_message
 from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions
 from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
 
 
 class Client:
-    """``with Client("host:port") as c: print(c.complete("Hi").text)``; errors are ``grpc.RpcError``."""
+    """``with Client("host:port") as c: print(c.complete("Hi").text)``
+
+    gRPC errors propagate unchanged as ``grpc.RpcError`` (also ``grpc.Call``: check ``.code()``
+    and ``.details()``). Leaving a ``stream``/``generate_text`` loop early cancels the call.
+    """
 
     def __init__(self, address: str = "127.0.0.1:50051", *, api_key: str | None = None,
                  timeout_s: float | None = None, tls_root_cert: bytes | None = None) -> None:
@@ -24,34 +27,60 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(address)
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
-        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
+        self._metadata = auth_metadata(api_key)
+        self.address = address
         self.timeout_s = timeout_s
 
-    def stream(self, prompt: str | list[int], options: SamplingOptions | None = None, slo: SLO | None = None,
+    def stream(self, prompt: str | Sequence[int], options: SamplingOptions | None = None, slo: SLO | None = None,
                request_id: str = "", tenant: str = "", timeout_s: float | None = None) -> Iterator[Chunk]:
+        """Yields every response message as a Chunk; the last one has the finish reason."""
         request = generate_request(prompt, options, slo, request_id, tenant)
-        call = self._stub.Generate(request, timeout=timeout_s or self.timeout_s, metadata=self._metadata)
+        call = self._stub.Generate(request, timeout=self._timeout(timeout_s), metadata=self._metadata)
         try:
             for message in call:
-                yield chunk(message)
+                yield chunk(message, time.perf_counter())
         finally:
-            call.cancel()
+            call.cancel()  # a no-op once the stream has ended
 
-    def generate_text(self, prompt: str | list[int], options: SamplingOptions | None = None,
-                      **kwargs: Any) -> Iterator[str]:
-        for part in self.stream(prompt, options, **kwargs):
-            if part.text:
-                yield part.text
+    def generate_text(self, prompt: str | Sequence[int], options: SamplingOptions | None = None,
+                      slo: SLO | None = None, request_id: str = "", tenant: str = "",
+                      timeout_s: float | None = None) -> Iterator[str]:
+        """Yields only the text deltas."""
+        parts = self.stream(prompt, options, slo, request_id, tenant, timeout_s)
+        try:
+            for part in parts:
+                if part.text:
+                    yield part.text
+        finally:
+            parts.close()
 
-    def complete(self, prompt: str | list[int], options: SamplingOptions | None = None, **kwargs: Any) -> Completion:
-        sent = time.perf_counter()
-        return completion(list(self.stream(prompt, options, **kwargs)), sent)
+    def complete(self, prompt: str | Sequence[int], options: SamplingOptions | None = None, slo: SLO | None = None,
+                 request_id: str = "", tenant: str = "", timeout_s: float | None = None) -> Completion:
+        """Runs a request to the end and collects it, with the client-side TTFT and arrival times."""
+        sent_at = time.perf_counter()
+        parts = list(self.stream(prompt, options, slo, request_id, tenant, timeout_s))
+        return completion(parts, sent_at, request_id)
 
     def abort(self, request_id: str) -> None:
-        self._stub.Abort(gateway_pb2.AbortRequest(request_id=request_id), timeout=10, metadata=self._metadata)
+        """Aborts a running request (NOT_FOUND if the gateway does not know it)."""
+        self._stub.Abort(gateway_pb2.AbortRequest(request_id=request_id),
+                         timeout=self._timeout(None, UNARY_TIMEOUT_S), metadata=self._metadata)
 
     def info(self) -> ClusterInfo:
-        return cluster_info(self._stub.Info(gateway_pb2.InfoRequest(), timeout=10, metadata=self._metadata))
+        """The model, its limits and every worker with its state."""
+        return self._info(self._timeout(None, UNARY_TIMEOUT_S))
+
+    def wait_ready(self, num_prefill: int = 1, num_decode: int = 1, timeout_s: float = 60.0) -> ClusterInfo:
+        """Polls Info until that many workers of each role are "ready"; TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            seen = self._probe(deadline)
+            if isinstance(seen, ClusterInfo) and seen.has_ready(num_prefill, num_decode):
+                return seen
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(not_ready_message(seen, num_prefill, num_decode, timeout_s))
+            time.sleep(min(POLL_S, left))
 
     def close(self) -> None:
         self._channel.close()
@@ -61,3 +90,18 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _info(self, timeout: float | None) -> ClusterInfo:
+        return cluster_info(self._stub.Info(gateway_pb2.InfoRequest(), timeout=timeout, metadata=self._metadata))
+
+    def _probe(self, deadline: float) -> ClusterInfo | str:
+        """Info, or what went wrong asking for it, within what is left before ``deadline``."""
+        try:
+            return self._info(min(max(deadline - time.monotonic(), 0.05), UNARY_TIMEOUT_S))
+        except grpc.RpcError as exc:
+            return f"gateway at {self.address}: {exc.code().name} {exc.details() or ''}".rstrip()
+
+    def _timeout(self, timeout_s: float | None, default: float | None = None) -> float | None:
+        if timeout_s is not None:
+            return timeout_s
+        return self.timeout_s if self.timeout_s is not None else default
