@@ -36,7 +36,6 @@ class AttentionMetadata:
     num_prefill_rows: int
     decode_block_tables: torch.Tensor  # [decodes, max_blocks] int64, padded with 0
     decode_context_lens: torch.Tensor  # [decodes] int64, including the token being decoded
-    max_decode_context: int
     stage: tuple[DecodeStage, StagePlan] | None = None  # CPU path: decode over the dense stage
 
     @property

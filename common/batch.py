@@ -28,7 +28,6 @@ class ScheduledSeq:
 @dataclass(frozen=True, slots=True)
 class ScheduledBatch:
     seqs: tuple[ScheduledSeq, ...]
-    num_preempted: int = 0
 
     @property
     def num_tokens(self) -> int:

@@ -92,9 +92,6 @@ class LeaseTable:
                 self._free(lease)
         return expired
 
-    def next_deadline(self) -> float | None:
-        return min((lease.deadline for lease in self._leases.values()), default=None)
-
     def reserved_blocks(self, request_id: str, lease_id: str) -> set[int] | None:
         """The blocks a live reservation may receive writes into, or None if there is none."""
         lease = self._leases.get(request_id)

@@ -66,7 +66,6 @@ class ModelRunner:
             num_prefill_rows=row,
             decode_block_tables=padded[len(prefills):, : -(-max_ctx // bs)].to(self.device),
             decode_context_lens=torch.tensor(decode_lens, dtype=torch.int64, device=self.device),
-            max_decode_context=max_ctx,
             stage=stage,
         )
 

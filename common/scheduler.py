@@ -109,7 +109,7 @@ class Scheduler:
                 budget -= n
         if not preempted:
             budget = self._admit_waiting(seqs, budget)
-        return ScheduledBatch(tuple(seqs), preempted)
+        return ScheduledBatch(tuple(seqs))
 
     def _credited_decodes(self) -> set[Request] | None:
         """TPOT guard: the decoding requests whose credit lets them run this step (None: all run)."""

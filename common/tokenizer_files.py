@@ -14,7 +14,6 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 BOS_ID, EOS_ID, PAD_ID = 256, 257, 258
-NUM_BYTE_TOKENS = 256
 MIN_VOCAB_SIZE = 259
 
 

@@ -26,10 +26,6 @@ class TransferStats:
     bytes: int
     seconds: float
 
-    @property
-    def gb_per_s(self) -> float:
-        return self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
-
 
 class LeaseExpiredError(RuntimeError):
     """The lease's deadline passed before the copy could start; nothing was written."""

@@ -14,7 +14,6 @@ import asyncio
 import concurrent.futures
 import datetime
 import itertools
-import socket
 import threading
 import time
 
@@ -145,7 +144,3 @@ def _send_runs(group: dist.ProcessGroup, pool: torch.Tensor, runs: list, tag: in
     works = [group.send([pool[r.src:r.src + r.length]], DECODE_RANK, tag) for r in runs]
     for work in works:
         work.wait()
-
-
-def local_host() -> str:
-    return socket.gethostname()

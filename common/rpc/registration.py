@@ -42,11 +42,6 @@ class Registrar:
             await asyncio.gather(self._task, return_exceptions=True)
         await self._channel.close()
 
-    async def beat_now(self) -> None:
-        """Sends the current load at once (e.g. when draining starts)."""
-        await self._stub.Heartbeat(worker_pb2.HeartbeatRequest(worker_id=self.descriptor.worker_id,
-                                                               load=self.load()), timeout=2)
-
     async def _run(self) -> None:
         registered = False
         while True:

@@ -26,7 +26,7 @@ def _case(heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype, lens: li
         at += w
     meta = AttentionMetadata(torch.zeros(0, dtype=torch.long, device="cuda"),
                              torch.zeros(0, dtype=torch.long, device="cuda"), (), 0,
-                             torch.tensor(tables, device="cuda"), torch.tensor(lens, device="cuda"), max(lens))
+                             torch.tensor(tables, device="cuda"), torch.tensor(lens, device="cuda"))
     return torch.randn(len(lens), heads, head_dim, device="cuda", dtype=dtype), cache, meta
 
 

@@ -34,7 +34,7 @@ def _case(heads: int, kv_heads: int, block_size: int, lens: list[int], seed: int
         tables.append(order[at:at + w] + [0] * (max(widths) - w))
         at += w
     meta = AttentionMetadata(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), (), 0,
-                             torch.tensor(tables), torch.tensor(lens), max(lens))
+                             torch.tensor(tables), torch.tensor(lens))
     q = torch.randn(len(lens), heads, head_dim, generator=gen)
     return q, cache, meta
 
