@@ -4,7 +4,7 @@ Six SLO classes (TTFT tight/medium/loose × TPOT tight/loose) are scaled to the 
 prefill and decode step times of the model in use. Rates: a geometric grid up to the first
 rate where fcfs meets fewer than 90% of SLOs, then on to twice that rate.
 
-    python bench/slo.py [--num-prompts 80] [--out bench/results/slo-cpu.json] [--plot slo.png]
+    python bench/slo.py [--num-prompts 200] [--out bench/results/slo-cpu.json] [--plot slo.png]
 """
 
 from __future__ import annotations
@@ -30,10 +30,15 @@ from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 WORKER_ARGS = ("--num-kv-blocks", "4096", "--max-batch-size", "64")
 
 
-def slo_classes(prompt_len: int, batch: int, mean_len: int) -> tuple[str, dict[str, float]]:
-    """Classes scaled to this machine: TTFT multiples of one prefill, TPOT multiples of one step."""
+def slo_classes(prompt_len: int, batch: int, mean_len: int, cost_model: Path) -> tuple[str, dict[str, float]]:
+    """Classes scaled to this machine: TTFT multiples of one prefill, TPOT multiples of one step.
+    The fit is saved to ``cost_model`` for the workers, so they do not each profile at start-up
+    at the same moment on the same cores (which skews both fits)."""
     torch.set_num_threads(1)  # as each worker runs
     models = profile(LLMEngine(EngineConfig(num_kv_blocks=2048)))
+    models.save(cost_model)
+    progress(f"prefill fit: {models.prefill.describe()}")
+    progress(f"decode fit: {models.decode.describe()}")
     prefill_ms = models.prefill.predict(prompt_len) * 1000
     step_ms = models.decode.predict(batch, mean_len) * 1000
     ttfts = {"ttft_tight": 3 * prefill_ms, "ttft_medium": 10 * prefill_ms, "ttft_loose": 40 * prefill_ms}
@@ -66,7 +71,8 @@ def point_summary(policy: str, rate: float, r: dict) -> dict:
 
 def run_policy(policy: str, rates: list[float], args: argparse.Namespace, slo_mix: str, work: Path,
                stop_below: float | None = None) -> list[dict]:
-    spec = ClusterSpec(port=0, worker_args=WORKER_ARGS, threads_per_worker=1, policy=policy)
+    worker_args = (*WORKER_ARGS, "--cost-model", str(work / "cost_model.json"))
+    spec = ClusterSpec(port=0, worker_args=worker_args, threads_per_worker=1, policy=policy)
     points = []
     with LocalCluster(spec, work / f"logs-{policy}") as cluster:
         for rate in rates:
@@ -103,18 +109,19 @@ def plot(points: list[dict], out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num-prompts", type=int, default=80)
+    parser.add_argument("--num-prompts", type=int, default=200)
     parser.add_argument("--prompt-len", type=int, default=192)
     parser.add_argument("--output-len", type=int, default=48)
-    parser.add_argument("--grid", default="2,4,8,16,32,64")
+    parser.add_argument("--grid", default="4,8,16,32,64")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
     ensure_model("tiny")
     device = device_name()
-    slo_mix, scale = slo_classes(args.prompt_len, 16, args.prompt_len + args.output_len // 2)
-    progress(f"SLO classes (ms): {slo_mix}")
     work = Path(tempfile.mkdtemp(prefix="pdserve-slo-"))
+    slo_mix, scale = slo_classes(args.prompt_len, 16, args.prompt_len + args.output_len // 2,
+                                 work / "cost_model.json")
+    progress(f"SLO classes (ms): {slo_mix}")
     grid = [float(r) for r in args.grid.split(",")]
     fcfs = run_policy("fcfs", grid, args, slo_mix, work, stop_below=0.9)
     knee = fcfs[-1]["rate"]

@@ -28,6 +28,8 @@ class EngineConfig:
     memory_policy: str = "guaranteed_no_evict"
     attention_backend: str = "auto"
     policy: str = "fcfs"  # scheduling: fcfs | scorpio | ttft_guard | tpot_guard
+    lease_timeout_s: float = 60.0  # decode: a reservation neither committed nor released returns its blocks
+    quarantine_s: float = 10.0  # decode: blocks a writer may still be writing stay unused this long
 
     def __post_init__(self) -> None:
         _require(self.preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}", self.preset)
@@ -37,6 +39,8 @@ class EngineConfig:
                  self.num_kv_blocks)
         fraction = self.kv_cache_memory_fraction
         _require(fraction is None or 0 < fraction <= 1, "kv_cache_memory_fraction", "must be in (0, 1]", fraction)
+        _require(self.lease_timeout_s > 0, "lease_timeout_s", "must be > 0", self.lease_timeout_s)
+        _require(self.quarantine_s >= 0, "quarantine_s", "must be >= 0", self.quarantine_s)
         _require(self.max_batch_size >= 1, "max_batch_size", "must be >= 1", self.max_batch_size)
         _require(self.max_num_tokens >= 1, "max_num_tokens", "must be >= 1", self.max_num_tokens)
         _require(self.max_model_len is None or self.max_model_len >= 2, "max_model_len", "must be >= 2",

@@ -60,7 +60,7 @@ class LLMEngine:
         )
         stage = DecodeStage(self.cache, config.max_batch_size) if self.uses_torch_attention else None
         self.runner = ModelRunner(self.model, self.cache, Sampler(mcfg.eos_token_ids), stage)
-        self.leases = LeaseTable(self.pool)
+        self.leases = LeaseTable(self.pool, config.lease_timeout_s, config.quarantine_s)
         self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
         self._pending_tpot: dict[str, float] = {}  # reserved, not yet committed: counted by admission
         self.step_calibration = Calibration()  # decode steps as observed vs the fitted model
@@ -94,13 +94,19 @@ class LLMEngine:
             self._pending_tpot[request_id] = tpot_slo_ms
         return lease
 
+    def tpot_slos(self) -> dict[str, float]:
+        """TPOT SLOs (seconds) of the running requests and of those reserved, awaiting commit.
+        Read-only, so the event loop may call it for heartbeats while the engine thread runs."""
+        running = {r.request_id: r.tpot_slo_ms / 1000 for r in list(self.scheduler.running) if r.tpot_slo_ms}
+        pending = {r: t / 1000 for r, t in list(self._pending_tpot.items()) if self.leases.state(r) is not None}
+        return {**running, **pending}
+
     def tpot_admits(self, tpot_slo_ms: float, prompt_len: int) -> bool:
         """VBS admission: running + reserved + this request within the tightest TPOT SLO (× ε)."""
         if not self.scheduler.config.tpot_guard or self.cost_models is None or not tpot_slo_ms:
             return True
         self._pending_tpot = {r: t for r, t in self._pending_tpot.items() if self.leases.state(r) is not None}
-        running = {r.request_id: r.tpot_slo_ms / 1000 for r in self.scheduler.running if r.tpot_slo_ms}
-        slos = {**running, **{r: t / 1000 for r, t in self._pending_tpot.items()}}
+        slos = self.tpot_slos()
         lengths = [r.num_tokens for r in self.scheduler.running] + [prompt_len]
         return admits(slos, tpot_slo_ms / 1000, sum(lengths) / len(lengths), self.cost_models.decode,
                       calibration=self.step_calibration.scale)
@@ -136,6 +142,11 @@ class LLMEngine:
     def abort_request(self, request_id: str) -> bool:
         """Aborts at the next step (blocks freed then). False if the id is unknown or finished."""
         return self.scheduler.abort(request_id)
+
+    def num_in_flight(self) -> int:
+        """Requests this engine still owes an answer: queued, running, held for a KV transfer,
+        or reserved and awaiting their commit. Draining waits for this to reach 0."""
+        return len(self.scheduler.requests) + self.leases.num_reserved()
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()

@@ -99,6 +99,10 @@ class LeaseTable:
             return None
         return set(lease.block_ids)
 
+    def num_reserved(self) -> int:
+        """Reservations still waiting for their commit (quarantines do not count)."""
+        return sum(lease.state == LeaseState.RESERVED for lease in self._leases.values())
+
     def held_blocks(self) -> list[int]:
         return [b for lease in self._leases.values() for b in lease.block_ids]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 
 import torch
 
@@ -15,16 +14,17 @@ from common.kv_cache import StorageFactory, zeros_storage
 from common.kv_transfer.collective import CollectiveReceiver
 from common.kv_transfer.cuda_ipc import export_pool
 from common.kv_transfer.shm import create_shared_tensor, shm_available, unlink_shared
-from common.rpc.registration import Registrar
-from common.rpc.server import bind, new_server, serve_until_signalled
+from common.ops.metrics import Metrics
+from common.ops.options import ProcessOptions
 from common.rpc.worker_config import WorkerConfig
 from common.rpc.worker_main import run_worker, worker_parser
-from common.rpc.worker_state import current_load, describe, warm_up
+from common.rpc.worker_process import WorkerProcess
+from common.rpc.worker_state import warm_up
 from decode_worker.servicer import DecodeServicer
 from decode_worker.streams import StreamHub
 from pdserve.v1 import worker_pb2_grpc
 
-log = logging.getLogger("pdserve.decode")
+SERVICE = "pdserve.v1.DecodeWorker"
 
 
 def _storage(device: torch.device, shm_name: str | None) -> StorageFactory:
@@ -33,34 +33,28 @@ def _storage(device: torch.device, shm_name: str | None) -> StorageFactory:
     return lambda shape, dtype, _device: create_shared_tensor(shm_name, shape, dtype)
 
 
-async def serve(engine_config: EngineConfig, worker: WorkerConfig) -> None:
+async def serve(engine_config: EngineConfig, worker: WorkerConfig, options: ProcessOptions) -> None:
     worker_id = worker.resolved_id("decode")
     device = torch.device(engine_config.device)
     shm_name = f"pdserve-kv-{worker_id}" if device.type == "cpu" and shm_available() else None
     engine = LLMEngine(engine_config, _storage(device, shm_name))
     warm_up(engine, worker.cost_model)
-    hub = StreamHub(asyncio.get_running_loop())
+    metrics = Metrics("decode")
+    hub = StreamHub(asyncio.get_running_loop(), metrics)
     thread = EngineThread(engine, step_listener=hub.on_step)
     thread.start()
+    process = WorkerProcess("decode", SERVICE, engine, worker_id, worker, options, metrics)
     servicer = DecodeServicer(thread, hub, CollectiveReceiver(worker.host, device), shm_name,
-                              export_pool(engine.cache.data) if device.type == "cuda" else None)
-    server = new_server()
-    worker_pb2_grpc.add_DecodeWorkerServicer_to_server(servicer, server)
-    address = bind(server, worker.host, worker.port)
-    await server.start()
-    registrar = Registrar(worker.gateway, describe(engine, "decode", worker_id, address),
-                          lambda: current_load(engine, servicer.draining))
-    registrar.start()
-    log.info("decode worker %s listening on %s (%d KV blocks)", worker_id, address, engine.pool.num_blocks)
+                              export_pool(engine.cache.data) if device.type == "cuda" else None, metrics)
+    process.on_drain.append(servicer.start_draining)
 
     async def stop() -> None:
-        await registrar.stop()
         hub.shutdown()
         await asyncio.to_thread(thread.stop)
         if shm_name:
             unlink_shared(shm_name)
 
-    await serve_until_signalled(server, stop)
+    await process.run(lambda server: worker_pb2_grpc.add_DecodeWorkerServicer_to_server(servicer, server), stop)
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -68,7 +62,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def main_from_args(args: argparse.Namespace) -> int:
-    return run_worker(serve, args)
+    return run_worker("decode", serve, args)
 
 
 def main() -> int:

@@ -13,6 +13,8 @@ from common.engine_thread import EngineThread
 from common.kv_transfer.collective import CollectiveReceiver, in_waiter_thread
 from common.kv_transfer.grpc_stream import write_chunk
 from common.leases import LeaseError
+from common.ops.logs import request_id_var
+from common.ops.metrics import Metrics
 from common.rpc.convert import sampling_from_proto
 from decode_worker.streams import StreamHub
 from pdserve.v1 import worker_pb2, worker_pb2_grpc
@@ -22,7 +24,7 @@ log = logging.getLogger(__name__)
 
 class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
     def __init__(self, thread: EngineThread, hub: StreamHub, collective: CollectiveReceiver,
-                 shm_name: str | None, cuda_ipc_handle: bytes | None) -> None:
+                 shm_name: str | None, cuda_ipc_handle: bytes | None, metrics: Metrics | None = None) -> None:
         self.thread = thread
         self.engine = thread.engine
         self.hub = hub
@@ -30,9 +32,14 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
         self.shm_name = shm_name
         self.cuda_ipc_handle = cuda_ipc_handle
         self.draining = False
+        self.metrics = metrics or Metrics("decode")
+
+    def start_draining(self) -> None:
+        self.draining = True
 
     async def Reserve(self, request: worker_pb2.ReserveRequest,
                       context: grpc.aio.ServicerContext) -> worker_pb2.ReserveResponse:
+        request_id_var.set(request.request_id)
         if self.draining:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "decode worker is draining")
         if not self.hub.has_stream(request.stream_id):
@@ -41,10 +48,12 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
             lease = await self.thread.run(lambda e: e.reserve(request.request_id, request.prompt_tokens,
                                                               request.max_tokens, request.tpot_ms))
         except AdmissionError as exc:
+            self.metrics.rejected("tpot_unattainable")
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if lease is None:
+            self.metrics.rejected("kv_cache_full")
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "decode worker KV cache is full")
         self.hub.bind(request.request_id, request.stream_id)
         return worker_pb2.ReserveResponse(block_ids=lease.block_ids, lease_id=lease.lease_id,

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 
+from common.ops.metrics import Metrics
 from common.request import RequestOutput
 from pdserve.v1 import worker_pb2
 
 
 class StreamHub:
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, metrics: Metrics | None = None) -> None:
         self._loop = loop
+        self._tokens = metrics.generation_tokens.labels("decode") if metrics is not None else None
         self._queues: dict[str, asyncio.Queue[worker_pb2.StepEvents | None]] = {}
         self._stream_of: dict[str, str] = {}  # request id -> stream id
 
@@ -49,6 +51,8 @@ class StreamHub:
             queue.put_nowait(None)
 
     def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        if self._tokens is not None:
+            self._tokens.inc(sum(len(out.new_token_ids) for out in outputs))
         per_stream: dict[str, list[worker_pb2.TokenEvent]] = {}
         for out in outputs:
             stream_id = self._stream_of.get(out.request_id)

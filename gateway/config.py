@@ -22,6 +22,7 @@ class GatewayConfig:
     default_ttft_ms: int = 0  # for requests that give none (0: no TTFT objective)
     default_tpot_ms: int = 0
     slo_classes: str = ""  # named classes name:ttft_ms:tpot_ms,... requests may refer to by SLO.name
+    api_keys: str = ""  # JSON file of tenants, their API keys and quotas; empty: no authentication
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:

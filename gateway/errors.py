@@ -6,10 +6,22 @@ import grpc
 
 
 class RequestError(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    """``reason`` is a short machine-readable cause for metrics (``ttft_unattainable``, ...)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.reason = reason or code.name.lower()
+
+
+class WorkerLost(Exception):
+    """A worker failed a request before anything reached the client: it can be retried elsewhere."""
+
+    def __init__(self, role: str, worker_id: str, detail: str) -> None:
+        super().__init__(f"{role} worker {worker_id} failed: {detail}")
+        self.role = role
+        self.worker_id = worker_id
 
 
 def invalid(message: str) -> RequestError:

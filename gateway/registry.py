@@ -25,6 +25,7 @@ class WorkerRecord:
     ready: bool = False  # decode: its token stream is open; prefill: at once
     inflight: int = 0  # requests this gateway has routed here and not yet seen finish
     inflight_tokens: int = 0  # prefill: prompt tokens this gateway sent and awaits answers for
+    suspect: bool = False  # a call to it just failed: out of routing until it heartbeats again
     ttft_calibration: Calibration = field(default_factory=Calibration)  # observed / predicted TTFT
     extra: dict[str, object] = field(default_factory=dict)
 
@@ -38,7 +39,7 @@ class WorkerRecord:
 
     @property
     def routable(self) -> bool:
-        return self.ready and not self.load.draining
+        return self.ready and not self.load.draining and not self.suspect
 
 
 class WorkerRegistry:
@@ -67,6 +68,7 @@ class WorkerRegistry:
             return False
         record.load = load
         record.last_seen = time.monotonic()
+        record.suspect = False
         return True
 
     def drop(self, worker_id: str, reason: str) -> None:

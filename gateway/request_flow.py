@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import grpc
 
 from common.rpc.convert import sampling_to_proto
+from common.ops.metrics import Metrics
 from gateway.decode_streams import DecodeStreams
-from gateway.errors import RequestError, unavailable
+from gateway.errors import RequestError, WorkerLost, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
 from gateway.router import Router, predicted_prefill_s
 from gateway.text_stream import TextStream
@@ -29,6 +30,8 @@ from pdserve.v1 import gateway_pb2, worker_pb2
 log = logging.getLogger(__name__)
 ABORTED = RequestError(grpc.StatusCode.CANCELLED, "aborted")
 ADMISSION_RETRY_MS = 5.0
+MAX_ATTEMPTS = 3  # reserve + prefill tries before a request fails with UNAVAILABLE
+FAILED_PEER_KEY = "pdserve-failed-peer"  # prefill workers name the decode worker that failed a transfer
 
 
 @dataclass(slots=True)
@@ -48,11 +51,13 @@ class Progress:
     finished: bool = False
     cleaned: bool = False
     owner: object = None  # the validated request of the RPC that runs this flow
+    inbox: asyncio.Queue | None = None  # type: ignore[type-arg]  # the decode worker's events for it
 
 
 class RequestFlow:
     def __init__(self, registry: WorkerRegistry, router: Router, streams: DecodeStreams, tokenizer: object,
-                 ttft_guard: bool = False) -> None:
+                 ttft_guard: bool = False, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics
         self.registry = registry
         self.router = router
         self.streams = streams
@@ -94,9 +99,10 @@ class RequestFlow:
         if not progress.finished:
             self._spawn(self._clean_up(request_id, progress))
 
-    async def abort(self, request_id: str) -> bool:
+    async def abort(self, request_id: str, tenant: str | None = None) -> bool:
+        """Aborts a running request (only one of ``tenant``'s when given); False if there is none."""
         progress = self.active.get(request_id)
-        if progress is None:
+        if progress is None or (tenant is not None and getattr(progress.owner, "tenant", None) != tenant):
             return False
         progress.aborted = True
         self.streams.post(request_id, ABORTED)
@@ -106,10 +112,9 @@ class RequestFlow:
 
     async def _stages(self, req: ValidatedRequest, p: Progress) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         text = TextStream(self.tokenizer, req.stop)
-        prefill_s = self._check_ttft(req, p)
-        reservation = await self._reserve(req, p, prefill_s)
-        inbox = self.streams.subscribe(req.request_id, p.decode.worker_id)
-        reply = await self._prefill(req, p, reservation)
+        self._check_ttft(req, p)
+        reply = await self._prefill_with_retries(req, p)
+        inbox = p.inbox
         first = text.add([reply.first_token])
         p.completion_tokens, p.ttft_ms = 1, _ms_since(p.started)
         reason = reply.finish_reason or ("stop" if first.stopped else "")
@@ -124,32 +129,84 @@ class RequestFlow:
         async for message in self._decode_events(req, p, inbox, text):
             yield message
 
-    def _check_ttft(self, req: ValidatedRequest, p: Progress) -> float:
-        """TTFT guard: the best predicted prefill time, or RESOURCE_EXHAUSTED before any work is done."""
+    async def _prefill_with_retries(self, req: ValidatedRequest, p: Progress) -> worker_pb2.PrefillResponse:
+        """Reserve + prefill, retried on other workers when a worker fails before the first token
+        exists (a dead or draining prefill worker, a decode worker lost during the prefill)."""
+        avoid: dict[str, set[str]] = {"prefill": set(), "decode": set()}
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            reservation = await self._reserve(req, p, avoid["decode"])
+            assert p.decode is not None
+            p.inbox = self.streams.subscribe(req.request_id, p.decode.worker_id)
+            try:
+                reply = await self._prefill(req, p, reservation, avoid["prefill"])
+                if self.registry.workers.get(p.decode.worker_id) is not p.decode:
+                    raise WorkerLost("decode", p.decode.worker_id, "it left during the prefill")
+                return reply
+            except WorkerLost as lost:
+                if p.aborted:
+                    raise ABORTED from None
+                if attempt == MAX_ATTEMPTS:
+                    raise unavailable(f"{lost} (after {attempt} attempts)") from None
+                log.warning("%s; retrying on other workers (attempt %d)", lost, attempt + 1)
+                if self.metrics is not None:
+                    self.metrics.retries.labels("gateway", lost.role).inc()
+                avoid[lost.role].add(lost.worker_id)
+                lost_record = self.registry.workers.get(lost.worker_id)
+                if lost_record is not None:  # no new work until it proves alive with a heartbeat
+                    lost_record.suspect = True
+                await self._forget_attempt(req, p)
+        raise AssertionError("unreachable")
+
+    async def _forget_attempt(self, req: ValidatedRequest, p: Progress) -> None:
+        """Gives up one attempt's reservation. The failed writer's fate is unknown, so the blocks
+        are quarantined rather than reused (if the decode worker is still there to hear it)."""
+        self.streams.unsubscribe(req.request_id)
+        await self._release(req.request_id, p, writer_may_still_write=True)
+        assert p.decode is not None
+        p.decode.inflight -= 1
+        p.decode, p.lease_id, p.prefill, p.prefill_reply = None, "", None, None
+
+    def _check_ttft(self, req: ValidatedRequest, p: Progress) -> None:
+        """TTFT guard: RESOURCE_EXHAUSTED, before any work is done, when no prefill worker is
+        predicted to return the first token within the SLO."""
         if not (self.ttft_guard and req.ttft_ms):
-            return 0.0
-        predictions = [predicted_prefill_s(w, len(req.prompt_token_ids)) for w in self.registry.routable("prefill")]
-        best = min((s for s in predictions if s is not None), default=0.0)
+            return
+        best = self._best_prefill_s(req)
         if _ms_since(p.started) + best * 1000 > req.ttft_ms:
             raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                f"TTFT SLO of {req.ttft_ms} ms is unattainable: the best prefill worker is "
-                               f"predicted to need {best * 1000:.0f} ms")
-        return best
+                               f"predicted to need {best * 1000:.0f} ms", reason="ttft_unattainable")
 
-    async def _reserve(self, req: ValidatedRequest, p: Progress, prefill_s: float) -> worker_pb2.ReserveResponse:
+    def _best_prefill_s(self, req: ValidatedRequest) -> float:
+        predictions = [predicted_prefill_s(w, len(req.prompt_token_ids)) for w in self.registry.routable("prefill")]
+        return min((s for s in predictions if s is not None), default=0.0)
+
+    async def _reserve(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
         """Reserves on the first decode worker that admits the request. Under the TTFT guard a
-        request every worker turns away waits here while its TTFT deadline still allows it."""
+        request every worker turns away waits here while its TTFT deadline still allows it,
+        re-predicting its prefill each time (the prefill queue moves while it waits)."""
         while True:
             try:
-                return await self._reserve_once(req, p)
+                reservation = await self._reserve_once(req, p, avoid)
             except RequestError as exc:
                 waiting_allowed = self.ttft_guard and req.ttft_ms and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-                if not waiting_allowed or _ms_since(p.started) + prefill_s * 1000 + ADMISSION_RETRY_MS > req.ttft_ms:
+                if not waiting_allowed:
                     raise
-            await asyncio.sleep(ADMISSION_RETRY_MS / 1000)
+                if _ms_since(p.started) + self._best_prefill_s(req) * 1000 + ADMISSION_RETRY_MS > req.ttft_ms:
+                    raise
+                await asyncio.sleep(ADMISSION_RETRY_MS / 1000)
+                continue
+            try:
+                self._check_ttft(req, p)  # the wait, or the reservation itself, may have used up the slack
+            except RequestError:  # nothing was written: the lease can be reused at once
+                await self._release(req.request_id, p, writer_may_still_write=False)
+                p.lease_id = ""
+                raise
+            return reservation
 
-    async def _reserve_once(self, req: ValidatedRequest, p: Progress) -> worker_pb2.ReserveResponse:
-        candidates = self.router.decode_candidates(self.registry, len(req.prompt_token_ids) + req.params.max_tokens)
+    async def _reserve_once(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
+        candidates = [w for w in self.router.decode_candidates(self.registry, len(req.prompt_token_ids)
+                                                                + req.params.max_tokens) if w.worker_id not in avoid]
         if not candidates:
             raise unavailable("no decode worker is available")
         reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
@@ -159,7 +216,7 @@ class RequestFlow:
         for worker in candidates:
             try:
                 reply = await worker.stub.Reserve(reserve, timeout=10)
-            except grpc.aio.AioRpcError as exc:
+            except grpc.aio.AioRpcError as exc:  # full, draining, gone: the next candidate may take it
                 last = exc
                 continue
             p.decode, p.lease_id = worker, reply.lease_id
@@ -168,12 +225,13 @@ class RequestFlow:
         assert last is not None
         if last.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
             raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"no decode worker admits the request: "
-                                                                   f"{last.details()}")
+                                                                   f"{last.details()}", reason="decode_admission")
         raise RequestError(last.code(), f"decode reservation failed: {last.details()}")
 
-    async def _prefill(self, req: ValidatedRequest, p: Progress,
-                       reservation: worker_pb2.ReserveResponse) -> worker_pb2.PrefillResponse:
-        candidates = self.router.prefill_candidates(self.registry, len(req.prompt_token_ids))
+    async def _prefill(self, req: ValidatedRequest, p: Progress, reservation: worker_pb2.ReserveResponse,
+                       avoid: set[str]) -> worker_pb2.PrefillResponse:
+        candidates = [w for w in self.router.prefill_candidates(self.registry, len(req.prompt_token_ids))
+                      if w.worker_id not in avoid]
         if not candidates:
             raise unavailable("no prefill worker is available")
         p.prefill = candidates[0]
@@ -187,11 +245,12 @@ class RequestFlow:
         raw_s = predicted_prefill_s(p.prefill, len(req.prompt_token_ids), calibrated=False)
         p.prefill.inflight += 1
         p.prefill.inflight_tokens += len(req.prompt_token_ids)
+        sent = time.perf_counter()
         try:
             p.prefill_reply = await p.prefill.stub.Prefill(request)
-            if raw_s:  # teach the TTFT guard what prefill + transfer really take on this worker now
-                taken_ms = p.prefill_reply.prefill_ms + p.prefill_reply.transfer_ms
-                p.prefill.ttft_calibration.observe(raw_s, taken_ms / 1000)
+            if raw_s:  # teach the TTFT guard what the prefill call (queue, forward, KV transfer, both
+                # RPC hops, this event loop's own lag) really takes on this worker now
+                p.prefill.ttft_calibration.observe(raw_s, time.perf_counter() - sent)
         except grpc.aio.AioRpcError as exc:
             raise self._prefill_error(exc, p) from None
         finally:
@@ -199,12 +258,18 @@ class RequestFlow:
             p.prefill.inflight_tokens -= len(req.prompt_token_ids)
         return p.prefill_reply
 
-    def _prefill_error(self, exc: grpc.aio.AioRpcError, p: Progress) -> RequestError:
+    def _prefill_error(self, exc: grpc.aio.AioRpcError, p: Progress) -> Exception:
         if p.aborted:
             return ABORTED
+        assert p.prefill is not None
         code = exc.code()
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-            return unavailable(f"prefill worker {p.prefill.worker_id} failed: {exc.details()}")  # type: ignore[union-attr]
+        if code == grpc.StatusCode.UNAVAILABLE:
+            failed_peer = dict(exc.trailing_metadata() or ()).get(FAILED_PEER_KEY)
+            if failed_peer:
+                return WorkerLost("decode", str(failed_peer), exc.details() or "KV transfer failed")
+            return WorkerLost("prefill", p.prefill.worker_id, exc.details() or "unreachable")
+        if code == grpc.StatusCode.CANCELLED:
+            return unavailable(f"prefill worker {p.prefill.worker_id} cancelled the request: {exc.details()}")
         return RequestError(code, exc.details() or "prefill failed")
 
     async def _commit(self, req: ValidatedRequest, p: Progress, first_token: int) -> None:

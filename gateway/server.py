@@ -10,7 +10,11 @@ import uuid
 from common.config import EngineConfig
 from common.engine import resolve_model_dir
 from common.model_config import load_model_config
-from common.rpc.server import bind, new_server, run_main, serve_until_signalled
+from common.ops.lifecycle import Lifecycle
+from common.ops.metrics import Metrics
+from common.ops.options import ProcessOptions, add_process_args, process_options_from_args
+from common.rpc.server import bind, new_server, run_main, use_tls
+from common.rpc.tls import PeerRoleInterceptor
 from common.tokenizer import load_tokenizer
 from gateway.config import GatewayConfig, add_gateway_args, gateway_config_from_args
 from gateway.decode_streams import DecodeStreams
@@ -18,54 +22,90 @@ from gateway.registry import RegistryServicer, WorkerRegistry
 from gateway.request_flow import RequestFlow
 from gateway.router import LeastLoadedRouter, SloAwareRouter
 from gateway.servicer import GatewayServicer
+from gateway.tenants import TenantTable
 from gateway.validation import ModelLimits
 from pdserve.v1 import gateway_pb2_grpc, worker_pb2_grpc
 
 log = logging.getLogger("pdserve.gateway")
+SERVICE = "pdserve.v1.Gateway"
+# Under mutual TLS only cluster workers may register; the public API stays open to any TLS
+# client (API keys authenticate those).
+GATEWAY_CALLERS = {"/pdserve.v1.Registry/": {"prefill", "decode"}}
 
 
-async def _expire_workers(registry: WorkerRegistry, period_s: float) -> None:
+async def _watch_workers(registry: WorkerRegistry, lifecycle: Lifecycle, metrics: Metrics, period_s: float) -> None:
+    """Expires silent workers; the ``pdserve.v1.Gateway`` health service is SERVING while at
+    least one prefill and one decode worker are routable (the overall ``""`` service only
+    says the process is up, so that workers can find a gateway that has none yet)."""
+    serving: bool | None = None
     while True:
-        await asyncio.sleep(period_s)
         registry.expire()
+        ready = bool(registry.routable("prefill")) and bool(registry.routable("decode"))
+        if ready != serving and not lifecycle.draining:
+            await (lifecycle.serving(SERVICE) if ready else lifecycle.not_serving(SERVICE))
+            serving = ready
+        metrics.workers.clear()
+        for w in registry.workers.values():
+            state = "draining" if w.load.draining else "suspect" if w.suspect else "ready" if w.ready else "connecting"
+            metrics.workers.labels("gateway", w.role, state).inc()
+        await asyncio.sleep(period_s)
 
 
-async def serve(config: GatewayConfig) -> None:
+async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     model_dir = resolve_model_dir(EngineConfig(model=config.model, preset=config.preset))
     model = load_model_config(model_dir)
     tokenizer = load_tokenizer(model_dir)
+    tenants = TenantTable.from_file(config.api_keys) if config.api_keys else TenantTable.open()
     limits = ModelLimits(min(config.max_model_len or model.max_position_embeddings, model.max_position_embeddings),
                          model.vocab_size, (config.default_ttft_ms, config.default_tpot_ms), config.named_slos())
+    use_tls(options.tls)
+    metrics = Metrics("gateway")
     registry = WorkerRegistry(config.worker_timeout_ms / 1000)
     streams = DecodeStreams(f"gateway-{uuid.uuid4().hex[:8]}", registry)
     router = SloAwareRouter() if config.ttft_guard else LeastLoadedRouter()
-    flow = RequestFlow(registry, router, streams, tokenizer, ttft_guard=config.ttft_guard)
-    server = new_server()
+    flow = RequestFlow(registry, router, streams, tokenizer, ttft_guard=config.ttft_guard, metrics=metrics)
+    server = new_server([PeerRoleInterceptor(GATEWAY_CALLERS)] if options.tls.mutual else [])
+    lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)
     gateway_pb2_grpc.add_GatewayServicer_to_server(
-        GatewayServicer(flow, registry, tokenizer, limits, str(model_dir)), server)
+        GatewayServicer(flow, registry, tokenizer, limits, str(model_dir), tenants, metrics,
+                        draining=lambda: lifecycle.draining), server)
     worker_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registry, config.heartbeat_ms), server)
-    address = bind(server, config.host, config.port)
+    # clients need not present a certificate; workers do (checked per method above)
+    address = bind(server, config.host, config.port, options.tls, require_client_auth=False)
     await server.start()
-    expiry = asyncio.create_task(_expire_workers(registry, config.heartbeat_ms / 1000))
-    log.info("gateway listening on %s (model %s, policy %s)", address, model_dir, config.policy)
+    await lifecycle.serving("")
+    await lifecycle.serving("pdserve.v1.Registry")
+    await lifecycle.not_serving(SERVICE)
+    metrics.watch(running=lambda: sum(p.ttft_ms > 0 for p in list(flow.active.values())),
+                  waiting=lambda: sum(p.ttft_ms == 0 for p in list(flow.active.values())),
+                  draining=lambda: float(lifecycle.draining))
+    metrics.serve(options.metrics_port, options.metrics_host)
+    watcher = asyncio.create_task(_watch_workers(registry, lifecycle, metrics, config.heartbeat_ms / 1000))
+    log.info("gateway listening on %s (model %s, policy %s%s%s)", address, model_dir, config.policy,
+             ", TLS" if options.tls.enabled else "", ", API keys" if config.api_keys else "")
+
+    async def on_drain() -> None:
+        pass  # Generate refuses new requests from now on (UNAVAILABLE); in-flight ones go on
 
     async def stop() -> None:
-        expiry.cancel()
+        watcher.cancel()
         await streams.close()
         await flow.drain()
+        metrics.close()
 
-    await serve_until_signalled(server, stop)
+    await lifecycle.run(lambda: len(flow.active), on_drain, stop)
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="pdserve gateway", description="Run the gateway.")
     add_gateway_args(parser)
+    add_process_args(parser)
     return parser
 
 
 def main_from_args(args: argparse.Namespace) -> int:
-    config = gateway_config_from_args(args)
-    run_main(lambda: serve(config))
+    config, options = gateway_config_from_args(args), process_options_from_args(args)
+    run_main(lambda: serve(config, options), "gateway", options.log_format, options.log_level)
     return 0
 
 

@@ -21,6 +21,7 @@ class ValidatedRequest:
     ttft_ms: int
     tpot_ms: int
     tenant: str
+    slo_class: str = ""  # for metrics: the named class, "custom" for explicit values, "default", or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,16 @@ def validate(request: gateway_pb2.GenerateRequest, tokenizer: Any, limits: Model
         ttft_ms=ttft_ms,
         tpot_ms=tpot_ms,
         tenant=request.tenant,
+        slo_class=_slo_class(request.slo, ttft_ms, tpot_ms),
     )
+
+
+def _slo_class(slo: gateway_pb2.SLO, ttft_ms: int, tpot_ms: int) -> str:
+    if slo.name:
+        return slo.name
+    if slo.ttft_ms or slo.tpot_ms:
+        return "custom"
+    return "default" if ttft_ms or tpot_ms else ""
 
 
 def _slo(slo: gateway_pb2.SLO, limits: ModelLimits) -> tuple[int, int]:

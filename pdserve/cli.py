@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pdserve import commands_engine, commands_serve, demo
+from pdserve import commands_engine, commands_ops, commands_serve, demo
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     commands_engine.register(sub)
     commands_serve.register(sub)
+    commands_ops.register(sub)
     demo.register(sub)
     _register_bench(sub)
     return parser

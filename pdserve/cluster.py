@@ -37,6 +37,10 @@ class ClusterSpec:
     threads_per_worker: int | None = None  # OMP/torch threads per process; None = library default
     policy: str = "fcfs"  # scheduling policy of the gateway and every worker
     gateway_args: tuple[str, ...] = ()  # extra gateway flags, e.g. ("--slo-classes", "tight:200:20")
+    # What the launcher itself presents to the gateway when it asks whether workers are ready:
+    metrics: bool = False  # give every process a free --metrics-port (see LocalCluster.metrics_ports)
+    api_key: str = ""  # when the gateway runs with --api-keys
+    tls_ca: str = ""  # when it runs with TLS (PEM file)
 
 
 @dataclass
@@ -45,14 +49,16 @@ class LocalCluster:
     log_dir: Path
     address: str = ""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    metrics_ports: dict[str, int] = field(default_factory=dict)  # process name -> its metrics port
     _logs: list[object] = field(default_factory=list)
+    _ended: set[str] = field(default_factory=set)  # ended on purpose (kill), not failed
 
     def start(self, timeout_s: float = 120.0, progress: bool = False) -> LocalCluster:
+        _exit_on_sigterm()  # so a SIGTERM to the launcher still stops its children (via __exit__)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         port = self.spec.port or _free_port(self.spec.host)
         self.address = f"{self.spec.host}:{port}"
-        self._spawn("gateway", ["gateway", "--host", self.spec.host, "--port", str(port), "--policy", self.spec.policy,
-                                *self._model_args(), *self.spec.gateway_args])
+        self.start_gateway()
         tag = f"{os.getpid()}-{next(_counter)}"
         for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode)):
             for i in range(count):
@@ -60,12 +66,28 @@ class LocalCluster:
         self.wait_ready(timeout_s, progress)
         return self
 
+    def start_gateway(self) -> None:
+        """Starts (or, after it died, restarts) the gateway on the cluster's address."""
+        port = self.address.rsplit(":", 1)[1]
+        self._spawn("gateway", ["gateway", "--host", self.spec.host, "--port", port, "--policy", self.spec.policy,
+                                *self._model_args(), *self._metrics_args("gateway"), *self.spec.gateway_args])
+
     def start_worker(self, role: str, worker_id: str) -> None:
+        """Starts a worker; with the id of one that died, a restart that rejoins under that id."""
         module = f"{role}_worker"
         args = [module, "--gateway", self.address, "--host", self.spec.host, "--worker-id", worker_id,
                 "--kv-transport", self.spec.kv_transport, "--policy", self.spec.policy, *self._model_args(),
-                *self.spec.worker_args]
+                *self._metrics_args(worker_id), *self.spec.worker_args]
         self._spawn(worker_id, args)
+
+    def _metrics_args(self, name: str) -> list[str]:
+        if not self.spec.metrics:
+            return []
+        self.metrics_ports.setdefault(name, _free_port(self.spec.host))
+        return ["--metrics-port", str(self.metrics_ports[name]), "--metrics-host", self.spec.host]
+
+    def pid(self, name: str) -> int:
+        return self.processes[name].pid
 
     def wait_ready(self, timeout_s: float, progress: bool = False) -> gateway_pb2.InfoResponse:
         deadline, shown = time.monotonic() + timeout_s, ""
@@ -84,14 +106,31 @@ class LocalCluster:
             time.sleep(0.2)
 
     def info(self, timeout_s: float = 5.0) -> gateway_pb2.InfoResponse | None:
+        metadata = (("authorization", f"Bearer {self.spec.api_key}"),) if self.spec.api_key else None
         try:
-            with grpc.insecure_channel(self.address) as ch:
-                return gateway_pb2_grpc.GatewayStub(ch).Info(gateway_pb2.InfoRequest(), timeout=timeout_s)
+            with self._channel() as ch:
+                return gateway_pb2_grpc.GatewayStub(ch).Info(gateway_pb2.InfoRequest(), timeout=timeout_s,
+                                                             metadata=metadata)
         except grpc.RpcError:
             return None
 
+    def _channel(self) -> grpc.Channel:
+        if self.spec.tls_ca:
+            credentials = grpc.ssl_channel_credentials(Path(self.spec.tls_ca).read_bytes())
+            return grpc.secure_channel(self.address, credentials)
+        return grpc.insecure_channel(self.address)
+
     def signal(self, name: str, sig: int) -> None:
         self.processes[name].send_signal(sig)
+
+    def kill(self, name: str, sig: int | None = None, wait_s: float = 60.0) -> int:
+        """Sends ``sig`` and waits for the process to exit; returns its exit code. A process ended
+        this way no longer counts as a start-up failure in ``wait_ready``."""
+        proc = self.processes[name]
+        proc.send_signal(sig if sig is not None else signal.SIGKILL)
+        code = proc.wait(wait_s)
+        self._ended.add(name)
+        return code
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM to workers then the gateway; SIGKILL what is still running after ``grace_s``."""
@@ -128,14 +167,22 @@ class LocalCluster:
             env["OMP_NUM_THREADS"] = str(self.spec.threads_per_worker)
         log = open(self.log_dir / f"{name}.log", "ab")
         self._logs.append(log)
+        self._ended.discard(name)
         self.processes[name] = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
                                                 env=env, start_new_session=True)
 
     def _check_alive(self) -> None:
         for name, proc in self.processes.items():
-            if proc.poll() is not None:
+            if name not in self._ended and proc.poll() is not None:
                 tail = (self.log_dir / f"{name}.log").read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"{name} exited with code {proc.returncode} during start-up:\n{tail}")
+
+
+def _exit_on_sigterm() -> None:
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
 def _ready_counts(info: gateway_pb2.InfoResponse | None) -> dict[str, int]:

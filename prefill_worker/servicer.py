@@ -9,6 +9,8 @@ import time
 import grpc
 
 from common.engine_thread import AsyncEngine, EngineThread
+from common.ops.logs import request_id_var
+from common.ops.metrics import Metrics
 from common.kv_transfer.base import KVSender, LeaseExpiredError, TransferStats, TransferTarget
 from common.kv_transfer.select import choose_transport, make_sender
 from common.request import RequestOutput
@@ -19,21 +21,32 @@ from common.sampling_params import SamplingParams
 from pdserve.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
+FAILED_PEER_KEY = "pdserve-failed-peer"  # trailing metadata: the worker a failure came from
 
 
 class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
-    def __init__(self, thread: EngineThread, worker_id: str, kv_transport: str) -> None:
+    def __init__(self, thread: EngineThread, worker_id: str, kv_transport: str, metrics: Metrics | None = None) -> None:
         self.thread = thread
         self.engine = AsyncEngine(thread)
         self.worker_id = worker_id
         self.kv_transport = kv_transport
+        self.metrics = metrics or Metrics("prefill")
         self.host_id = host_id()
         self.draining = False
         self._senders: dict[str, KVSender] = {}
         self._stubs: dict[str, worker_pb2_grpc.DecodeWorkerStub] = {}
+        self._incarnations: dict[str, str] = {}  # decode worker id -> the incarnation cached state is for
+
+    def start_draining(self) -> None:
+        self.draining = True
+
+    async def close(self) -> None:
+        for sender in self._senders.values():
+            await sender.close()
 
     async def Prefill(self, request: worker_pb2.PrefillRequest,
                       context: grpc.aio.ServicerContext) -> worker_pb2.PrefillResponse:
+        request_id_var.set(request.request_id)
         if self.draining:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "prefill worker is draining")
         try:
@@ -48,8 +61,10 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
             stats = TransferStats("none", 0, 0.0)
             if out.finish_reason == "prefilled":
                 stats = await self._transfer(out, len(prompt), request.destination, context)
+                self.metrics.transferred(stats.transport, stats.bytes, stats.seconds)
         finally:
             await self.thread.run(lambda e: e.release_held(request.request_id))
+        self.metrics.prompt_tokens.labels("prefill").inc(len(prompt))
         return worker_pb2.PrefillResponse(
             first_token=out.new_token_ids[0], prefill_ms=prefill_ms, transfer_ms=stats.seconds * 1000,
             transfer_bytes=stats.bytes, transport=stats.transport,
@@ -73,6 +88,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         if len(dest.block_ids) < n_blocks:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"destination has {len(dest.block_ids)} blocks, prompt needs {n_blocks}")
+        self._notice_restart(dest)
         name = choose_transport(self.kv_transport, dest.host_id == self.host_id, self.thread.engine.device.type)
         target = TransferTarget(dest.decode_worker_id, dest.address, out.request_id, dest.lease_id,
                                 list(dest.block_ids[:n_blocks]), time.monotonic() + 30.0)
@@ -81,9 +97,27 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
                                                  target, self._stub(dest.address))
         except LeaseExpiredError as exc:
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
-        except grpc.aio.AioRpcError as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"KV transfer to {dest.decode_worker_id} failed: "
-                                                            f"{exc.details()}")
+        except (grpc.aio.AioRpcError, OSError, RuntimeError) as exc:
+            # The decode side failed, not this worker: say which peer, so the gateway can retry
+            # the request with another decode worker.
+            details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"KV transfer to {dest.decode_worker_id} failed: {details}",
+                                trailing_metadata=((FAILED_PEER_KEY, dest.decode_worker_id),))
+
+    def _notice_restart(self, dest: worker_pb2.KVDestination) -> None:
+        """A decode worker that restarted under the same id has a new pool (a new shm file, a new
+        IPC handle, a new collective group): drop everything cached for the old one, or writes
+        would land in a mapping nobody reads any more."""
+        known = self._incarnations.get(dest.decode_worker_id)
+        if known == dest.incarnation:
+            return
+        if known is not None:
+            log.info("decode worker %s restarted; dropping its cached transport state", dest.decode_worker_id)
+            for sender in self._senders.values():
+                sender.forget(dest.decode_worker_id)
+            stub = self._stubs.pop(dest.address, None)
+            del stub
+        self._incarnations[dest.decode_worker_id] = dest.incarnation
 
     def _sender(self, name: str) -> KVSender:
         if name not in self._senders:

@@ -32,6 +32,7 @@ class Registrar:
         self._channel = channel(gateway)
         self._stub = worker_pb2_grpc.RegistryStub(self._channel)
         self._task: asyncio.Task[None] | None = None
+        self._registered = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="registrar")
@@ -42,15 +43,23 @@ class Registrar:
             await asyncio.gather(self._task, return_exceptions=True)
         await self._channel.close()
 
+    async def beat_now(self) -> None:
+        """An immediate heartbeat (e.g. to say this worker is draining), best effort."""
+        if not self._registered:
+            return
+        try:
+            await self._tick(True)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("immediate heartbeat failed: %s", exc.code().name)
+
     async def _run(self) -> None:
-        registered = False
         while True:
             try:
-                registered = await self._tick(registered)
+                self._registered = await self._tick(self._registered)
             except grpc.aio.AioRpcError as exc:
-                if registered:
+                if self._registered:
                     log.warning("gateway unreachable (%s); will register again", exc.code().name)
-                registered = False
+                self._registered = False
             await asyncio.sleep(self.period_s)
 
     async def _tick(self, registered: bool) -> bool:

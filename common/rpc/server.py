@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 
 from common.kv_transfer.grpc_stream import MAX_MESSAGE_BYTES
+from common.ops.logs import configure_logging
+from common.rpc.tls import TlsConfig, channel_credentials, server_credentials
 
 SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -19,19 +19,37 @@ SERVER_OPTIONS = [
 CHANNEL_OPTIONS = SERVER_OPTIONS[:2] + [("grpc.enable_retries", 0)]
 
 
-def new_server() -> grpc.aio.Server:
-    return grpc.aio.server(options=SERVER_OPTIONS)
+# The credentials this process dials other cluster processes with (set once at start-up by
+# ``use_tls``): with mutual TLS on, every channel presents this process's certificate.
+_dial_tls = TlsConfig()
 
 
-def bind(server: grpc.aio.Server, host: str, port: int) -> str:
-    """Binds insecurely; returns the ``host:port`` actually bound (``port=0`` picks a free one)."""
-    bound = server.add_insecure_port(f"{host}:{port}")
+def use_tls(tls: TlsConfig) -> None:
+    global _dial_tls
+    _dial_tls = tls
+
+
+def new_server(interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
+    return grpc.aio.server(options=SERVER_OPTIONS, interceptors=list(interceptors))
+
+
+def bind(server: grpc.aio.Server, host: str, port: int, tls: TlsConfig | None = None,
+         require_client_auth: bool = False) -> str:
+    """Binds (with TLS when ``tls`` is enabled); returns the ``host:port`` actually bound
+    (``port=0`` picks a free one)."""
+    address = f"{host}:{port}"
+    if tls is not None and tls.enabled:
+        bound = server.add_secure_port(address, server_credentials(tls, require_client_auth))
+    else:
+        bound = server.add_insecure_port(address)
     if bound == 0:
-        raise OSError(f"could not bind {host}:{port}")
+        raise OSError(f"could not bind {address}")
     return f"{host}:{bound}"
 
 
 def channel(address: str) -> grpc.aio.Channel:
+    if _dial_tls.enabled or _dial_tls.ca:
+        return grpc.aio.secure_channel(address, channel_credentials(_dial_tls), options=CHANNEL_OPTIONS)
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
@@ -43,19 +61,8 @@ def install_uvloop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-async def serve_until_signalled(server: grpc.aio.Server, on_stop: Callable[[], Awaitable[None]]) -> None:
-    """Runs until SIGTERM/SIGINT, then ``on_stop`` and a short grace period for open calls."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    logging.getLogger(__name__).info("shutting down")
-    await on_stop()
-    await server.stop(grace=2.0)
-
-
-def run_main(main: Callable[[], Awaitable[None]]) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+def run_main(main: Callable[[], Awaitable[None]], role: str = "", log_format: str = "text",
+             log_level: str = "INFO") -> None:
+    configure_logging(role, log_format, log_level)
     install_uvloop()
     asyncio.run(main())

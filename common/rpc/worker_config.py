@@ -13,8 +13,9 @@ KV_TRANSPORTS = ("auto", "shm", "grpc", "nccl", "cuda_ipc")
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
     gateway: str = "127.0.0.1:50051"  # the gateway's registry (its public port)
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # to listen on
     port: int = 0  # 0 picks a free port
+    advertise_host: str = ""  # the name others reach it by; empty: --host, or the hostname when that is a wildcard
     worker_id: str = ""  # empty: role-hostname-pid
     kv_transport: str = "auto"  # prefill side: how KV blocks reach decode workers
     cost_model: str = ""  # JSON from `pdserve profile`; empty: profile at start when a guard needs it
@@ -28,6 +29,10 @@ class WorkerConfig:
     def resolved_id(self, role: str) -> str:
         return self.worker_id or f"{role}-{socket.gethostname()}-{os.getpid()}"
 
+    def advertised(self, bound_port: int) -> str:
+        host = self.advertise_host or (socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host)
+        return f"{host}:{bound_port}"
+
 
 def add_worker_args(parser: argparse.ArgumentParser) -> None:
     d = WorkerConfig()
@@ -35,10 +40,13 @@ def add_worker_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gateway", default=d.gateway, help="gateway address to register with")
     group.add_argument("--host", default=d.host)
     group.add_argument("--port", type=int, default=d.port)
+    group.add_argument("--advertise-host", default=d.advertise_host,
+                       help="host name the gateway and other workers reach this worker by (containers, pods)")
     group.add_argument("--worker-id", default=d.worker_id)
     group.add_argument("--kv-transport", default=d.kv_transport, choices=KV_TRANSPORTS)
     group.add_argument("--cost-model", default=d.cost_model, help="fitted cost models (pdserve profile --out)")
 
 
 def worker_config_from_args(args: argparse.Namespace) -> WorkerConfig:
-    return WorkerConfig(args.gateway, args.host, args.port, args.worker_id, args.kv_transport, args.cost_model)
+    return WorkerConfig(args.gateway, args.host, args.port, args.advertise_host, args.worker_id, args.kv_transport,
+                        args.cost_model)

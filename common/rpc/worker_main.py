@@ -1,4 +1,4 @@
-"""The command line shared by both worker roles: worker flags + engine flags → ``serve``."""
+"""The command line shared by both worker roles: worker, operations and engine flags → ``serve``."""
 
 from __future__ import annotations
 
@@ -7,20 +7,23 @@ from collections.abc import Awaitable, Callable
 
 from common.config import EngineConfig
 from common.engine_args import add_engine_args, engine_config_from_args
+from common.ops.options import ProcessOptions, add_process_args, process_options_from_args
 from common.rpc.server import run_main
 from common.rpc.worker_config import WorkerConfig, add_worker_args, worker_config_from_args
 
-Serve = Callable[[EngineConfig, WorkerConfig], Awaitable[None]]
+Serve = Callable[[EngineConfig, WorkerConfig, ProcessOptions], Awaitable[None]]
 
 
 def worker_parser(role: str, parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog=f"pdserve {role}", description=f"Run a {role} worker.")
     add_worker_args(parser)
+    add_process_args(parser)
     add_engine_args(parser)
     return parser
 
 
-def run_worker(serve: Serve, args: argparse.Namespace) -> int:
+def run_worker(role: str, serve: Serve, args: argparse.Namespace) -> int:
     engine_config, worker = engine_config_from_args(args), worker_config_from_args(args)
-    run_main(lambda: serve(engine_config, worker))
+    options = process_options_from_args(args)
+    run_main(lambda: serve(engine_config, worker, options), role, options.log_format, options.log_level)
     return 0

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import time
+import uuid
+
 from common.engine import LLMEngine
 from common.rpc.registration import host_id
+from common.slo.credit import virtual_batch_size
 from pdserve.v1 import worker_pb2
+
+log = logging.getLogger(__name__)
 
 
 def describe(engine: LLMEngine, role: str, worker_id: str, address: str) -> worker_pb2.WorkerDescriptor:
@@ -16,7 +23,7 @@ def describe(engine: LLMEngine, role: str, worker_id: str, address: str) -> work
             present=True, prefill_threshold=models.prefill.threshold, prefill_base_s=models.prefill.base_s,
             prefill_per_token_s=models.prefill.per_token_s, decode_alpha=models.decode.alpha,
             decode_beta=models.decode.beta, decode_gamma=models.decode.gamma, decode_delta=models.decode.delta)
-    return worker_pb2.WorkerDescriptor(cost_model=cost, policy=engine.config.policy,
+    return worker_pb2.WorkerDescriptor(cost_model=cost, policy=engine.config.policy, incarnation=uuid.uuid4().hex,
         worker_id=worker_id, role=role, address=address, host_id=host_id(), device=str(engine.device),
         model=str(engine.model_dir), block_size=engine.config.block_size, total_blocks=engine.pool.num_blocks,
         max_model_len=engine.max_model_len, vocab_size=engine.model.config.vocab_size,
@@ -27,9 +34,23 @@ def describe(engine: LLMEngine, role: str, worker_id: str, address: str) -> work
 def current_load(engine: LLMEngine, draining: bool) -> worker_pb2.WorkerLoad:
     """Read from the event loop while the engine thread runs: plain counters, a moment stale at worst."""
     scheduler = engine.scheduler
-    queued = sum(r.num_tokens - r.num_computed_tokens for r in list(scheduler.waiting))
-    return worker_pb2.WorkerLoad(free_blocks=engine.pool.num_free, running=len(scheduler.running),
-                                 waiting=len(scheduler.waiting), queued_tokens=queued, draining=draining)
+    waiting, running = list(scheduler.waiting), list(scheduler.running)
+    queued = sum(r.num_tokens - r.num_computed_tokens for r in waiting)
+    load = worker_pb2.WorkerLoad(free_blocks=engine.pool.num_free, running=len(running), waiting=len(waiting),
+                                 queued_tokens=queued, draining=draining,
+                                 reserved=engine.leases.num_reserved())
+    if engine.config.policy == "fcfs":
+        return load
+    deadlines = [r.ttft_deadline for r in waiting if r.ttft_slo_ms]
+    if deadlines:
+        load.earliest_ttft_deadline_ms = (min(deadlines) - time.monotonic()) * 1000
+    slos = engine.tpot_slos()
+    if slos:
+        load.vbs = virtual_batch_size(slos)
+        load.tightest_tpot_ms = min(slos.values()) * 1000
+    if running:
+        load.mean_len = sum(r.num_tokens for r in running) / len(running)
+    return load
 
 
 def warm_up(engine: LLMEngine, cost_model_path: str = "") -> None:
@@ -46,3 +67,6 @@ def warm_up(engine: LLMEngine, cost_model_path: str = "") -> None:
         engine.cost_models = CostModels.load(Path(cost_model_path))
     elif engine.config.policy != "fcfs":
         engine.cost_models = profile(engine)
+    if engine.cost_models is not None:
+        log.info("prefill cost model: %s", engine.cost_models.prefill.describe())
+        log.info("decode cost model: %s", engine.cost_models.decode.describe())

@@ -4,11 +4,14 @@
   threshold (fixed costs dominate), linear above: ``t = c`` for ``n ≤ n0``, else
   ``t = c + k·(n − n0)``. ``n0`` is found by search over the measured sizes.
 - Decode: step time against batch size ``B`` and mean sequence length ``L``:
-  ``t = α·B·L + β·B + γ·L + δ`` (least squares).
+  ``t = α·B·L + β·B + γ·L + δ`` (least squares with every coefficient ≥ 0: each term is a
+  cost, and an unconstrained fit to noisy timings can go negative and predict ~0 for small
+  batches, which would make admission and online calibration meaningless).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,6 +44,10 @@ class PrefillModel:
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
+    def describe(self) -> str:
+        return (f"{self.base_s * 1e3:.3f} ms + {self.per_token_s * 1e6:.2f} µs·max(0, n − {self.threshold:g}) "
+                f"(R² {self.r2:.3f})")
+
 
 def _fit_hinge(x: np.ndarray, y: np.ndarray, n0: float) -> tuple[PrefillModel, float]:
     design = np.stack([np.ones_like(x), np.maximum(0.0, x - n0)], axis=1)
@@ -65,12 +72,33 @@ class DecodeModel:
     def fit(cls, batch: list[float], mean_len: list[float], seconds: list[float]) -> DecodeModel:
         b, length, y = (np.asarray(v, float) for v in (batch, mean_len, seconds))
         design = np.stack([b * length, b, length, np.ones_like(b)], axis=1)
-        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-        sse = float(((design @ coef - y) ** 2).sum())
+        coef, sse = _non_negative_lstsq(design, y)
         return DecodeModel(*(float(c) for c in coef), r2=_r2(y, sse))
+
+    def describe(self) -> str:
+        return (f"{self.alpha * 1e6:.4f} µs·B·L + {self.beta * 1e3:.4f} ms·B + {self.gamma * 1e6:.4f} µs·L + "
+                f"{self.delta * 1e3:.3f} ms (R² {self.r2:.3f})")
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+def _non_negative_lstsq(design: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """Least squares under ``coef ≥ 0`` by trying every subset of free coefficients (four
+    columns: sixteen small solves); the feasible solution with the least error wins."""
+    columns = design.shape[1]
+    best, best_sse = np.zeros(columns), float((y**2).sum())
+    for size in range(1, columns + 1):
+        for subset in itertools.combinations(range(columns), size):
+            sub, *_ = np.linalg.lstsq(design[:, subset], y, rcond=None)
+            if (sub < 0).any():
+                continue
+            coef = np.zeros(columns)
+            coef[list(subset)] = sub
+            sse = float(((design @ coef - y) ** 2).sum())
+            if sse < best_sse:
+                best, best_sse = coef, sse
+    return best, best_sse
 
 
 def _r2(y: np.ndarray, sse: float) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -55,6 +57,27 @@ def test_decode_model_recovers_known_coefficients():
     fit = DecodeModel.fit(b.tolist(), length.tolist(), seconds)
     assert fit.alpha == pytest.approx(2e-7, rel=0.05) and fit.beta == pytest.approx(3e-4, rel=0.1)
     assert fit.delta == pytest.approx(4e-3, rel=0.1) and fit.r2 > 0.99
+
+
+def test_decode_fit_keeps_every_cost_non_negative_where_plain_least_squares_would_not():
+    # Six grid points like the warm-up's, where the batch-1 steps were slowed by a neighbour:
+    # unconstrained least squares answers with a negative fixed cost.
+    batch = [1, 1, 4, 4, 16, 16]
+    length = [64, 256, 64, 256, 64, 256]
+    seconds = [0.0030, 0.0031, 0.0018, 0.0022, 0.0040, 0.0060]
+    design = np.stack([np.multiply(batch, length), batch, length, np.ones(6)], axis=1)
+    plain, *_ = np.linalg.lstsq(design, np.asarray(seconds), rcond=None)
+    assert (plain < 0).any()
+    fit = DecodeModel.fit(batch, length, seconds)
+    assert min(fit.alpha, fit.beta, fit.gamma, fit.delta) >= 0
+    assert all(fit.predict(b, n) > 0.001 for b, n in zip(batch, length))
+    # no non-negative coefficients fit better: compare against a brute-force grid around the answer
+    grid = itertools.product(*(np.linspace(0, 2 * max(c, 1e-6 if i < 3 else 1e-3), 9)
+                               for i, c in enumerate((fit.alpha, fit.beta, fit.gamma, fit.delta))))
+    fit_sse = sum((fit.predict(b, n) - t) ** 2 for b, n, t in zip(batch, length, seconds))
+    for coef in grid:
+        trial = DecodeModel(*coef)
+        assert sum((trial.predict(b, n) - t) ** 2 for b, n, t in zip(batch, length, seconds)) >= fit_sse - 1e-12
 
 
 def test_prefill_model_finds_the_threshold_and_slope():

@@ -1,0 +1,89 @@
+"""Prometheus metrics, vLLM-style names under ``pdserve:``, every series labelled with the role.
+
+Each process builds one ``Metrics`` on its own registry (so tests can build several in one
+process) and serves it over HTTP when ``--metrics-port`` is set. Gauges that mirror engine
+state are read at scrape time through callbacks, so they are never stale and cost nothing
+between scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
+
+disable_created_metrics()  # the *_created series only add noise to every scrape
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0)
+TPOT_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
+
+
+class Metrics:
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.registry = CollectorRegistry()
+        r, labels = self.registry, ["role"]
+
+        self._running = Gauge("pdserve:num_requests_running", "Requests being served (gateway: streaming; "
+                              "prefill: in a forward; decode: in the running batch)", labels, registry=r)
+        self._waiting = Gauge("pdserve:num_requests_waiting", "Requests queued (gateway: not yet admitted; "
+                              "workers: waiting in the scheduler) — the autoscaling signal", labels, registry=r)
+        self._kv_usage = Gauge("pdserve:kv_cache_usage_perc", "Fraction of KV blocks in use (1 = full)", labels,
+                               registry=r)
+        self._draining = Gauge("pdserve:draining", "1 while the process drains after SIGTERM", labels, registry=r)
+        self.requests = Counter("pdserve:requests", "Requests that ended, by final status (finish reason or "
+                                "gRPC code)", [*labels, "status"], registry=r)
+        self.rejections = Counter("pdserve:request_rejections", "Requests turned away before any work, by reason",
+                                  [*labels, "reason"], registry=r)
+        self.slo = Counter("pdserve:slo_requests", "Finished requests by SLO class and whether both SLOs were met",
+                           [*labels, "slo_class", "result"], registry=r)
+        self.ttft = Histogram("pdserve:time_to_first_token_seconds", "Time to first token at the gateway", labels,
+                              buckets=LATENCY_BUCKETS, registry=r)
+        self.tpot = Histogram("pdserve:time_per_output_token_seconds", "Mean time per output token after the first",
+                              labels, buckets=TPOT_BUCKETS, registry=r)
+        self.e2e = Histogram("pdserve:e2e_request_latency_seconds", "Request latency, first byte in to last out",
+                             labels, buckets=LATENCY_BUCKETS, registry=r)
+        self.retries = Counter("pdserve:request_retries", "Requests retried on other workers after a worker failed "
+                               "before their first token, by the failed worker's role", [*labels, "failed_role"],
+                               registry=r)
+        self.prompt_tokens = Counter("pdserve:prompt_tokens", "Prompt tokens processed", labels, registry=r)
+        self.generation_tokens = Counter("pdserve:generation_tokens", "Tokens generated", labels, registry=r)
+        self.kv_bytes = Counter("pdserve:kv_transfer_bytes", "KV cache bytes moved to decode workers",
+                                [*labels, "transport"], registry=r)
+        self.kv_seconds = Counter("pdserve:kv_transfer_seconds", "Seconds spent moving KV cache bytes",
+                                  [*labels, "transport"], registry=r)
+        self.workers = Gauge("pdserve:workers", "Workers the gateway knows, by role and state",
+                             ["role", "worker_role", "state"], registry=r)
+        self._server: WSGIServer | None = None
+
+    def watch(self, running: Callable[[], float], waiting: Callable[[], float],
+              kv_usage: Callable[[], float] | None = None, draining: Callable[[], float] | None = None) -> None:
+        """Gauges read at scrape time."""
+        self._running.labels(self.role).set_function(running)
+        self._waiting.labels(self.role).set_function(waiting)
+        if kv_usage is not None:
+            self._kv_usage.labels(self.role).set_function(kv_usage)
+        if draining is not None:
+            self._draining.labels(self.role).set_function(draining)
+
+    def finished(self, status: str) -> None:
+        self.requests.labels(self.role, status).inc()
+
+    def rejected(self, reason: str) -> None:
+        self.rejections.labels(self.role, reason).inc()
+
+    def transferred(self, transport: str, nbytes: int, seconds: float) -> None:
+        self.kv_bytes.labels(self.role, transport).inc(nbytes)
+        self.kv_seconds.labels(self.role, transport).inc(seconds)
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+        """Starts the HTTP endpoint (``/metrics``) on a daemon thread; port 0 leaves it off."""
+        if port:
+            self._server, _ = start_http_server(port, addr=host, registry=self.registry)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
