@@ -23,12 +23,15 @@ class GatewayConfig:
     default_tpot_ms: int = 0
     slo_classes: str = ""  # named classes name:ttft_ms:tpot_ms,... requests may refer to by SLO.name
     api_keys: str = ""  # JSON file of tenants, their API keys and quotas; empty: no authentication
+    registry_port: int = 0  # where workers register: 0 = the public port; its own port for mutual TLS
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if not 0 <= self.registry_port < 65536:
+            raise ValueError(f"registry_port must be in [0, 65535], got {self.registry_port}")
         if self.worker_timeout_ms <= self.heartbeat_ms:
             raise ValueError("worker_timeout_ms must be longer than heartbeat_ms")
         if self.policy not in ("fcfs", "scorpio", "ttft_guard", "tpot_guard"):

@@ -28,8 +28,9 @@ from pdserve.v1 import gateway_pb2_grpc, worker_pb2_grpc
 
 log = logging.getLogger("pdserve.gateway")
 SERVICE = "pdserve.v1.Gateway"
-# Under mutual TLS only cluster workers may register; the public API stays open to any TLS
-# client (API keys authenticate those).
+# Under mutual TLS only cluster workers may register. The public port serves clients that have
+# no certificate (API keys authenticate those), so workers register on a second port, the
+# registry port, which requires a client certificate from the cluster CA.
 GATEWAY_CALLERS = {"/pdserve.v1.Registry/": {"prefill", "decode"}}
 
 
@@ -70,8 +71,13 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
         GatewayServicer(flow, registry, tokenizer, limits, str(model_dir), tenants, metrics,
                         draining=lambda: lifecycle.draining), server)
     worker_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registry, config.heartbeat_ms), server)
-    # clients need not present a certificate; workers do (checked per method above)
     address = bind(server, config.host, config.port, options.tls, require_client_auth=False)
+    if options.tls.mutual and not config.registry_port:
+        raise ValueError("mutual TLS needs --registry-port: workers register there with their certificates")
+    if config.registry_port:
+        registry_address = bind(server, config.host, config.registry_port, options.tls,
+                                require_client_auth=options.tls.mutual)
+        log.info("workers register on %s", registry_address)
     await server.start()
     await lifecycle.serving("")
     await lifecycle.serving("pdserve.v1.Registry")

@@ -38,6 +38,9 @@ class ClusterSpec:
     policy: str = "fcfs"  # scheduling policy of the gateway and every worker
     gateway_args: tuple[str, ...] = ()  # extra gateway flags, e.g. ("--slo-classes", "tight:200:20")
     # What the launcher itself presents to the gateway when it asks whether workers are ready:
+    prefill_args: tuple[str, ...] = ()  # extra flags for prefill workers only (e.g. their certificate)
+    decode_args: tuple[str, ...] = ()
+    registry_port: bool = False  # a separate --registry-port for workers (needed for mutual TLS)
     metrics: bool = False  # give every process a free --metrics-port (see LocalCluster.metrics_ports)
     api_key: str = ""  # when the gateway runs with --api-keys
     tls_ca: str = ""  # when it runs with TLS (PEM file)
@@ -48,6 +51,7 @@ class LocalCluster:
     spec: ClusterSpec
     log_dir: Path
     address: str = ""
+    registry_address: str = ""  # where workers register: the gateway's address or its registry port
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     metrics_ports: dict[str, int] = field(default_factory=dict)  # process name -> its metrics port
     _logs: list[object] = field(default_factory=list)
@@ -58,6 +62,8 @@ class LocalCluster:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         port = self.spec.port or _free_port(self.spec.host)
         self.address = f"{self.spec.host}:{port}"
+        self.registry_address = (f"{self.spec.host}:{_free_port(self.spec.host)}" if self.spec.registry_port
+                                 else self.address)
         self.start_gateway()
         tag = f"{os.getpid()}-{next(_counter)}"
         for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode)):
@@ -69,15 +75,18 @@ class LocalCluster:
     def start_gateway(self) -> None:
         """Starts (or, after it died, restarts) the gateway on the cluster's address."""
         port = self.address.rsplit(":", 1)[1]
-        self._spawn("gateway", ["gateway", "--host", self.spec.host, "--port", port, "--policy", self.spec.policy,
+        registry = ["--registry-port", self.registry_address.rsplit(":", 1)[1]] if self.spec.registry_port else []
+        self._spawn("gateway", ["gateway", "--host", self.spec.host, "--port", port, *registry,
+                                "--policy", self.spec.policy,
                                 *self._model_args(), *self._metrics_args("gateway"), *self.spec.gateway_args])
 
     def start_worker(self, role: str, worker_id: str) -> None:
         """Starts a worker; with the id of one that died, a restart that rejoins under that id."""
         module = f"{role}_worker"
-        args = [module, "--gateway", self.address, "--host", self.spec.host, "--worker-id", worker_id,
+        args = [module, "--gateway", self.registry_address, "--host", self.spec.host, "--worker-id", worker_id,
                 "--kv-transport", self.spec.kv_transport, "--policy", self.spec.policy, *self._model_args(),
-                *self._metrics_args(worker_id), *self.spec.worker_args]
+                *self._metrics_args(worker_id), *self.spec.worker_args,
+                *(self.spec.prefill_args if role == "prefill" else self.spec.decode_args)]
         self._spawn(worker_id, args)
 
     def _metrics_args(self, name: str) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import grpc
 
-from common.rpc.server import channel
+from common.rpc.server import gateway_channel
 from pdserve.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class Registrar:
         self.descriptor = descriptor
         self.load = load
         self.period_s = period_s
-        self._channel = channel(gateway)
+        self._channel = gateway_channel(gateway)
         self._stub = worker_pb2_grpc.RegistryStub(self._channel)
         self._task: asyncio.Task[None] | None = None
         self._registered = False
@@ -53,12 +53,17 @@ class Registrar:
             log.warning("immediate heartbeat failed: %s", exc.code().name)
 
     async def _run(self) -> None:
+        last_error = ""
         while True:
             try:
                 self._registered = await self._tick(self._registered)
+                last_error = ""
             except grpc.aio.AioRpcError as exc:
-                if self._registered:
-                    log.warning("gateway unreachable (%s); will register again", exc.code().name)
+                error = f"{exc.code().name}: {exc.details()}"
+                if error != last_error:  # once per distinct failure, not every period
+                    log.warning("%s with the gateway failed (%s); retrying every %.1f s",
+                                "heartbeat" if self._registered else "registration", error, self.period_s)
+                    last_error = error
                 self._registered = False
             await asyncio.sleep(self.period_s)
 

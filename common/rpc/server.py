@@ -48,7 +48,19 @@ def bind(server: grpc.aio.Server, host: str, port: int, tls: TlsConfig | None = 
 
 
 def channel(address: str) -> grpc.aio.Channel:
-    if _dial_tls.enabled or _dial_tls.ca:
+    """A channel to another cluster process's worker port: TLS when the cluster runs mutual
+    TLS (every worker then serves TLS and wants this process's certificate)."""
+    return _dial(address, _dial_tls.mutual)
+
+
+def gateway_channel(address: str) -> grpc.aio.Channel:
+    """A worker's channel to the gateway: TLS whenever this process was given a CA to trust the
+    gateway's certificate by (the gateway's port can be TLS without the cluster being mTLS)."""
+    return _dial(address, bool(_dial_tls.ca))
+
+
+def _dial(address: str, secure: bool) -> grpc.aio.Channel:
+    if secure:
         return grpc.aio.secure_channel(address, channel_credentials(_dial_tls), options=CHANNEL_OPTIONS)
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 

@@ -47,6 +47,9 @@ class WorkerProcess:
     metrics: Metrics
 
     def __post_init__(self) -> None:
+        if self.options.tls.enabled and not self.options.tls.mutual:
+            raise ValueError("a worker serves TLS only under mutual TLS: give --tls-ca with --tls-cert/--tls-key "
+                             "(--tls-ca alone trusts a TLS gateway)")
         use_tls(self.options.tls)
         interceptors = [PeerRoleInterceptor(WORKER_CALLERS)] if self.options.tls.mutual else []
         self.server = new_server(interceptors)
