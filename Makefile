@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install test test-unit test-gpu demo bench clean
+.PHONY: install test test-unit test-gpu soak demo bench clean
 
 install: $(STAMP)
 
@@ -21,6 +21,9 @@ test: $(STAMP)
 
 test-unit: $(STAMP)
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q tests/unit
+
+soak: $(STAMP)  # a few minutes of mixed load, cancellations and a worker restart
+	$(BIN)/python -m pytest -q -s -m soak tests/soak
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q tests/gpu
