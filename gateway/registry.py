@@ -25,6 +25,9 @@ class WorkerRecord:
     ready: bool = False  # decode: its token stream is open; prefill: at once
     inflight: int = 0  # requests this gateway has routed here and not yet seen finish
     inflight_tokens: int = 0  # prefill: prompt tokens this gateway sent and awaits answers for
+    # prefill: what this gateway sent and awaits, in sending order: request id -> (TTFT deadline
+    # on this gateway's perf_counter clock, inf without one; prompt tokens)
+    queued: dict[str, tuple[float, int]] = field(default_factory=dict)
     suspect: bool = False  # a call to it just failed: out of routing until it heartbeats again
     ttft_calibration: Calibration = field(default_factory=Calibration)  # observed / predicted TTFT
     extra: dict[str, object] = field(default_factory=dict)

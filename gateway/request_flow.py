@@ -171,14 +171,16 @@ class RequestFlow:
         predicted to return the first token within the SLO."""
         if not (self.ttft_guard and req.ttft_ms):
             return
-        best = self._best_prefill_s(req)
+        best = self._best_prefill_s(req, p)
         if _ms_since(p.started) + best * 1000 > req.ttft_ms:
             raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                f"TTFT SLO of {req.ttft_ms} ms is unattainable: the best prefill worker is "
                                f"predicted to need {best * 1000:.0f} ms", reason="ttft_unattainable")
 
-    def _best_prefill_s(self, req: ValidatedRequest) -> float:
-        predictions = [predicted_prefill_s(w, len(req.prompt_token_ids)) for w in self.registry.routable("prefill")]
+    def _best_prefill_s(self, req: ValidatedRequest, p: Progress) -> float:
+        deadline = _deadline(req, p)
+        predictions = [predicted_prefill_s(w, len(req.prompt_token_ids), deadline)
+                       for w in self.registry.routable("prefill")]
         return min((s for s in predictions if s is not None), default=0.0)
 
     async def _reserve(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
@@ -192,7 +194,7 @@ class RequestFlow:
                 waiting_allowed = self.ttft_guard and req.ttft_ms and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED
                 if not waiting_allowed:
                     raise
-                if _ms_since(p.started) + self._best_prefill_s(req) * 1000 + ADMISSION_RETRY_MS > req.ttft_ms:
+                if _ms_since(p.started) + self._best_prefill_s(req, p) * 1000 + ADMISSION_RETRY_MS > req.ttft_ms:
                     raise
                 await asyncio.sleep(ADMISSION_RETRY_MS / 1000)
                 continue
@@ -230,7 +232,8 @@ class RequestFlow:
 
     async def _prefill(self, req: ValidatedRequest, p: Progress, reservation: worker_pb2.ReserveResponse,
                        avoid: set[str]) -> worker_pb2.PrefillResponse:
-        candidates = [w for w in self.router.prefill_candidates(self.registry, len(req.prompt_token_ids))
+        deadline = _deadline(req, p)
+        candidates = [w for w in self.router.prefill_candidates(self.registry, len(req.prompt_token_ids), deadline)
                       if w.worker_id not in avoid]
         if not candidates:
             raise unavailable("no prefill worker is available")
@@ -242,9 +245,10 @@ class RequestFlow:
         request = worker_pb2.PrefillRequest(request_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
                                             sampling=sampling_to_proto(req.params), destination=destination,
                                             slo=_slo(req))
-        raw_s = predicted_prefill_s(p.prefill, len(req.prompt_token_ids), calibrated=False)
+        raw_s = predicted_prefill_s(p.prefill, len(req.prompt_token_ids), deadline, calibrated=False)
         p.prefill.inflight += 1
         p.prefill.inflight_tokens += len(req.prompt_token_ids)
+        p.prefill.queued[req.request_id] = (deadline, len(req.prompt_token_ids))
         sent = time.perf_counter()
         try:
             p.prefill_reply = await p.prefill.stub.Prefill(request)
@@ -256,6 +260,7 @@ class RequestFlow:
         finally:
             p.prefill.inflight -= 1
             p.prefill.inflight_tokens -= len(req.prompt_token_ids)
+            p.prefill.queued.pop(req.request_id, None)
         return p.prefill_reply
 
     def _prefill_error(self, exc: grpc.aio.AioRpcError, p: Progress) -> Exception:
@@ -355,6 +360,11 @@ async def _quietly(call) -> None:  # type: ignore[no-untyped-def]
 
 def _slo(req: ValidatedRequest) -> gateway_pb2.SLO:
     return gateway_pb2.SLO(ttft_ms=req.ttft_ms, tpot_ms=req.tpot_ms)
+
+
+def _deadline(req: ValidatedRequest, p: Progress) -> float:
+    """The request's TTFT deadline on the perf_counter clock; inf without a TTFT SLO."""
+    return p.started + req.ttft_ms / 1000 if req.ttft_ms else float("inf")
 
 
 def _ms_since(start: float) -> float:

@@ -11,7 +11,8 @@ from gateway.registry import WorkerRecord, WorkerRegistry
 
 
 class Router(Protocol):
-    def prefill_candidates(self, registry: WorkerRegistry, prompt_tokens: int) -> list[WorkerRecord]:
+    def prefill_candidates(self, registry: WorkerRegistry, prompt_tokens: int,
+                           deadline: float = float("inf")) -> list[WorkerRecord]:
         """Prefill workers to try, best first."""
         ...
 
@@ -21,7 +22,8 @@ class Router(Protocol):
 
 
 class LeastLoadedRouter:
-    def prefill_candidates(self, registry: WorkerRegistry, prompt_tokens: int) -> list[WorkerRecord]:
+    def prefill_candidates(self, registry: WorkerRegistry, prompt_tokens: int,
+                           deadline: float = float("inf")) -> list[WorkerRecord]:
         return sorted(registry.routable("prefill"), key=lambda w: (w.inflight, w.load.queued_tokens))
 
     def decode_candidates(self, registry: WorkerRegistry, total_tokens: int) -> list[WorkerRecord]:
@@ -29,14 +31,29 @@ class LeastLoadedRouter:
         return sorted(workers, key=lambda w: (w.inflight, -w.load.free_blocks))
 
 
-def predicted_prefill_s(worker: WorkerRecord, prompt_tokens: int, calibrated: bool = True) -> float | None:
-    """Queue ahead (what this gateway sent and the worker reported) plus this prompt, through the
-    worker's fitted prefill model; None when the worker has no model."""
+def queued_ahead(worker: WorkerRecord, deadline: float) -> int:
+    """Prompt tokens a prefill worker will compute before a request with this TTFT deadline.
+
+    Prefill queues run least slack first, so only queued requests with an earlier deadline
+    are ahead, plus the oldest one, which may already be in its (non-preemptible) forward.
+    Work the worker reports beyond what this gateway sent (other gateways') counts as ahead.
+    """
+    mine = list(worker.queued.values())
+    ahead = sum(tokens for d, tokens in mine if d <= deadline)
+    if mine and mine[0][0] > deadline:
+        ahead += mine[0][1]
+    others = max(0, worker.load.queued_tokens - sum(tokens for _, tokens in mine))
+    return ahead + others
+
+
+def predicted_prefill_s(worker: WorkerRecord, prompt_tokens: int, deadline: float = float("inf"),
+                        calibrated: bool = True) -> float | None:
+    """The queue ahead plus this prompt through the worker's fitted prefill model (corrected by
+    what its calls have been taking); None when the worker has no model."""
     cost = worker.descriptor.cost_model
     if not cost.present:
         return None
-    queued = max(worker.inflight_tokens, worker.load.queued_tokens)
-    ahead = queued + prompt_tokens
+    ahead = queued_ahead(worker, deadline) + prompt_tokens
     raw = cost.prefill_base_s + cost.prefill_per_token_s * max(0.0, ahead - cost.prefill_threshold)
     return worker.ttft_calibration.scale(raw) if calibrated else raw
 
@@ -44,6 +61,7 @@ def predicted_prefill_s(worker: WorkerRecord, prompt_tokens: int, calibrated: bo
 class SloAwareRouter(LeastLoadedRouter):
     """TTFT guard: prefill workers ordered by predicted time to first token."""
 
-    def prefill_candidates(self, registry: WorkerRegistry, prompt_tokens: int) -> list[WorkerRecord]:
+    def prefill_candidates(self, registry: WorkerRegistry, prompt_tokens: int,
+                           deadline: float = float("inf")) -> list[WorkerRecord]:
         workers = registry.routable("prefill")
-        return sorted(workers, key=lambda w: predicted_prefill_s(w, prompt_tokens) or float("inf"))
+        return sorted(workers, key=lambda w: predicted_prefill_s(w, prompt_tokens, deadline) or float("inf"))

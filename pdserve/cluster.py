@@ -69,7 +69,11 @@ class LocalCluster:
         for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode)):
             for i in range(count):
                 self.start_worker(role, f"{role}-{i}-{tag}")
-        self.wait_ready(timeout_s, progress)
+        try:
+            self.wait_ready(timeout_s, progress)
+        except BaseException:
+            self.stop(grace_s=2.0)  # a cluster that never became ready leaves nothing running
+            raise
         return self
 
     def start_gateway(self) -> None:

@@ -1,0 +1,34 @@
+"""The TTFT guard's view of a prefill queue: least slack first, so only earlier deadlines are ahead."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.registry import WorkerRecord
+from gateway.router import predicted_prefill_s, queued_ahead
+from pdserve.v1 import worker_pb2
+
+
+def _worker(queued: dict[str, tuple[float, int]], reported_tokens: int = 0) -> WorkerRecord:
+    cost = worker_pb2.CostModel(present=True, prefill_threshold=100, prefill_base_s=0.010, prefill_per_token_s=1e-4)
+    record = WorkerRecord(worker_pb2.WorkerDescriptor(cost_model=cost), worker_pb2.WorkerLoad(queued_tokens=reported_tokens),
+                          0.0, None, None)  # type: ignore[arg-type]
+    record.queued.update(queued)
+    return record
+
+
+def test_only_earlier_deadlines_and_the_request_in_its_forward_are_ahead():
+    worker = _worker({"oldest": (5.0, 300), "urgent": (1.0, 200), "loose": (9.0, 400)})
+    # brute force over the queue as the worker's scheduler orders it (least slack first),
+    # with the oldest request possibly already running
+    assert queued_ahead(worker, deadline=2.0) == 200 + 300  # urgent, plus oldest in its forward
+    assert queued_ahead(worker, deadline=6.0) == 200 + 300
+    assert queued_ahead(worker, deadline=0.5) == 300  # only the one that may be running
+    assert queued_ahead(worker, deadline=float("inf")) == 900
+
+
+def test_work_from_other_gateways_counts_as_ahead_and_predictions_use_the_fit():
+    worker = _worker({"mine": (1.0, 200)}, reported_tokens=700)
+    assert queued_ahead(worker, deadline=0.5) == 200 + 500
+    # 700 ahead + 50 of its own through 10 ms + 0.1 ms/token above 100 tokens
+    assert predicted_prefill_s(worker, 50, deadline=0.5, calibrated=False) == pytest.approx(0.010 + 1e-4 * 650)
