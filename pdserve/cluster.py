@@ -56,15 +56,20 @@ class LocalCluster:
     metrics_ports: dict[str, int] = field(default_factory=dict)  # process name -> its metrics port
     _logs: list[object] = field(default_factory=list)
     _ended: set[str] = field(default_factory=set)  # ended on purpose (kill), not failed
+    _log_offsets: dict[str, int] = field(default_factory=dict)
 
     def start(self, timeout_s: float = 120.0, progress: bool = False) -> LocalCluster:
         _exit_on_sigterm()  # so a SIGTERM to the launcher still stops its children (via __exit__)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        port = self.spec.port or _free_port(self.spec.host)
-        self.address = f"{self.spec.host}:{port}"
-        self.registry_address = (f"{self.spec.host}:{_free_port(self.spec.host)}" if self.spec.registry_port
-                                 else self.address)
-        self.start_gateway()
+        for attempt in range(3):  # a port found free can be taken before the gateway binds it
+            port = self.spec.port or _free_port(self.spec.host)
+            self.address = f"{self.spec.host}:{port}"
+            self.registry_address = (f"{self.spec.host}:{_free_port(self.spec.host)}" if self.spec.registry_port
+                                     else self.address)
+            self.start_gateway()
+            if self._gateway_listening(timeout_s) or self.spec.port or attempt == 2:
+                break
+            self._ended.add("gateway")
         tag = f"{os.getpid()}-{next(_counter)}"
         for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode)):
             for i in range(count):
@@ -179,10 +184,24 @@ class LocalCluster:
         if self.spec.threads_per_worker:
             env["OMP_NUM_THREADS"] = str(self.spec.threads_per_worker)
         log = open(self.log_dir / f"{name}.log", "ab")
+        self._log_offsets[name] = log.tell()
         self._logs.append(log)
         self._ended.discard(name)
         self.processes[name] = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
                                                 env=env, start_new_session=True)
+
+    def _gateway_listening(self, timeout_s: float) -> bool:
+        """Waits until the gateway has bound its ports (True) or exited (False)."""
+        deadline = time.monotonic() + timeout_s
+        log = self.log_dir / "gateway.log"
+        start = self._log_offsets.get("gateway", 0)  # the log is appended to across restarts
+        while time.monotonic() < deadline:
+            if "gateway listening on" in log.read_text(errors="replace")[start:]:
+                return True
+            if self.processes["gateway"].poll() is not None:
+                return False
+            time.sleep(0.05)
+        return True  # let wait_ready report what is wrong
 
     def _check_alive(self) -> None:
         for name, proc in self.processes.items():
