@@ -145,10 +145,21 @@ class EngineThread:
 
 
 def _run_call(item: _Call, engine: LLMEngine) -> None:
+    """Runs a call even when its caller has given up (cancelled the future): a call handed to
+    the engine, e.g. a release in a cancelled handler's ``finally``, must not be lost. The
+    outcome goes to the caller only if it still waits; a cancelled future must not be set
+    (that raises, and would kill the engine thread)."""
     try:
-        item.future.set_result(item.fn(engine))
+        result, error = item.fn(engine), None
     except Exception as exc:  # handed to the awaiting caller
-        item.future.set_exception(exc)
+        result, error = None, exc
+    try:
+        if error is not None:
+            item.future.set_exception(error)
+        else:
+            item.future.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        log.debug("engine call finished after its caller gave up: %s", error or "ok")
 
 
 class AsyncEngine:

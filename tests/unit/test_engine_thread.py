@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -52,3 +53,26 @@ async def test_invalid_request_raises_value_error_to_the_caller(engine_thread):
     engine = AsyncEngine(engine_thread)
     with pytest.raises(ValueError, match="prompt is empty"):
         await _collect(engine, "bad", [], SamplingParams())
+
+
+async def test_a_call_whose_caller_gave_up_still_runs_and_the_engine_thread_survives(engine_thread):
+    # The caller cancels while the engine thread is busy; the call then fails (or succeeds)
+    # with nobody waiting. Setting a cancelled future used to raise on the engine thread and
+    # kill it, after which no request on that worker ever moved again.
+    gate = threading.Event()
+    blocker = engine_thread.call(lambda e: gate.wait(10))  # keeps the engine thread busy
+    ran: list[str] = []
+
+    def failing(engine: object) -> None:
+        ran.append("failing")
+        raise ValueError("no live lease")
+
+    abandoned = [engine_thread.call(failing), engine_thread.call(lambda e: ran.append("ok"))]
+    for future in abandoned:
+        assert future.cancel()  # still queued: the caller gives up
+    gate.set()
+    blocker.result(timeout=10)
+    assert await asyncio.wait_for(engine_thread.run(lambda e: "alive"), 10) == "alive"
+    assert ran == ["failing", "ok"]  # both ran although nobody waited for them
+    outputs = [o async for o in AsyncEngine(engine_thread).generate("after", [1, 2, 3], SamplingParams(max_tokens=2))]
+    assert outputs[-1].finished
