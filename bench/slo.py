@@ -1,19 +1,31 @@
 """fcfs against scorpio on one arrival sequence, through ``pdserve bench``, on a 1+1 cluster.
 
-Six SLO classes (TTFT tight/medium/loose × TPOT tight/loose) are scaled to the measured
-prefill and decode step times of the model in use. Rates: a geometric grid up to the first
-rate where fcfs meets fewer than 90% of SLOs, then on to twice that rate.
+Six SLO classes (TTFT tight/medium/loose × TPOT tight/loose) are scaled to the latency the
+cluster itself shows when nearly idle (median TTFT and TPOT of a short run at a low rate,
+measured first): a class is a multiple of what this model, machine and deployment can do,
+RPC hops and all, so every class is attainable when the cluster is not loaded. Rates: a
+grid up to the first rate where fcfs meets fewer than 90% of SLOs (the knee), then 1.5× and
+2× the knee. Each point runs ``--duration-s`` of arrivals (at least ``--min-prompts``), so an
+overload is measured in its steady state, not only its first seconds.
 
-    python bench/slo.py [--num-prompts 200] [--out bench/results/slo-cpu.json] [--plot slo.png]
+Every cluster gets the same short unloaded run before its first point (so neither policy pays
+for cold connections in its measurements). Where the machine has the cores, each worker gets
+one of its own, as it would get its own GPU, and the gateway and the load generator share the
+rest (``--no-pin`` turns this off): on a small machine the processes otherwise take turns on
+the same cores and each worker's speed depends on what the others are doing.
+
+    python bench/slo.py [--duration-s 20] [--out bench/results/slo-cpu.json] [--plot slo.png]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -27,64 +39,102 @@ from common.model_create import ensure_model  # noqa: E402
 from common.slo.profile import profile  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 
-WORKER_ARGS = ("--num-kv-blocks", "4096", "--max-batch-size", "64")
+# A small prefill token budget: a forward of at most ~2 prompts, so least-slack-first order
+# decides who goes next (a 4096-token forward finishes every prompt in it together).
+WORKER_ARGS = ("--num-kv-blocks", "4096", "--max-batch-size", "64", "--max-num-tokens", "512")
 
 
-def slo_classes(prompt_len: int, batch: int, mean_len: int, cost_model: Path) -> tuple[str, dict[str, float]]:
-    """Classes scaled to this machine: TTFT multiples of one prefill, TPOT multiples of one step.
-    The fit is saved to ``cost_model`` for the workers, so they do not each profile at start-up
+TTFT_MULTIPLES = {"ttft_tight": 4.0, "ttft_medium": 12.0, "ttft_loose": 40.0}
+TPOT_MULTIPLES = {"tpot_tight": 3.0, "tpot_loose": 10.0}
+
+
+def profile_workers(cost_model: Path) -> dict[str, float]:
+    """Fits the cost models once, saved for the workers, so they do not each profile at start-up
     at the same moment on the same cores (which skews both fits)."""
     torch.set_num_threads(1)  # as each worker runs
     models = profile(LLMEngine(EngineConfig(num_kv_blocks=2048)))
     models.save(cost_model)
     progress(f"prefill fit: {models.prefill.describe()}")
     progress(f"decode fit: {models.decode.describe()}")
-    prefill_ms = models.prefill.predict(prompt_len) * 1000
-    step_ms = models.decode.predict(batch, mean_len) * 1000
-    ttfts = {"ttft_tight": 3 * prefill_ms, "ttft_medium": 10 * prefill_ms, "ttft_loose": 40 * prefill_ms}
-    tpots = {"tpot_tight": 1.5 * step_ms, "tpot_loose": 5 * step_ms}
-    spec = ",".join(f"{t}-{p}:{ttfts[t]:.0f}:{tpots[p]:.0f}" for t in ttfts for p in tpots)
-    return spec, {"prefill_ms": prefill_ms, "step_ms": step_ms}
+    return {"prefill_192_ms": models.prefill.predict(192) * 1000, "step_16_ms": models.decode.predict(16, 216) * 1000}
 
 
-def bench_point(address: str, rate: float, args: argparse.Namespace, slo_mix: str, out_dir: Path) -> dict:
+def slo_classes(base_ttft_ms: float, base_tpot_ms: float) -> str:
+    """``name:ttft_ms:tpot_ms`` for the six classes, as multiples of the unloaded latency."""
+    return ",".join(f"{t}-{p}:{base_ttft_ms * tm:.0f}:{base_tpot_ms * pm:.1f}"
+                    for t, tm in TTFT_MULTIPLES.items() for p, pm in TPOT_MULTIPLES.items())
+
+
+def unloaded_latency(address: str, args: argparse.Namespace, out_dir: Path) -> tuple[float, float]:
+    """Median TTFT and TPOT (ms) of a short run at a low rate without SLOs."""
+    r = bench_point(address, args.base_rate, args, "", out_dir, num_prompts=args.base_prompts)
+    progress(f"unloaded ({args.base_rate:g} req/s): median TTFT {r['median_ttft_ms']:.1f} ms, "
+             f"median TPOT {r['median_tpot_ms']:.2f} ms")
+    return r["median_ttft_ms"], r["median_tpot_ms"]
+
+
+def bench_point(address: str, rate: float, args: argparse.Namespace, slo_mix: str, out_dir: Path,
+                num_prompts: int | None = None) -> dict:
     host, port = address.rsplit(":", 1)
     name = f"{rate:g}.json"
+    n = num_prompts or max(args.min_prompts, round(rate * args.duration_s))
     cmd = [sys.executable, "-m", "client.bench", "--host", host, "--port", port, "--num-prompts",
-           str(args.num_prompts), "--request-rate", str(rate), "--seed", "7", "--random-input-len",
+           str(n), "--request-rate", str(rate), "--seed", "7", "--random-input-len",
            str(args.prompt_len), "--random-output-len", str(args.output_len), "--random-range-ratio", "0.5",
-           "--ignore-eos", "--slo-mix", slo_mix, "--save-result", "--result-dir", str(out_dir),
-           "--result-filename", name, "--percentile-metrics", "ttft,tpot"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=600)
+           "--ignore-eos", "--save-result", "--result-dir", str(out_dir),
+           "--result-filename", name, "--percentile-metrics", "ttft,tpot"] + (["--slo-mix", slo_mix] if slo_mix else [])
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=900)
     return json.loads((out_dir / name).read_text())
 
 
 def point_summary(policy: str, rate: float, r: dict) -> dict:
     admitted = r["num_prompts"] - r["rejected"]
     good = round(r["slo_adherence"] * r["num_prompts"])
-    return {"policy": policy, "rate": rate, "goodput": r["request_goodput"], "adherence": r["slo_adherence"],
+    return {"policy": policy, "rate": rate, "num_prompts": r["num_prompts"], "duration_s": r["duration"],
+            "goodput": r["request_goodput"], "adherence": r["slo_adherence"],
             "admitted_attainment": good / admitted if admitted else 0.0, "rejected": r["rejected"],
             "failed": r["failed"], "p99_ttft_ms": r["p99_ttft_ms"], "p99_tpot_ms": r["p99_tpot_ms"],
             "per_class": {k: {"good": v["good"], "sent": v["sent"], "rejected": v["rejected"]}
                           for k, v in r["per_class"].items()}}
 
 
+def core_layout(pin: bool) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], set[int] | None]:
+    """Cores for the cluster's roles and for this process (and the load generator it starts):
+    the decode worker, then the prefill worker, get a core of their own while one is left."""
+    cores = sorted(os.sched_getaffinity(0))
+    if not pin or len(cores) < 2:
+        return (), None
+    roles = [("decode", (cores.pop(),))]
+    if len(cores) >= 3:
+        roles.append(("prefill", (cores.pop(),)))
+    rest = tuple(cores)
+    return (*roles, ("gateway", rest)), set(rest)
+
+
 def run_policy(policy: str, rates: list[float], args: argparse.Namespace, slo_mix: str, work: Path,
-               stop_below: float | None = None) -> list[dict]:
+               affinity: tuple[tuple[str, tuple[int, ...]], ...] = (),
+               stop_below: float | None = None) -> tuple[list[dict], tuple[float, float]]:
+    """Runs ``rates`` in order on one cluster (stopping after the first point under
+    ``stop_below`` adherence), after its unloaded run; returns the points and that run's
+    median TTFT and TPOT. With no ``slo_mix``, the classes come from that unloaded run."""
     worker_args = (*WORKER_ARGS, "--cost-model", str(work / "cost_model.json"))
-    spec = ClusterSpec(port=0, worker_args=worker_args, threads_per_worker=1, policy=policy)
+    spec = ClusterSpec(port=0, worker_args=worker_args, threads_per_worker=1, policy=policy, cpu_affinity=affinity)
     points = []
     with LocalCluster(spec, work / f"logs-{policy}") as cluster:
+        unloaded = unloaded_latency(cluster.address, args, work / f"unloaded-{policy}")
+        if not slo_mix:
+            slo_mix = slo_classes(*unloaded)
+            progress(f"SLO classes (name:TTFT ms:TPOT ms): {slo_mix}")
         for rate in rates:
             result = point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix,
                                                              work / policy))
             points.append(result)
-            progress(f"[{policy} @ {rate:g} req/s] goodput {result['goodput']:.2f}, adherence "
-                     f"{result['adherence']:.0%}, admitted meeting SLOs {result['admitted_attainment']:.0%}, "
-                     f"rejected {result['rejected']}")
+            progress(f"[{policy} @ {rate:g} req/s, {result['num_prompts']} requests] goodput {result['goodput']:.2f}, "
+                     f"adherence {result['adherence']:.0%}, admitted meeting SLOs "
+                     f"{result['admitted_attainment']:.0%}, rejected {result['rejected']}")
             if stop_below is not None and result["adherence"] < stop_below:
                 break
-    return points
+    return points, unloaded
 
 
 def plot(points: list[dict], out: Path) -> None:
@@ -109,32 +159,41 @@ def plot(points: list[dict], out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num-prompts", type=int, default=200)
+    parser.add_argument("--duration-s", type=float, default=20.0, help="seconds of arrivals per point")
+    parser.add_argument("--min-prompts", type=int, default=100)
     parser.add_argument("--prompt-len", type=int, default=192)
     parser.add_argument("--output-len", type=int, default=48)
+    parser.add_argument("--base-rate", type=float, default=2.0, help="the low rate the unloaded latency is taken at")
+    parser.add_argument("--base-prompts", type=int, default=40)
     parser.add_argument("--grid", default="4,8,16,32,64")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument("--no-pin", dest="pin", action="store_false", help="let the OS place every process")
     args = parser.parse_args()
     ensure_model("tiny")
     device = device_name()
     work = Path(tempfile.mkdtemp(prefix="pdserve-slo-"))
-    slo_mix, scale = slo_classes(args.prompt_len, 16, args.prompt_len + args.output_len // 2,
-                                 work / "cost_model.json")
-    progress(f"SLO classes (ms): {slo_mix}")
+    scale = profile_workers(work / "cost_model.json")
+    affinity, own_cores = core_layout(args.pin)
+    if own_cores:
+        os.sched_setaffinity(0, own_cores)  # the load generator runs beside the gateway
+        progress(f"cores: {dict(affinity)}")
     grid = [float(r) for r in args.grid.split(",")]
-    fcfs = run_policy("fcfs", grid, args, slo_mix, work, stop_below=0.9)
+    fcfs, (base_ttft, base_tpot) = run_policy("fcfs", grid, args, "", work, affinity, stop_below=0.9)
+    scale.update(unloaded_ttft_ms=base_ttft, unloaded_tpot_ms=base_tpot)
+    slo_mix = slo_classes(base_ttft, base_tpot)
     knee = fcfs[-1]["rate"]
     rates = sorted({r for r in grid if r <= knee} | {knee * 1.5, knee * 2})
-    fcfs += run_policy("fcfs", [r for r in rates if r > knee], args, slo_mix, work)
-    scorpio = run_policy("scorpio", rates, args, slo_mix, work)
+    fcfs += run_policy("fcfs", [r for r in rates if r > knee], args, slo_mix, work, affinity)[0]
+    scorpio = run_policy("scorpio", rates, args, slo_mix, work, affinity)[0]
     points = sorted(fcfs + scorpio, key=lambda p: (p["policy"], p["rate"]))
     if args.plot:
         plot(points, args.plot)
     top = max(rates)
     f_top = next(p for p in points if p["policy"] == "fcfs" and p["rate"] == top)
     s_top = next(p for p in points if p["policy"] == "scorpio" and p["rate"] == top)
-    emit({"device": device, "slo_classes": slo_mix, "scale": scale, "knee_rate": knee, "points": points,
+    emit({"device": device, "cores": {role: list(c) for role, c in affinity}, "worker_args": list(WORKER_ARGS),
+          "slo_classes": slo_mix, "scale": scale, "knee_rate": knee, "duration_s": args.duration_s, "points": points,
           "at_top_rate": {"rate": top, "goodput_ratio": s_top["goodput"] / max(f_top["goodput"], 1e-9),
                           "scorpio_admitted_attainment": s_top["admitted_attainment"]}}, args.out)
 

@@ -63,7 +63,8 @@ class LLMEngine:
         self.leases = LeaseTable(self.pool, config.lease_timeout_s, config.quarantine_s)
         self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
         self._pending_tpot: dict[str, float] = {}  # reserved, not yet committed: counted by admission
-        self.step_calibration = Calibration()  # decode steps as observed vs the fitted model
+        self.step_calibration = Calibration()  # decode step periods as observed vs the fitted model
+        self._last_step_end: float | None = None  # end of the previous step, if it led straight here
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     prefill_only: bool = False, ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0) -> None:
@@ -155,15 +156,24 @@ class LLMEngine:
         self.leases.expire()
         outputs = self.scheduler.apply_aborts()
         batch = self.scheduler.schedule()
-        if batch.seqs:
-            started = time.perf_counter()
-            sampled = self.runner.execute(batch)
-            self._observe_step(batch, time.perf_counter() - started)
-            outputs += self.scheduler.update_from_output(batch, sampled)
+        if not batch.seqs:
+            self._last_step_end = None
+            return outputs
+        started = time.perf_counter()
+        sampled = self.runner.execute(batch)
+        ended = time.perf_counter()
+        self._observe_step(batch, ended - (self._last_step_end or started))
+        outputs += self.scheduler.update_from_output(batch, sampled)
+        self._last_step_end = ended if self.has_unfinished_requests() else None
         return outputs
 
     def _observe_step(self, batch: ScheduledBatch, seconds: float) -> None:
-        """Feeds decode-only steps to the calibration of the decode cost model."""
+        """Feeds decode-only steps to the calibration of the decode cost model.
+
+        ``seconds`` is the step's period (previous step's end to this one's) when steps ran
+        back to back: what a request in every step waits per token, including the scheduler,
+        the hand-off of outputs, calls handled between steps and whatever else shares the CPU.
+        """
         if self.cost_models is None or not all(s.is_decode for s in batch.seqs):
             return
         mean_len = sum(s.start_pos + 1 for s in batch.seqs) / len(batch.seqs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import grpc
 
@@ -22,8 +23,10 @@ Inbox = asyncio.Queue  # of worker_pb2.TokenEvent | RequestError
 
 
 class DecodeStreams:
-    def __init__(self, stream_id: str, registry: WorkerRegistry) -> None:
+    def __init__(self, stream_id: str, registry: WorkerRegistry,
+                 on_finished: Callable[[], None] = lambda: None) -> None:
         self.stream_id = stream_id
+        self.on_finished = on_finished  # a request on some decode worker ended: capacity came free
         self.registry = registry
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._inboxes: dict[str, Inbox] = {}
@@ -71,6 +74,8 @@ class DecodeStreams:
                 record.ready = True  # the first (empty) message is the handshake
                 for event in message.events:
                     self.post(event.request_id, event)
+                if any(event.finish_reason or event.error for event in message.events):
+                    self.on_finished()
             reason = "token stream ended"
         except grpc.aio.AioRpcError as exc:
             reason = f"token stream broke ({exc.code().name})"

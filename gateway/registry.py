@@ -29,7 +29,8 @@ class WorkerRecord:
     # on this gateway's perf_counter clock, inf without one; prompt tokens)
     queued: dict[str, tuple[float, int]] = field(default_factory=dict)
     suspect: bool = False  # a call to it just failed: out of routing until it heartbeats again
-    ttft_calibration: Calibration = field(default_factory=Calibration)  # observed / predicted TTFT
+    # observed / predicted prefill calls: one call, not a mean over many, decides a TTFT
+    ttft_calibration: Calibration = field(default_factory=lambda: Calibration(quantile=0.9))
     extra: dict[str, object] = field(default_factory=dict)
 
     @property

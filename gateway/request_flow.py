@@ -19,17 +19,17 @@ import grpc
 
 from common.rpc.convert import sampling_to_proto
 from common.ops.metrics import Metrics
+from gateway.admission import AdmissionQueue
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import RequestError, WorkerLost, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
-from gateway.router import Router, predicted_prefill_s
+from gateway.router import Router, predicted_prefill_s, pushes_queued_past_deadline
 from gateway.text_stream import TextStream
 from gateway.validation import ValidatedRequest
 from pdserve.v1 import gateway_pb2, worker_pb2
 
 log = logging.getLogger(__name__)
 ABORTED = RequestError(grpc.StatusCode.CANCELLED, "aborted")
-ADMISSION_RETRY_MS = 5.0
 MAX_ATTEMPTS = 3  # reserve + prefill tries before a request fails with UNAVAILABLE
 FAILED_PEER_KEY = "pdserve-failed-peer"  # prefill workers name the decode worker that failed a transfer
 
@@ -56,8 +56,10 @@ class Progress:
 
 class RequestFlow:
     def __init__(self, registry: WorkerRegistry, router: Router, streams: DecodeStreams, tokenizer: object,
-                 ttft_guard: bool = False, metrics: Metrics | None = None) -> None:
+                 ttft_guard: bool = False, metrics: Metrics | None = None,
+                 admission: AdmissionQueue | None = None) -> None:
         self.metrics = metrics
+        self.admission = admission or AdmissionQueue()
         self.registry = registry
         self.router = router
         self.streams = streams
@@ -69,7 +71,7 @@ class RequestFlow:
     async def run(self, req: ValidatedRequest) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         if req.request_id in self.active:
             raise RequestError(grpc.StatusCode.ALREADY_EXISTS, f"request_id {req.request_id!r} is already running")
-        progress = self.active[req.request_id] = Progress(owner=req)
+        progress = self.active[req.request_id] = Progress(owner=req, started=req.received_at or time.perf_counter())
         try:
             async for message in self._stages(req, progress):
                 progress.finished = bool(message.finish_reason)
@@ -168,43 +170,69 @@ class RequestFlow:
 
     def _check_ttft(self, req: ValidatedRequest, p: Progress) -> None:
         """TTFT guard: RESOURCE_EXHAUSTED, before any work is done, when no prefill worker is
-        predicted to return the first token within the SLO."""
+        predicted to return the first token within the SLO without making a request already
+        queued there late."""
         if not (self.ttft_guard and req.ttft_ms):
             return
         best = self._best_prefill_s(req, p)
+        if best == float("inf"):
+            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"TTFT SLO of {req.ttft_ms} ms is unattainable: on every prefill worker the request "
+                               f"would make queued requests miss theirs", reason="ttft_unattainable")
         if _ms_since(p.started) + best * 1000 > req.ttft_ms:
             raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                f"TTFT SLO of {req.ttft_ms} ms is unattainable: the best prefill worker is "
                                f"predicted to need {best * 1000:.0f} ms", reason="ttft_unattainable")
 
     def _best_prefill_s(self, req: ValidatedRequest, p: Progress) -> float:
-        deadline = _deadline(req, p)
-        predictions = [predicted_prefill_s(w, len(req.prompt_token_ids), deadline)
-                       for w in self.registry.routable("prefill")]
+        """The least predicted prefill call over the workers where the request makes no queued
+        request late; inf when there is none; 0 when no worker has a cost model."""
+        deadline, now, tokens = _deadline(req, p), time.perf_counter(), len(req.prompt_token_ids)
+        predictions = [predicted_prefill_s(w, tokens, deadline) for w in self.registry.routable("prefill")
+                       if not pushes_queued_past_deadline(w, tokens, deadline, now)]
+        if not predictions:
+            return float("inf") if self.registry.routable("prefill") else 0.0
         return min((s for s in predictions if s is not None), default=0.0)
 
     async def _reserve(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
         """Reserves on the first decode worker that admits the request. Under the TTFT guard a
-        request every worker turns away waits here while its TTFT deadline still allows it,
-        re-predicting its prefill each time (the prefill queue moves while it waits)."""
-        while True:
-            try:
-                reservation = await self._reserve_once(req, p, avoid)
-            except RequestError as exc:
-                waiting_allowed = self.ttft_guard and req.ttft_ms and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-                if not waiting_allowed:
-                    raise
-                if _ms_since(p.started) + self._best_prefill_s(req, p) * 1000 + ADMISSION_RETRY_MS > req.ttft_ms:
-                    raise
-                await asyncio.sleep(ADMISSION_RETRY_MS / 1000)
-                continue
-            try:
-                self._check_ttft(req, p)  # the wait, or the reservation itself, may have used up the slack
-            except RequestError:  # nothing was written: the lease can be reused at once
-                await self._release(req.request_id, p, writer_may_still_write=False)
-                p.lease_id = ""
+        request every worker turns away waits in the admission queue while its TTFT deadline
+        still allows it (its prefill is predicted again each time: the prefill queue moves)."""
+        try:
+            reservation = await self._reserve_once(req, p, avoid)
+        except RequestError as exc:
+            if not (self.ttft_guard and req.ttft_ms and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED):
                 raise
-            return reservation
+            reservation = await self._wait_for_admission(req, p, avoid, exc)
+        try:
+            self._check_ttft(req, p)  # the wait, or the reservation itself, may have used up the slack
+        except RequestError:  # nothing was written: the lease can be reused at once
+            await self._release(req.request_id, p, writer_may_still_write=False)
+            p.lease_id = ""
+            raise
+        return reservation
+
+    async def _wait_for_admission(self, req: ValidatedRequest, p: Progress, avoid: set[str],
+                                  refusal: RequestError) -> worker_pb2.ReserveResponse:
+        def last_useful_moment() -> float:  # admitted later than this, the prefill cannot finish in time
+            return _deadline(req, p) - self._best_prefill_s(req, p)
+
+        async with self.admission.waiting(last_useful_moment, req.tpot_ms) as waiter:
+            while True:
+                if not await waiter.next_turn(last_useful_moment() - time.perf_counter()):
+                    if last_useful_moment() <= time.perf_counter():
+                        raise refusal
+                    continue
+                try:
+                    reservation = await self._reserve_once(req, p, avoid)
+                except RequestError as exc:
+                    waiter.report(False)
+                    if exc.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        raise
+                    refusal = exc
+                    continue
+                waiter.report(True)
+                return reservation
 
     async def _reserve_once(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
         candidates = [w for w in self.router.decode_candidates(self.registry, len(req.prompt_token_ids)
@@ -326,10 +354,12 @@ class RequestFlow:
         if p.decode is not None and p.lease_id and not p.committed:
             await _quietly(p.decode.stub.Release(worker_pb2.ReleaseRequest(
                 request_id=request_id, lease_id=p.lease_id, writer_may_still_write=writer_may_still_write), timeout=5))
+            self.admission.notify()
 
     async def _abort_decode(self, request_id: str, p: Progress) -> None:
         if p.decode is not None:
             await _quietly(p.decode.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id), timeout=5))
+            self.admission.notify()
 
     async def _clean_up(self, request_id: str, p: Progress) -> None:
         """After an early end: stop the prefill, give back or abort the decode side."""
@@ -349,6 +379,7 @@ class RequestFlow:
 
     async def drain(self) -> None:
         await asyncio.gather(*self._cleanups, return_exceptions=True)
+        await self.admission.close()
 
 
 async def _quietly(call) -> None:  # type: ignore[no-untyped-def]

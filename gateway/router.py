@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 from gateway.registry import WorkerRecord, WorkerRegistry
+from pdserve.v1 import worker_pb2
 
 
 class Router(Protocol):
@@ -48,20 +50,51 @@ def queued_ahead(worker: WorkerRecord, deadline: float) -> int:
 
 def predicted_prefill_s(worker: WorkerRecord, prompt_tokens: int, deadline: float = float("inf"),
                         calibrated: bool = True) -> float | None:
-    """The queue ahead plus this prompt through the worker's fitted prefill model (corrected by
-    what its calls have been taking); None when the worker has no model."""
+    """The queue ahead plus this prompt through the worker's fitted prefill model, one forward
+    per ``max_num_tokens`` (corrected by what its calls have been taking); None when the
+    worker has no model."""
     cost = worker.descriptor.cost_model
     if not cost.present:
         return None
-    ahead = queued_ahead(worker, deadline) + prompt_tokens
-    raw = cost.prefill_base_s + cost.prefill_per_token_s * max(0.0, ahead - cost.prefill_threshold)
+    raw = forwards_s(cost, queued_ahead(worker, deadline) + prompt_tokens, worker.descriptor.max_num_tokens)
     return worker.ttft_calibration.scale(raw) if calibrated else raw
 
 
+def forwards_s(cost: worker_pb2.CostModel, tokens: int, budget: int) -> float:
+    """Time of the forwards that compute ``tokens`` queued prompt tokens, ``budget`` per forward."""
+    def one(n: int) -> float:
+        return cost.prefill_base_s + cost.prefill_per_token_s * max(0.0, n - cost.prefill_threshold)
+
+    if budget <= 0 or tokens <= budget:
+        return one(tokens)
+    full, rest = divmod(tokens, budget)
+    return full * one(budget) + (one(rest) if rest else 0.0)
+
+
+def pushes_queued_past_deadline(worker: WorkerRecord, prompt_tokens: int, deadline: float, now: float) -> bool:
+    """Whether sending a request with this TTFT deadline to ``worker`` would make a request
+    already queued there, predicted to be on time, late.
+
+    Least slack first puts the newcomer ahead of every queued request with a later deadline,
+    so each of those waits for its tokens too. Admitting it anyway would trade a request that
+    was promised its SLO for one that was not, and make the promises worth less.
+    """
+    for queued_deadline, _ in list(worker.queued.values()):
+        if queued_deadline < deadline or queued_deadline == float("inf"):
+            continue
+        on_time_now = now + (predicted_prefill_s(worker, 0, queued_deadline) or 0.0) <= queued_deadline
+        if on_time_now and now + (predicted_prefill_s(worker, prompt_tokens, queued_deadline) or 0.0) > queued_deadline:
+            return True
+    return False
+
+
 class SloAwareRouter(LeastLoadedRouter):
-    """TTFT guard: prefill workers ordered by predicted time to first token."""
+    """TTFT guard: prefill workers ordered by predicted time to first token, those where the
+    request would make a queued request late last."""
 
     def prefill_candidates(self, registry: WorkerRegistry, prompt_tokens: int,
                            deadline: float = float("inf")) -> list[WorkerRecord]:
-        workers = registry.routable("prefill")
-        return sorted(workers, key=lambda w: predicted_prefill_s(w, prompt_tokens, deadline) or float("inf"))
+        now = time.perf_counter()
+        return sorted(registry.routable("prefill"),
+                      key=lambda w: (pushes_queued_past_deadline(w, prompt_tokens, deadline, now),
+                                     predicted_prefill_s(w, prompt_tokens, deadline) or float("inf")))

@@ -16,6 +16,7 @@ from common.ops.options import ProcessOptions, add_process_args, process_options
 from common.rpc.server import bind, new_server, run_main, use_tls
 from common.rpc.tls import PeerRoleInterceptor
 from common.tokenizer import load_tokenizer
+from gateway.admission import AdmissionQueue
 from gateway.config import GatewayConfig, add_gateway_args, gateway_config_from_args
 from gateway.decode_streams import DecodeStreams
 from gateway.registry import RegistryServicer, WorkerRegistry
@@ -62,9 +63,11 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     use_tls(options.tls)
     metrics = Metrics("gateway")
     registry = WorkerRegistry(config.worker_timeout_ms / 1000)
-    streams = DecodeStreams(f"gateway-{uuid.uuid4().hex[:8]}", registry)
+    admission = AdmissionQueue()
+    streams = DecodeStreams(f"gateway-{uuid.uuid4().hex[:8]}", registry, on_finished=admission.notify)
     router = SloAwareRouter() if config.ttft_guard else LeastLoadedRouter()
-    flow = RequestFlow(registry, router, streams, tokenizer, ttft_guard=config.ttft_guard, metrics=metrics)
+    flow = RequestFlow(registry, router, streams, tokenizer, ttft_guard=config.ttft_guard, metrics=metrics,
+                       admission=admission)
     server = new_server([PeerRoleInterceptor(GATEWAY_CALLERS)] if options.tls.mutual else [])
     lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)
     gateway_pb2_grpc.add_GatewayServicer_to_server(

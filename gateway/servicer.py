@@ -35,6 +35,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     async def Generate(self, request: gateway_pb2.GenerateRequest,
                        context: grpc.aio.ServicerContext) -> AsyncIterator[gateway_pb2.GenerateResponse]:
+        received_at = time.perf_counter()
         accounting = RequestAccounting(self.metrics)
         request_id_var.set(request.request_id)
         if self.draining():
@@ -56,8 +57,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         try:
             validated = validate(request, self.tokenizer, self.limits)
-            if tenant.name:
-                validated = dataclasses.replace(validated, tenant=tenant.name)
+            validated = dataclasses.replace(validated, received_at=received_at, tenant=tenant.name or validated.tenant)
             request_id_var.set(validated.request_id)
             context.add_done_callback(lambda _: (self.flow.abandon(validated), admission.release()))
             reason = ""

@@ -22,6 +22,7 @@ class ValidatedRequest:
     tpot_ms: int
     tenant: str
     slo_class: str = ""  # for metrics: the named class, "custom" for explicit values, "default", or ""
+    received_at: float = 0.0  # perf_counter when the RPC reached the gateway: TTFT deadlines count from here
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,9 @@ class ClusterSpec:
     metrics: bool = False  # give every process a free --metrics-port (see LocalCluster.metrics_ports)
     api_key: str = ""  # when the gateway runs with --api-keys
     tls_ca: str = ""  # when it runs with TLS (PEM file)
+    # CPU cores per role ("gateway", "prefill", "decode"), e.g. (("decode", (1,)),); a role not
+    # named runs where the OS puts it. Benchmarks use it to give a worker a core of its own.
+    cpu_affinity: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass
@@ -187,8 +190,10 @@ class LocalCluster:
         self._log_offsets[name] = log.tell()
         self._logs.append(log)
         self._ended.discard(name)
+        cores = dict(self.spec.cpu_affinity).get(name if name == "gateway" else name.split("-", 1)[0])
+        pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None  # before exec: every thread inherits
         self.processes[name] = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
-                                                env=env, start_new_session=True)
+                                                env=env, start_new_session=True, preexec_fn=pin)
 
     def _gateway_listening(self, timeout_s: float) -> bool:
         """Waits until the gateway has bound its ports (True) or exited (False)."""

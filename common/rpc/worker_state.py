@@ -26,7 +26,7 @@ def describe(engine: LLMEngine, role: str, worker_id: str, address: str) -> work
     return worker_pb2.WorkerDescriptor(cost_model=cost, policy=engine.config.policy, incarnation=uuid.uuid4().hex,
         worker_id=worker_id, role=role, address=address, host_id=host_id(), device=str(engine.device),
         model=str(engine.model_dir), block_size=engine.config.block_size, total_blocks=engine.pool.num_blocks,
-        max_model_len=engine.max_model_len, vocab_size=engine.model.config.vocab_size,
+        max_model_len=engine.max_model_len, max_num_tokens=engine.config.max_num_tokens, vocab_size=engine.model.config.vocab_size,
         kv_dtype=str(cache.dtype).removeprefix("torch."), block_bytes=cache[0].numel() * cache.element_size(),
     )
 

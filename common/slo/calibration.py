@@ -1,22 +1,76 @@
-"""Online correction of a fitted model: predictions × the running ratio of observed to predicted.
+"""Online correction of a fitted model by what the work really takes now.
 
 A model fitted at start-up on an idle machine under-predicts once other processes share the
-cores (or the GPU is busier); the ratio, an exponential moving average of what each step
-actually took over what the model said, keeps admission honest under the real load.
+cores (or the GPU is busier). ``Calibration`` keeps the ratio observed / predicted of the
+recent past (a time window, ``window_s``) and scales predictions by its mean plus
+``spread`` standard deviations, or by a ``quantile`` of it:
+
+    scale(p) = p · max(floor, mean(ratios) + spread · std(ratios))     (a mean over many: steps)
+    scale(p) = p · max(floor, quantile_q(ratios))                      (one event: a prefill call)
+
+The window is about as long as a request lives, because admission is a promise about the
+request's whole life, not the next step: a short average admits in a quiet moment what the
+next busy second cannot serve. A TPOT is a mean over many steps, so the mean ratio plus a
+spread term (pessimistic in proportion to how much the ratio moves) predicts it; a TTFT is
+one call, whose ratio is skewed by rare stalls, so a high quantile predicts it better. The
+newest ``min_samples`` observations are kept even when older than the window, so a worker
+that was idle for a while does not forget its machine.
 """
 
 from __future__ import annotations
 
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+
 
 class Calibration:
-    def __init__(self, weight: float = 0.05, floor: float = 1.0) -> None:
-        self.weight = weight
+    def __init__(self, window_s: float = 2.0, spread: float = 0.5, floor: float = 1.0, min_samples: int = 16,
+                 quantile: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        if window_s <= 0 or spread < 0 or floor <= 0 or min_samples < 1:
+            raise ValueError("window_s and floor must be > 0, spread ≥ 0, min_samples ≥ 1")
+        if quantile is not None and not 0 < quantile <= 1:
+            raise ValueError(f"quantile must be in (0, 1], got {quantile}")
+        self.window_s = window_s
+        self.spread = spread
+        self.quantile = quantile
         self.floor = floor  # never trust the model to be pessimistic
-        self.ratio = 1.0
+        self.min_samples = min_samples
+        self._clock = clock
+        self._samples: deque[tuple[float, float]] = deque()  # (when, observed / predicted)
+        self._sum = 0.0
+        self._sum_sq = 0.0
 
     def observe(self, predicted_s: float, observed_s: float) -> None:
-        if predicted_s > 0:
-            self.ratio += self.weight * (observed_s / predicted_s - self.ratio)
+        if predicted_s <= 0 or observed_s < 0:
+            return
+        ratio = observed_s / predicted_s
+        self._samples.append((self._clock(), ratio))
+        self._sum += ratio
+        self._sum_sq += ratio * ratio
+        self._forget_old()
+
+    @property
+    def ratio(self) -> float:
+        """The factor predictions are multiplied by now."""
+        self._forget_old()
+        n = len(self._samples)
+        if n == 0:
+            return self.floor
+        if self.quantile is not None:
+            ordered = sorted(ratio for _, ratio in self._samples)
+            return max(self.floor, ordered[min(n - 1, math.ceil(self.quantile * n) - 1)])
+        mean = self._sum / n
+        std = math.sqrt(max(0.0, self._sum_sq / n - mean * mean))
+        return max(self.floor, mean + self.spread * std)
 
     def scale(self, predicted_s: float) -> float:
-        return predicted_s * max(self.floor, self.ratio)
+        return predicted_s * self.ratio
+
+    def _forget_old(self) -> None:
+        horizon = self._clock() - self.window_s
+        while len(self._samples) > self.min_samples and self._samples[0][0] < horizon:
+            _, ratio = self._samples.popleft()
+            self._sum -= ratio
+            self._sum_sq -= ratio * ratio

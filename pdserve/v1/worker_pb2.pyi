@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerDescriptor(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "host_id", "device", "model", "block_size", "total_blocks", "max_model_len", "vocab_size", "kv_dtype", "block_bytes", "cost_model", "policy", "incarnation")
+    __slots__ = ("worker_id", "role", "address", "host_id", "device", "model", "block_size", "total_blocks", "max_model_len", "vocab_size", "kv_dtype", "block_bytes", "cost_model", "policy", "incarnation", "max_num_tokens")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,7 @@ class WorkerDescriptor(_message.Message):
     COST_MODEL_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     role: str
     address: str
@@ -39,7 +40,8 @@ class WorkerDescriptor(_message.Message):
     cost_model: CostModel
     policy: str
     incarnation: str
-    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., device: _Optional[str] = ..., model: _Optional[str] = ..., block_size: _Optional[int] = ..., total_blocks: _Optional[int] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., kv_dtype: _Optional[str] = ..., block_bytes: _Optional[int] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., policy: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
+    max_num_tokens: int
+    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., device: _Optional[str] = ..., model: _Optional[str] = ..., block_size: _Optional[int] = ..., total_blocks: _Optional[int] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., kv_dtype: _Optional[str] = ..., block_bytes: _Optional[int] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., policy: _Optional[str] = ..., incarnation: _Optional[str] = ..., max_num_tokens: _Optional[int] = ...) -> None: ...
 
 class CostModel(_message.Message):
     __slots__ = ("present", "prefill_threshold", "prefill_base_s", "prefill_per_token_s", "decode_alpha", "decode_beta", "decode_gamma", "decode_delta")

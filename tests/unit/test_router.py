@@ -32,3 +32,23 @@ def test_work_from_other_gateways_counts_as_ahead_and_predictions_use_the_fit():
     assert queued_ahead(worker, deadline=0.5) == 200 + 500
     # 700 ahead + 50 of its own through 10 ms + 0.1 ms/token above 100 tokens
     assert predicted_prefill_s(worker, 50, deadline=0.5, calibrated=False) == pytest.approx(0.010 + 1e-4 * 650)
+
+
+def test_a_newcomer_is_not_sent_where_it_would_make_a_queued_request_late():
+    from gateway.router import pushes_queued_past_deadline
+
+    # "queued" alone: 10 ms + 0.1 ms x (300 - 100) = 30 ms, due at 50 ms: on time
+    worker = _worker({"queued": (0.050, 300)})
+    # an earlier deadline goes ahead of it: 200 more tokens -> 50 ms, still on time
+    assert not pushes_queued_past_deadline(worker, 200, deadline=0.020, now=0.0)
+    # 250 more tokens -> 55 ms: it would be late
+    assert pushes_queued_past_deadline(worker, 250, deadline=0.020, now=0.0)
+    # a later deadline queues behind it and delays nobody
+    assert not pushes_queued_past_deadline(worker, 5000, deadline=0.060, now=0.0)
+
+
+def test_a_queued_request_already_predicted_late_does_not_block_newcomers():
+    from gateway.router import pushes_queued_past_deadline
+
+    worker = _worker({"doomed": (0.020, 300)})  # predicted 30 ms, due at 20 ms
+    assert not pushes_queued_past_deadline(worker, 250, deadline=0.010, now=0.0)

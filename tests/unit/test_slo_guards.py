@@ -88,13 +88,47 @@ def test_prefill_model_finds_the_threshold_and_slope():
     assert fit.predict(100) == pytest.approx(0.02) and fit.r2 > 0.999
 
 
-def test_calibration_scales_predictions_to_what_is_observed_but_never_below_the_model():
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_calibration_scales_predictions_by_the_windowed_ratio_plus_its_spread():
     from common.slo.calibration import Calibration
 
-    cal = Calibration(weight=0.5)
-    for _ in range(20):
-        cal.observe(0.010, 0.020)  # steps take twice the fitted time under contention
-    assert cal.scale(0.010) == pytest.approx(0.020, rel=1e-3)
+    clock = _Clock()
+    cal = Calibration(window_s=1.0, spread=0.5, min_samples=2, clock=clock)
+    assert cal.scale(0.010) == pytest.approx(0.010)  # nothing observed: the model as fitted
+    ratios = [1.5, 2.5, 2.0, 3.0, 1.0]
+    for r in ratios:
+        cal.observe(0.010, 0.010 * r)
+        clock.now += 0.1
+    expected = np.mean(ratios) + 0.5 * np.std(ratios)  # brute force over the window
+    assert cal.scale(0.010) == pytest.approx(0.010 * expected)
+
+
+def test_calibration_forgets_what_is_older_than_its_window_but_keeps_the_newest_samples():
+    from common.slo.calibration import Calibration
+
+    clock = _Clock()
+    cal = Calibration(window_s=1.0, spread=0.0, min_samples=2, clock=clock)
+    for _ in range(10):
+        cal.observe(0.010, 0.040)  # a busy spell: 4x the model
+    clock.now = 5.0
+    for _ in range(3):
+        cal.observe(0.010, 0.020)
+    assert cal.ratio == pytest.approx(2.0)  # the busy spell left the window
+    clock.now = 60.0  # a long idle time: the newest two samples still stand
+    assert cal.ratio == pytest.approx(2.0)
+
+
+def test_calibration_never_scales_below_the_model():
+    from common.slo.calibration import Calibration
+
+    cal = Calibration(spread=0.0)
     for _ in range(40):
         cal.observe(0.010, 0.005)  # faster than the model: keep the model's estimate
     assert cal.scale(0.010) == pytest.approx(0.010)

@@ -1,0 +1,118 @@
+"""Requests waiting at the gateway for a decode worker to admit them (the TPOT guard's queue).
+
+A request that no decode worker admits now waits here while its TTFT deadline still allows
+a prefill after admission. Waiters are not polled: they are tried again when capacity may
+have come free (a request on a decode worker finished, a reservation was given back), and
+at the latest every ``tick_s``. Each such round gives turns one at a time, least slack
+first, and skips every waiter at least as tight (TPOT) as one already refused in the round:
+VBS admission only gets harder for a tighter TPOT SLO, so a round costs a few ``Reserve``
+calls, not one per waiter. (Polling each waiter every few milliseconds costs the decode
+worker more event-loop time than its steps can spare: every call competes with the engine
+thread for the interpreter.)
+
+    flow:   try at once ── refused ──▶ queue.waiting(...) ──▶ turn ──▶ Reserve ──▶ report
+    pump:   notify()/tick ──▶ round: for each waiter, least slack first: give turn, await report
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+TURN_TIMEOUT_S = 15.0  # a turn is reported within one Reserve call (10 s timeout) or the waiter leaves
+
+
+@dataclass(eq=False)
+class Waiter:
+    """One request's place in the queue. ``deadline`` (perf_counter seconds) orders the queue:
+    the latest moment its admission can still lead to a first token in time."""
+
+    deadline: Callable[[], float]
+    tpot_ms: float  # 0: no TPOT SLO, the easiest to admit
+    _turn: asyncio.Event = field(default_factory=asyncio.Event)
+    _outcome: asyncio.Future[bool | None] | None = None
+
+    async def next_turn(self, timeout_s: float) -> bool:
+        """True when the queue gives this waiter a turn; False after ``timeout_s`` without one."""
+        try:
+            await asyncio.wait_for(self._turn.wait(), max(0.0, timeout_s))
+        except TimeoutError:
+            return False
+        self._turn.clear()
+        return True
+
+    def report(self, admitted: bool | None) -> None:
+        """The outcome of the turn just taken (None: the waiter left without trying): the queue
+        goes on with the round."""
+        if self._outcome is not None and not self._outcome.done():
+            self._outcome.set_result(admitted)
+
+    @property
+    def tightness(self) -> float:
+        return self.tpot_ms if self.tpot_ms > 0 else float("inf")
+
+
+class AdmissionQueue:
+    def __init__(self, tick_s: float = 0.025) -> None:
+        self.tick_s = tick_s
+        self._waiters: list[Waiter] = []
+        self._wake = asyncio.Event()
+        self._pump: asyncio.Task[None] | None = None
+        self.turns_given = 0  # Reserve calls made on behalf of waiters (for tests and metrics)
+
+    def __len__(self) -> int:
+        return len(self._waiters)
+
+    def notify(self) -> None:
+        """Capacity may have come free on some decode worker: run a round soon."""
+        self._wake.set()
+
+    @contextlib.asynccontextmanager
+    async def waiting(self, deadline: Callable[[], float], tpot_ms: float) -> AsyncIterator[Waiter]:
+        waiter = Waiter(deadline, tpot_ms)
+        self._waiters.append(waiter)
+        self._ensure_pump()
+        try:
+            yield waiter
+        finally:
+            self._waiters.remove(waiter)
+            waiter.report(None)  # a turn it held (cancelled mid-call) must not stall the round
+
+    async def close(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+            await asyncio.gather(self._pump, return_exceptions=True)
+
+    def _ensure_pump(self) -> None:
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while self._waiters:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.tick_s)
+            self._wake.clear()
+            await self._round()
+
+    async def _round(self) -> None:
+        refused_up_to = 0.0  # waiters this tight or tighter would be refused too
+        for waiter in sorted(self._waiters, key=lambda w: w.deadline()):
+            if waiter not in self._waiters or waiter.tightness <= refused_up_to:
+                continue
+            if await self._give_turn(waiter) is False:
+                refused_up_to = max(refused_up_to, waiter.tightness)
+                if refused_up_to == float("inf"):
+                    return
+
+    async def _give_turn(self, waiter: Waiter) -> bool | None:
+        waiter._outcome = asyncio.get_running_loop().create_future()
+        waiter._turn.set()
+        self.turns_given += 1
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter._outcome), TURN_TIMEOUT_S)
+        except TimeoutError:
+            return None
+        finally:
+            waiter._outcome = None
