@@ -143,14 +143,14 @@ def plot(points: list[dict], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for policy in ("fcfs", "scorpio"):
-        ps = [p for p in points if p["policy"] == policy]
-        axes[0].plot([p["rate"] for p in ps], [p["goodput"] for p in ps], marker="o", label=policy)
-        axes[1].plot([p["rate"] for p in ps], [p["adherence"] for p in ps], marker="o", label=policy)
-    axes[0].set(title="Goodput", xlabel="request rate (req/s)", ylabel="good requests / s")
-    axes[1].set(title="SLO adherence (good / sent)", xlabel="request rate (req/s)", ylabel="fraction")
-    for ax in axes:
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    panels = (("goodput", "Goodput", "good requests / s"), ("adherence", "SLO adherence (good / sent)", "fraction"),
+              ("admitted_attainment", "Admitted requests meeting both SLOs", "fraction"))
+    for ax, (key, title, ylabel) in zip(axes, panels):
+        for policy in ("fcfs", "scorpio"):
+            ps = [p for p in points if p["policy"] == policy]
+            ax.plot([p["rate"] for p in ps], [p[key] for p in ps], marker="o", label=policy)
+        ax.set(title=title, xlabel="request rate (req/s)", ylabel=ylabel)
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
