@@ -60,7 +60,6 @@ class AdmissionQueue:
         self._waiters: list[Waiter] = []
         self._wake = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
-        self.turns_given = 0  # Reserve calls made on behalf of waiters (for tests and metrics)
 
     def __len__(self) -> int:
         return len(self._waiters)
@@ -109,7 +108,6 @@ class AdmissionQueue:
     async def _give_turn(self, waiter: Waiter) -> bool | None:
         waiter._outcome = asyncio.get_running_loop().create_future()
         waiter._turn.set()
-        self.turns_given += 1
         try:
             return await asyncio.wait_for(asyncio.shield(waiter._outcome), TURN_TIMEOUT_S)
         except TimeoutError:
