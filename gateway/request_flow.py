@@ -23,8 +23,9 @@ from gateway.admission import AdmissionQueue
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import RequestError, WorkerLost, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
-from gateway.router import Router, predicted_prefill_s, pushes_queued_past_deadline
+from gateway.router import Router, predicted_prefill_s
 from gateway.text_stream import TextStream
+from gateway.ttft_guard import best_prefill_s, check_ttft
 from gateway.validation import ValidatedRequest
 from pdserve.v1 import gateway_pb2, worker_pb2
 
@@ -169,30 +170,8 @@ class RequestFlow:
         p.decode, p.lease_id, p.prefill, p.prefill_reply = None, "", None, None
 
     def _check_ttft(self, req: ValidatedRequest, p: Progress) -> None:
-        """TTFT guard: RESOURCE_EXHAUSTED, before any work is done, when no prefill worker is
-        predicted to return the first token within the SLO without making a request already
-        queued there late."""
-        if not (self.ttft_guard and req.ttft_ms):
-            return
-        best = self._best_prefill_s(req, p)
-        if best == float("inf"):
-            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                               f"TTFT SLO of {req.ttft_ms} ms is unattainable: on every prefill worker the request "
-                               f"would make queued requests miss theirs", reason="ttft_unattainable")
-        if _ms_since(p.started) + best * 1000 > req.ttft_ms:
-            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                               f"TTFT SLO of {req.ttft_ms} ms is unattainable: the best prefill worker is "
-                               f"predicted to need {best * 1000:.0f} ms", reason="ttft_unattainable")
-
-    def _best_prefill_s(self, req: ValidatedRequest, p: Progress) -> float:
-        """The least predicted prefill call over the workers where the request makes no queued
-        request late; inf when there is none; 0 when no worker has a cost model."""
-        deadline, now, tokens = _deadline(req, p), time.perf_counter(), len(req.prompt_token_ids)
-        predictions = [predicted_prefill_s(w, tokens, deadline) for w in self.registry.routable("prefill")
-                       if not pushes_queued_past_deadline(w, tokens, deadline, now)]
-        if not predictions:
-            return float("inf") if self.registry.routable("prefill") else 0.0
-        return min((s for s in predictions if s is not None), default=0.0)
+        if self.ttft_guard and req.ttft_ms:
+            check_ttft(self.registry, len(req.prompt_token_ids), req.ttft_ms, p.started)
 
     async def _reserve(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
         """Reserves on the first decode worker that admits the request. Under the TTFT guard a
@@ -215,7 +194,7 @@ class RequestFlow:
     async def _wait_for_admission(self, req: ValidatedRequest, p: Progress, avoid: set[str],
                                   refusal: RequestError) -> worker_pb2.ReserveResponse:
         def last_useful_moment() -> float:  # admitted later than this, the prefill cannot finish in time
-            return _deadline(req, p) - self._best_prefill_s(req, p)
+            return _deadline(req, p) - best_prefill_s(self.registry, len(req.prompt_token_ids), _deadline(req, p))
 
         async with self.admission.waiting(last_useful_moment, req.tpot_ms) as waiter:
             while True:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.registry import WorkerRecord
+from gateway.registry import WorkerRecord, WorkerRegistry
 from gateway.router import predicted_prefill_s, queued_ahead
 from pdserve.v1 import worker_pb2
 
@@ -52,3 +52,36 @@ def test_a_queued_request_already_predicted_late_does_not_block_newcomers():
 
     worker = _worker({"doomed": (0.020, 300)})  # predicted 30 ms, due at 20 ms
     assert not pushes_queued_past_deadline(worker, 250, deadline=0.010, now=0.0)
+
+
+def _registry(*workers: WorkerRecord) -> WorkerRegistry:
+
+
+    registry = WorkerRegistry(timeout_s=60)
+    for i, worker in enumerate(workers):
+        worker.descriptor.worker_id, worker.descriptor.role = f"prefill-{i}", "prefill"
+        worker.ready = True
+        registry.workers[worker.worker_id] = worker
+    return registry
+
+
+def test_the_ttft_guard_refuses_when_every_worker_would_make_a_queued_request_late():
+    import time
+
+    import grpc
+
+    from gateway.errors import RequestError
+    from gateway.ttft_guard import best_prefill_s, check_ttft
+
+    now = time.perf_counter()
+    crowded = _worker({"queued": (now + 0.050, 300)})  # predicted 30 ms, due in 50 ms
+    registry = _registry(crowded)
+    # 250 tokens ahead of it would make it late (55 ms): no worker is usable
+    assert best_prefill_s(registry, 250, deadline=now + 0.020) == float("inf")
+    with pytest.raises(RequestError) as refused:
+        check_ttft(registry, 250, ttft_ms=20, started=now)
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and refused.value.reason == "ttft_unattainable"
+    assert "queued requests" in refused.value.message
+    # a second, idle worker serves it: 10 ms + 0.1 ms x 150 = 25 ms (uncalibrated)
+    registry = _registry(crowded, _worker({}))
+    assert best_prefill_s(registry, 250, deadline=now + 0.020) == pytest.approx(0.025)
