@@ -55,8 +55,6 @@ def test_a_queued_request_already_predicted_late_does_not_block_newcomers():
 
 
 def _registry(*workers: WorkerRecord) -> WorkerRegistry:
-
-
     registry = WorkerRegistry(timeout_s=60)
     for i, worker in enumerate(workers):
         worker.descriptor.worker_id, worker.descriptor.role = f"prefill-{i}", "prefill"
