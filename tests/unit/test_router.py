@@ -83,3 +83,18 @@ def test_the_ttft_guard_refuses_when_every_worker_would_make_a_queued_request_la
     # a second, idle worker serves it: 10 ms + 0.1 ms x 150 = 25 ms (uncalibrated)
     registry = _registry(crowded, _worker({}))
     assert best_prefill_s(registry, 250, deadline=now + 0.020) == pytest.approx(0.025)
+
+
+def test_the_ttft_guard_refuses_what_the_best_worker_is_predicted_to_serve_too_late():
+    import time
+
+    from gateway.errors import RequestError
+    from gateway.ttft_guard import check_ttft
+
+    now = time.perf_counter()
+    registry = _registry(_worker({}), _worker({"urgent": (now + 0.001, 400)}))
+    # best: the idle worker, 10 ms + 0.1 ms x (250 - 100) = 25 ms; the busy one would need 65 ms
+    check_ttft(registry, 250, ttft_ms=40, started=now)
+    with pytest.raises(RequestError) as refused:
+        check_ttft(registry, 250, ttft_ms=20, started=now)
+    assert "predicted to need 25 ms" in refused.value.message and refused.value.reason == "ttft_unattainable"
