@@ -48,11 +48,11 @@ TTFT_MULTIPLES = {"ttft_tight": 4.0, "ttft_medium": 12.0, "ttft_loose": 40.0}
 TPOT_MULTIPLES = {"tpot_tight": 3.0, "tpot_loose": 10.0}
 
 
-def profile_workers(cost_model: Path) -> dict[str, float]:
+def profile_workers(cost_model: Path, args: argparse.Namespace) -> dict[str, float]:
     """Fits the cost models once, saved for the workers, so they do not each profile at start-up
     at the same moment on the same cores (which skews both fits)."""
     torch.set_num_threads(1)  # as each worker runs
-    models = profile(LLMEngine(EngineConfig(num_kv_blocks=2048)))
+    models = profile(LLMEngine(EngineConfig(num_kv_blocks=2048, preset=args.preset, device=args.device)))
     models.save(cost_model)
     progress(f"prefill fit: {models.prefill.describe()}")
     progress(f"decode fit: {models.decode.describe()}")
@@ -117,8 +117,9 @@ def run_policy(policy: str, rates: list[float], args: argparse.Namespace, slo_mi
     """Runs ``rates`` in order on one cluster (stopping after the first point under
     ``stop_below`` adherence), after its unloaded run; returns the points and that run's
     median TTFT and TPOT. With no ``slo_mix``, the classes come from that unloaded run."""
-    worker_args = (*WORKER_ARGS, "--cost-model", str(work / "cost_model.json"))
-    spec = ClusterSpec(port=0, worker_args=worker_args, threads_per_worker=1, policy=policy, cpu_affinity=affinity)
+    worker_args = (*WORKER_ARGS, "--device", args.device, "--cost-model", str(work / "cost_model.json"))
+    spec = ClusterSpec(port=0, worker_args=worker_args, threads_per_worker=1, policy=policy, cpu_affinity=affinity,
+                       preset=args.preset)
     points = []
     with LocalCluster(spec, work / f"logs-{policy}") as cluster:
         unloaded = unloaded_latency(cluster.address, args, work / f"unloaded-{policy}")
@@ -165,15 +166,17 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=48)
     parser.add_argument("--base-rate", type=float, default=2.0, help="the low rate the unloaded latency is taken at")
     parser.add_argument("--base-prompts", type=int, default=40)
-    parser.add_argument("--grid", default="4,8,16,32,64")
+    parser.add_argument("--grid", default="4,8,12,16,20,24,32,40,48,64", help="rates tried until fcfs's knee")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--no-pin", dest="pin", action="store_false", help="let the OS place every process")
+    parser.add_argument("--preset", default="tiny", help="embedded model preset (tiny, small, 1b)")
+    parser.add_argument("--device", default="cpu", help="the workers' device, e.g. cuda (both share it)")
     args = parser.parse_args()
-    ensure_model("tiny")
-    device = device_name()
+    ensure_model(args.preset)
+    device = device_name(args.device)
     work = Path(tempfile.mkdtemp(prefix="pdserve-slo-"))
-    scale = profile_workers(work / "cost_model.json")
+    scale = profile_workers(work / "cost_model.json", args)
     affinity, own_cores = core_layout(args.pin)
     if own_cores:
         os.sched_setaffinity(0, own_cores)  # the load generator runs beside the gateway
