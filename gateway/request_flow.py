@@ -193,8 +193,10 @@ class RequestFlow:
 
     async def _wait_for_admission(self, req: ValidatedRequest, p: Progress, avoid: set[str],
                                   refusal: RequestError) -> worker_pb2.ReserveResponse:
+        deadline, tokens = _deadline(req, p), len(req.prompt_token_ids)
+
         def last_useful_moment() -> float:  # admitted later than this, the prefill cannot finish in time
-            return _deadline(req, p) - best_prefill_s(self.registry, len(req.prompt_token_ids), _deadline(req, p))
+            return deadline - best_prefill_s(self.registry, tokens, deadline)
 
         async with self.admission.waiting(last_useful_moment, req.tpot_ms) as waiter:
             while True:

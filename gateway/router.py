@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from common.slo.cost_models import PrefillModel
 from gateway.registry import WorkerRecord, WorkerRegistry
-from pdserve.v1 import worker_pb2
 
 
 class Router(Protocol):
@@ -56,19 +56,9 @@ def predicted_prefill_s(worker: WorkerRecord, prompt_tokens: int, deadline: floa
     cost = worker.descriptor.cost_model
     if not cost.present:
         return None
-    raw = forwards_s(cost, queued_ahead(worker, deadline) + prompt_tokens, worker.descriptor.max_num_tokens)
+    model = PrefillModel(cost.prefill_threshold, cost.prefill_base_s, cost.prefill_per_token_s)
+    raw = model.predict_forwards(queued_ahead(worker, deadline) + prompt_tokens, worker.descriptor.max_num_tokens)
     return worker.ttft_calibration.scale(raw) if calibrated else raw
-
-
-def forwards_s(cost: worker_pb2.CostModel, tokens: int, budget: int) -> float:
-    """Time of the forwards that compute ``tokens`` queued prompt tokens, ``budget`` per forward."""
-    def one(n: int) -> float:
-        return cost.prefill_base_s + cost.prefill_per_token_s * max(0.0, n - cost.prefill_threshold)
-
-    if budget <= 0 or tokens <= budget:
-        return one(tokens)
-    full, rest = divmod(tokens, budget)
-    return full * one(budget) + (one(rest) if rest else 0.0)
 
 
 def pushes_queued_past_deadline(worker: WorkerRecord, prompt_tokens: int, deadline: float, now: float) -> bool:

@@ -190,7 +190,7 @@ class LocalCluster:
         self._log_offsets[name] = log.tell()
         self._logs.append(log)
         self._ended.discard(name)
-        cores = dict(self.spec.cpu_affinity).get(name if name == "gateway" else name.split("-", 1)[0])
+        cores = dict(self.spec.cpu_affinity).get(name.split("-", 1)[0])  # "gateway", "prefill-0-…" → role
         pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None  # before exec: every thread inherits
         self.processes[name] = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
                                                 env=env, start_new_session=True, preexec_fn=pin)

@@ -41,6 +41,7 @@ class Calibration:
         self._samples: deque[tuple[float, float]] = deque()  # (when, observed / predicted)
         self._sum = 0.0
         self._sum_sq = 0.0
+        self._ratio: float | None = None  # what ``ratio`` returns until the samples change
 
     def observe(self, predicted_s: float, observed_s: float) -> None:
         if predicted_s <= 0 or observed_s < 0:
@@ -49,12 +50,18 @@ class Calibration:
         self._samples.append((self._clock(), ratio))
         self._sum += ratio
         self._sum_sq += ratio * ratio
+        self._ratio = None
         self._forget_old()
 
     @property
     def ratio(self) -> float:
         """The factor predictions are multiplied by now."""
         self._forget_old()
+        if self._ratio is None:
+            self._ratio = self._compute()
+        return self._ratio
+
+    def _compute(self) -> float:
         n = len(self._samples)
         if n == 0:
             return self.floor
@@ -74,3 +81,4 @@ class Calibration:
             _, ratio = self._samples.popleft()
             self._sum -= ratio
             self._sum_sq -= ratio * ratio
+            self._ratio = None

@@ -29,6 +29,14 @@ class PrefillModel:
     def predict(self, tokens: float) -> float:
         return self.base_s + self.per_token_s * max(0.0, tokens - self.threshold)
 
+    def predict_forwards(self, tokens: int, budget: int) -> float:
+        """Time to compute ``tokens`` queued prompt tokens at ``budget`` tokens per forward
+        (0: all in one)."""
+        if budget <= 0 or tokens <= budget:
+            return self.predict(tokens)
+        full, rest = divmod(tokens, budget)
+        return full * self.predict(budget) + (self.predict(rest) if rest else 0.0)
+
     @classmethod
     def fit(cls, tokens: list[float], seconds: list[float]) -> PrefillModel:
         x, y = np.asarray(tokens, float), np.asarray(seconds, float)
