@@ -2,9 +2,8 @@
 
 - ``e2e_tok_s``: output tokens/s through the gateway with ``--batch`` concurrent requests
   (all decoding together), against ``engine_tok_s``: the same prompts in one in-process
-  engine at the same batch size with the same torch threads as each worker, same run.
-  On a GPU host every worker has a device of its own; on a small CPU box the workers share
-  the cores, so each gets ``--worker-threads`` (default 1) and the engine is measured alike.
+  engine at the same batch size on the cores and threads the cluster's plan gives its decode
+  worker (``pdserve up``'s plan: each worker its own cores), same run.
   ``engine_all_threads_tok_s`` is the engine with every core, for reference.
 - ``ttft_overhead_ms_p50``: p50 time to first token at low load (one request at a time),
   measured by the client, minus the bare engine's p50 prefill time for the same prompt.
@@ -16,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -29,6 +29,7 @@ import torch  # noqa: E402
 
 from bench.common import device_name, emit, progress  # noqa: E402
 from common.config import EngineConfig  # noqa: E402
+from common.cpu_plan import CoreAssignment, available_cores, plan_cores  # noqa: E402
 from common.engine import LLMEngine  # noqa: E402
 from common.model_create import ensure_model  # noqa: E402
 from common.sampling_params import SamplingParams  # noqa: E402
@@ -42,8 +43,17 @@ def prompts(n: int, length: int, seed: int = 0) -> list[list[int]]:
 
 
 def engine_figures(batch: list[list[int]], single: list[int], output_len: int, repeats: int,
-                   threads: int) -> tuple[float, float]:
-    torch.set_num_threads(threads)
+                   cores: CoreAssignment) -> tuple[float, float]:
+    everywhere = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores.cores)
+    torch.set_num_threads(cores.threads)
+    try:
+        return _engine_figures(batch, single, output_len, repeats)
+    finally:
+        os.sched_setaffinity(0, everywhere)
+
+
+def _engine_figures(batch: list[list[int]], single: list[int], output_len: int, repeats: int) -> tuple[float, float]:
     engine = LLMEngine(EngineConfig(num_kv_blocks=4096, max_batch_size=len(batch)))
     params = SamplingParams(max_tokens=output_len, ignore_eos=True)
     engine.generate(batch[:2], params)  # warm-up
@@ -89,27 +99,26 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--worker-threads", type=int, default=1, help="torch threads per worker process")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     ensure_model("tiny")
     device = device_name()
     batch, single = prompts(args.batch, args.prompt_len), prompts(1, args.prompt_len, seed=1)[0]
     progress(f"bare engine: batch {args.batch}, {args.prompt_len}+{args.output_len} tokens ...")
-    all_threads = torch.get_num_threads()
-    engine_all_tok_s, _ = engine_figures(batch, single, args.output_len, 1, all_threads)
-    engine_tok_s, prefill_ms = engine_figures(batch, single, args.output_len, args.repeats, args.worker_threads)
-    progress(f"  {engine_tok_s:.0f} output tok/s with {args.worker_threads} thread(s), {engine_all_tok_s:.0f} with "
-             f"{all_threads}; prefill p50 {prefill_ms:.1f} ms")
-    spec = ClusterSpec(port=0, worker_args=("--num-kv-blocks", "4096", "--max-batch-size", str(args.batch)),
-                       threads_per_worker=args.worker_threads)
-    progress("1 prefill + 1 decode cluster ...")
-    with LocalCluster(spec, Path(tempfile.mkdtemp(prefix="pdserve-bench-"))) as cluster:
+    every_core = CoreAssignment("engine", available_cores(), len(available_cores()))
+    decode_cores = plan_cores(["prefill-0", "decode-0"])[-1]  # what `pdserve up` gives the decode worker
+    engine_all_tok_s, _ = engine_figures(batch, single, args.output_len, 1, every_core)
+    engine_tok_s, prefill_ms = engine_figures(batch, single, args.output_len, args.repeats, decode_cores)
+    progress(f"  {engine_tok_s:.0f} output tok/s on a worker's share ({decode_cores.describe()}), "
+             f"{engine_all_tok_s:.0f} on every core; prefill p50 {prefill_ms:.1f} ms")
+    spec = ClusterSpec(port=0, worker_args=("--num-kv-blocks", "4096", "--max-batch-size", str(args.batch)))
+    progress("1 prefill + 1 decode cluster, cores as pdserve up plans them ...")
+    with LocalCluster(spec, Path(tempfile.mkdtemp(prefix="pdserve-bench-"))).start(progress=True) as cluster:
         e2e_tok_s, ttft_ms = asyncio.run(cluster_figures(cluster.address, batch, single, args.output_len,
                                                          args.repeats))
     progress(f"  {e2e_tok_s:.0f} output tok/s through the gateway; TTFT p50 {ttft_ms:.1f} ms")
     emit({"device": device, "batch": args.batch, "prompt_len": args.prompt_len,
-          "output_len": args.output_len, "worker_threads": args.worker_threads, "e2e_tok_s": e2e_tok_s,
+          "output_len": args.output_len, "worker_threads": decode_cores.threads, "e2e_tok_s": e2e_tok_s,
           "engine_tok_s": engine_tok_s, "engine_all_threads_tok_s": engine_all_tok_s,
           "e2e_vs_engine": e2e_tok_s / engine_tok_s, "ttft_p50_ms": ttft_ms, "bare_prefill_p50_ms": prefill_ms,
           "ttft_overhead_ms_p50": ttft_ms - prefill_ms}, args.out)

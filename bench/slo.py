@@ -9,10 +9,9 @@ grid up to the first rate where fcfs meets fewer than 90% of SLOs (the knee), th
 overload is measured in its steady state, not only its first seconds.
 
 Every cluster gets the same short unloaded run before its first point (so neither policy pays
-for cold connections in its measurements). Where the machine has the cores, each worker gets
-one of its own, as it would get its own GPU, and the gateway and the load generator share the
-rest (``--no-pin`` turns this off): on a small machine the processes otherwise take turns on
-the same cores and each worker's speed depends on what the others are doing.
+for cold connections in its measurements). Clusters start as ``pdserve up`` starts them, with
+its defaults: cores divided by its plan, each worker measuring (or loading from its cache)
+its own cost models at start-up.
 
     python bench/slo.py [--duration-s 20] [--out bench/results/slo-cpu.json] [--plot slo.png]
 """
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,13 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-
 from bench.common import device_name, emit, progress  # noqa: E402
-from common.config import EngineConfig  # noqa: E402
-from common.engine import LLMEngine  # noqa: E402
 from common.model_create import ensure_model  # noqa: E402
-from common.slo.profile import profile  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 
 # A small prefill token budget: a forward of at most ~2 prompts, so least-slack-first order
@@ -46,17 +39,6 @@ WORKER_ARGS = ("--num-kv-blocks", "4096", "--max-batch-size", "64", "--max-num-t
 
 TTFT_MULTIPLES = {"ttft_tight": 4.0, "ttft_medium": 12.0, "ttft_loose": 40.0}
 TPOT_MULTIPLES = {"tpot_tight": 3.0, "tpot_loose": 10.0}
-
-
-def profile_workers(cost_model: Path, args: argparse.Namespace) -> dict[str, float]:
-    """Fits the cost models once, saved for the workers, so they do not each profile at start-up
-    at the same moment on the same cores (which skews both fits)."""
-    torch.set_num_threads(1)  # as each worker runs
-    models = profile(LLMEngine(EngineConfig(num_kv_blocks=2048, preset=args.preset, device=args.device)))
-    models.save(cost_model)
-    progress(f"prefill fit: {models.prefill.describe()}")
-    progress(f"decode fit: {models.decode.describe()}")
-    return {"prefill_192_ms": models.prefill.predict(192) * 1000, "step_16_ms": models.decode.predict(16, 216) * 1000}
 
 
 def slo_classes(base_ttft_ms: float, base_tpot_ms: float) -> str:
@@ -98,30 +80,16 @@ def point_summary(policy: str, rate: float, r: dict) -> dict:
                           for k, v in r["per_class"].items()}}
 
 
-def core_layout(pin: bool) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], set[int] | None]:
-    """Cores for the cluster's roles and for this process (and the load generator it starts):
-    the decode worker, then the prefill worker, get a core of their own while one is left."""
-    cores = sorted(os.sched_getaffinity(0))
-    if not pin or len(cores) < 2:
-        return (), None
-    roles = [("decode", (cores.pop(),))]
-    if len(cores) >= 3:
-        roles.append(("prefill", (cores.pop(),)))
-    rest = tuple(cores)
-    return (*roles, ("gateway", rest)), set(rest)
-
-
 def run_policy(policy: str, rates: list[float], args: argparse.Namespace, slo_mix: str, work: Path,
-               affinity: tuple[tuple[str, tuple[int, ...]], ...] = (),
                stop_below: float | None = None) -> tuple[list[dict], tuple[float, float]]:
     """Runs ``rates`` in order on one cluster (stopping after the first point under
     ``stop_below`` adherence), after its unloaded run; returns the points and that run's
     median TTFT and TPOT. With no ``slo_mix``, the classes come from that unloaded run."""
-    worker_args = (*WORKER_ARGS, "--device", args.device, "--cost-model", str(work / "cost_model.json"))
-    spec = ClusterSpec(port=0, worker_args=worker_args, threads_per_worker=1, policy=policy, cpu_affinity=affinity,
+    spec = ClusterSpec(port=0, worker_args=(*WORKER_ARGS, "--device", args.device), policy=policy,
                        preset=args.preset)
     points = []
-    with LocalCluster(spec, work / f"logs-{policy}") as cluster:
+    progress(f"starting a {policy} cluster ...")
+    with LocalCluster(spec, work / f"logs-{policy}").start(progress=True) as cluster:
         unloaded = unloaded_latency(cluster.address, args, work / f"unloaded-{policy}")
         if not slo_mix:
             slo_mix = slo_classes(*unloaded)
@@ -169,33 +137,27 @@ def main() -> None:
     parser.add_argument("--grid", default="4,8,12,16,20,24,32,40,48,64", help="rates tried until fcfs's knee")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
-    parser.add_argument("--no-pin", dest="pin", action="store_false", help="let the OS place every process")
     parser.add_argument("--preset", default="tiny", help="embedded model preset (tiny, small, 1b)")
     parser.add_argument("--device", default="cpu", help="the workers' device, e.g. cuda (both share it)")
     args = parser.parse_args()
     ensure_model(args.preset)
     device = device_name(args.device)
     work = Path(tempfile.mkdtemp(prefix="pdserve-slo-"))
-    scale = profile_workers(work / "cost_model.json", args)
-    affinity, own_cores = core_layout(args.pin)
-    if own_cores:
-        os.sched_setaffinity(0, own_cores)  # the load generator runs beside the gateway
-        progress(f"cores: {dict(affinity)}")
     grid = [float(r) for r in args.grid.split(",")]
-    fcfs, (base_ttft, base_tpot) = run_policy("fcfs", grid, args, "", work, affinity, stop_below=0.9)
-    scale.update(unloaded_ttft_ms=base_ttft, unloaded_tpot_ms=base_tpot)
+    fcfs, (base_ttft, base_tpot) = run_policy("fcfs", grid, args, "", work, stop_below=0.9)
+    scale = {"unloaded_ttft_ms": base_ttft, "unloaded_tpot_ms": base_tpot}
     slo_mix = slo_classes(base_ttft, base_tpot)
     knee = fcfs[-1]["rate"]
     rates = sorted({r for r in grid if r <= knee} | {knee * 1.5, knee * 2})
-    fcfs += run_policy("fcfs", [r for r in rates if r > knee], args, slo_mix, work, affinity)[0]
-    scorpio = run_policy("scorpio", rates, args, slo_mix, work, affinity)[0]
+    fcfs += run_policy("fcfs", [r for r in rates if r > knee], args, slo_mix, work)[0]
+    scorpio = run_policy("scorpio", rates, args, slo_mix, work)[0]
     points = sorted(fcfs + scorpio, key=lambda p: (p["policy"], p["rate"]))
     if args.plot:
         plot(points, args.plot)
     top = max(rates)
     f_top = next(p for p in points if p["policy"] == "fcfs" and p["rate"] == top)
     s_top = next(p for p in points if p["policy"] == "scorpio" and p["rate"] == top)
-    emit({"device": device, "cores": {role: list(c) for role, c in affinity}, "worker_args": list(WORKER_ARGS),
+    emit({"device": device, "cores": "pdserve up's plan", "worker_args": list(WORKER_ARGS),
           "slo_classes": slo_mix, "scale": scale, "knee_rate": knee, "duration_s": args.duration_s, "points": points,
           "at_top_rate": {"rate": top, "goodput_ratio": s_top["goodput"] / max(f_top["goodput"], 1e-9),
                           "scorpio_admitted_attainment": s_top["admitted_attainment"]}}, args.out)

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -28,7 +30,7 @@ from common.sampling_params import SamplingParams
 from common.scheduler import Scheduler, SchedulerConfig
 from common.slo.calibration import Calibration
 from common.slo.cost_models import CostModels
-from common.slo.credit import admits
+from common.slo.credit import TPOT_MARGIN, admits
 
 
 class AdmissionError(ValueError):
@@ -64,6 +66,11 @@ class LLMEngine:
         self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
         self._pending_tpot: dict[str, float] = {}  # reserved, not yet committed: counted by admission
         self.step_calibration = Calibration()  # decode step periods as observed vs the fitted model
+        self.unloaded_step_s: float | None = None  # one request's step, measured alone at warm-up
+        # Written by the engine thread after each observed step, read by metrics: plain floats.
+        self.step_calibration_ratio = 1.0  # calibrated prediction / model's prediction
+        self.step_prediction_error = 1.0  # median over recent steps of calibrated prediction / observed
+        self._prediction_errors: deque[float] = deque(maxlen=32)
         self._last_step_end: float | None = None  # end of the previous step, if it led straight here
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
@@ -103,11 +110,17 @@ class LLMEngine:
         return {**running, **pending}
 
     def tpot_admits(self, tpot_slo_ms: float, prompt_len: int) -> bool:
-        """VBS admission: running + reserved + this request within the tightest TPOT SLO (× ε)."""
+        """VBS admission: running + reserved + this request within the tightest TPOT SLO (× ε).
+
+        An idle worker never refuses on a model's word alone: with nothing running or reserved,
+        the request is admitted when the step measured alone at warm-up meets its SLO (× ε),
+        and its steps then correct the model."""
         if not self.scheduler.config.tpot_guard or self.cost_models is None or not tpot_slo_ms:
             return True
         self._pending_tpot = {r: t for r, t in self._pending_tpot.items() if self.leases.state(r) is not None}
         slos = self.tpot_slos()
+        if not slos and not self.scheduler.running and self.unloaded_step_s is not None:
+            return self.unloaded_step_s * TPOT_MARGIN <= tpot_slo_ms / 1000
         lengths = [r.num_tokens for r in self.scheduler.running] + [prompt_len]
         return admits(slos, tpot_slo_ms / 1000, sum(lengths) / len(lengths), self.cost_models.decode,
                       calibration=self.step_calibration.scale)
@@ -174,10 +187,15 @@ class LLMEngine:
         back to back: what a request in every step waits per token, including the scheduler,
         the hand-off of outputs, calls handled between steps and whatever else shares the CPU.
         """
-        if self.cost_models is None or not all(s.is_decode for s in batch.seqs):
+        if self.cost_models is None or not self.cost_models.calibrate or not all(s.is_decode for s in batch.seqs):
             return
         mean_len = sum(s.start_pos + 1 for s in batch.seqs) / len(batch.seqs)
-        self.step_calibration.observe(self.cost_models.decode.predict(len(batch.seqs), mean_len), seconds)
+        predicted = self.cost_models.decode.predict(len(batch.seqs), mean_len)
+        if seconds > 0:
+            self._prediction_errors.append(self.step_calibration.scale(predicted) / seconds)  # before it learns
+            self.step_prediction_error = statistics.median(self._prediction_errors)
+        self.step_calibration.observe(predicted, seconds)
+        self.step_calibration_ratio = self.step_calibration.ratio
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
         """Runs prompts to completion and returns each one's output token ids."""

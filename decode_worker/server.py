@@ -38,7 +38,7 @@ async def serve(engine_config: EngineConfig, worker: WorkerConfig, options: Proc
     device = torch.device(engine_config.device)
     shm_name = f"pdserve-kv-{worker_id}" if device.type == "cpu" and shm_available() else None
     engine = LLMEngine(engine_config, _storage(device, shm_name))
-    warm_up(engine, worker.cost_model)
+    warm_up(engine, worker.cost_model, worker.cost_model_cache)
     metrics = Metrics("decode")
     hub = StreamHub(asyncio.get_running_loop(), metrics)
     thread = EngineThread(engine, step_listener=hub.on_step)

@@ -18,7 +18,7 @@ class GatewayConfig:
     max_model_len: int | None = None  # None: the model's limit
     heartbeat_ms: int = 500  # workers are told to heartbeat this often
     worker_timeout_ms: int = 1500  # a worker silent this long leaves routing
-    policy: str = "fcfs"  # fcfs | scorpio | ttft_guard | tpot_guard: which guards admit requests here
+    policy: str = "scorpio"  # fcfs | scorpio | ttft_guard | tpot_guard: which guards admit requests here
     default_ttft_ms: int = 0  # for requests that give none (0: no TTFT objective)
     default_tpot_ms: int = 0
     slo_classes: str = ""  # named classes name:ttft_ms:tpot_ms,... requests may refer to by SLO.name

@@ -264,6 +264,9 @@ class RequestFlow:
             if raw_s:  # teach the TTFT guard what the prefill call (queue, forward, KV transfer, both
                 # RPC hops, this event loop's own lag) really takes on this worker now
                 p.prefill.ttft_calibration.observe(raw_s, time.perf_counter() - sent)
+                if self.metrics is not None:
+                    self.metrics.calibration.labels("gateway", "prefill", p.prefill.worker_id).set(
+                        p.prefill.ttft_calibration.ratio)
         except grpc.aio.AioRpcError as exc:
             raise self._prefill_error(exc, p) from None
         finally:

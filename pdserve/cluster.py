@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 
+from common.cpu_plan import CoreAssignment, format_cores, plan_cores
 from common.kv_transfer.shm import unlink_shared
 from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
 
@@ -34,8 +35,7 @@ class ClusterSpec:
     preset: str = "tiny"
     kv_transport: str = "auto"
     worker_args: tuple[str, ...] = ()  # extra engine flags for every worker, e.g. ("--num-kv-blocks", "512")
-    threads_per_worker: int | None = None  # OMP/torch threads per process; None = library default
-    policy: str = "fcfs"  # scheduling policy of the gateway and every worker
+    policy: str = "scorpio"  # scheduling policy of the gateway and every worker
     gateway_args: tuple[str, ...] = ()  # extra gateway flags, e.g. ("--slo-classes", "tight:200:20")
     # What the launcher itself presents to the gateway when it asks whether workers are ready:
     prefill_args: tuple[str, ...] = ()  # extra flags for prefill workers only (e.g. their certificate)
@@ -44,9 +44,10 @@ class ClusterSpec:
     metrics: bool = False  # give every process a free --metrics-port (see LocalCluster.metrics_ports)
     api_key: str = ""  # when the gateway runs with --api-keys
     tls_ca: str = ""  # when it runs with TLS (PEM file)
-    # CPU cores per role ("gateway", "prefill", "decode"), e.g. (("decode", (1,)),); a role not
-    # named runs where the OS puts it. Benchmarks use it to give a worker a core of its own.
-    cpu_affinity: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # The cores divided among the processes (``common.cpu_plan``); empty: every core this
+    # process may use. ``threads`` overrides the compute threads per worker (0: one per core).
+    cpu_cores: tuple[int, ...] = ()
+    threads: int = 0
 
 
 @dataclass
@@ -56,6 +57,7 @@ class LocalCluster:
     address: str = ""
     registry_address: str = ""  # where workers register: the gateway's address or its registry port
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    plan: dict[str, CoreAssignment] = field(default_factory=dict)  # process name -> its cores and threads
     metrics_ports: dict[str, int] = field(default_factory=dict)  # process name -> its metrics port
     _logs: list[object] = field(default_factory=list)
     _ended: set[str] = field(default_factory=set)  # ended on purpose (kill), not failed
@@ -64,6 +66,11 @@ class LocalCluster:
     def start(self, timeout_s: float = 120.0, progress: bool = False) -> LocalCluster:
         _exit_on_sigterm()  # so a SIGTERM to the launcher still stops its children (via __exit__)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        tag = f"{os.getpid()}-{next(_counter)}"
+        self.plan = self._plan(tag)
+        if progress:
+            for assignment in self.plan.values():
+                print(f"  {assignment.describe().replace('-' + tag, '')}", file=sys.stderr, flush=True)
         for attempt in range(3):  # a port found free can be taken before the gateway binds it
             port = self.spec.port or _free_port(self.spec.host)
             self.address = f"{self.spec.host}:{port}"
@@ -73,10 +80,9 @@ class LocalCluster:
             if self._gateway_listening(timeout_s) or self.spec.port or attempt == 2:
                 break
             self._ended.add("gateway")
-        tag = f"{os.getpid()}-{next(_counter)}"
-        for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode)):
-            for i in range(count):
-                self.start_worker(role, f"{role}-{i}-{tag}")
+        for name in self.plan:
+            if name != "gateway":
+                self.start_worker(name.split("-", 1)[0], name)
         try:
             self.wait_ready(timeout_s, progress)
         except BaseException:
@@ -92,10 +98,19 @@ class LocalCluster:
                                 "--policy", self.spec.policy,
                                 *self._model_args(), *self._metrics_args("gateway"), *self.spec.gateway_args])
 
+    def _plan(self, tag: str) -> dict[str, CoreAssignment]:
+        workers = [f"{role}-{i}-{tag}" for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode))
+                   for i in range(count)]
+        planned = plan_cores(workers, self.spec.cpu_cores or None, self.spec.threads or None)
+        return {a.name: a for a in planned}
+
     def start_worker(self, role: str, worker_id: str) -> None:
-        """Starts a worker; with the id of one that died, a restart that rejoins under that id."""
+        """Starts a worker; with the id of one that died, a restart that rejoins under that id
+        (on the same cores)."""
         module = f"{role}_worker"
+        cores = self.plan[worker_id]
         args = [module, "--gateway", self.registry_address, "--host", self.spec.host, "--worker-id", worker_id,
+                "--cpu-cores", format_cores(cores.cores), "--threads", str(cores.threads),
                 "--kv-transport", self.spec.kv_transport, "--policy", self.spec.policy, *self._model_args(),
                 *self._metrics_args(worker_id), *self.spec.worker_args,
                 *(self.spec.prefill_args if role == "prefill" else self.spec.decode_args)]
@@ -184,14 +199,14 @@ class LocalCluster:
 
     def _spawn(self, name: str, args: list[str]) -> None:
         env = dict(os.environ)
-        if self.spec.threads_per_worker:
-            env["OMP_NUM_THREADS"] = str(self.spec.threads_per_worker)
         log = open(self.log_dir / f"{name}.log", "ab")
         self._log_offsets[name] = log.tell()
         self._logs.append(log)
         self._ended.discard(name)
-        cores = dict(self.spec.cpu_affinity).get(name.split("-", 1)[0])  # "gateway", "prefill-0-…" → role
-        pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None  # before exec: every thread inherits
+        # Pinned before exec, so every thread the process starts inherits it; workers also pin
+        # themselves (--cpu-cores) as they do when started alone.
+        cores = self.plan[name].cores if name in self.plan else ()
+        pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
         self.processes[name] = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
                                                 env=env, start_new_session=True, preexec_fn=pin)
 

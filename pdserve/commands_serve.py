@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.cpu_plan import parse_cores
 from common.model_create import ensure_model
 from common.model_presets import DEFAULT_PRESET, PRESETS
 from common.rpc.worker_config import KV_TRANSPORTS
@@ -38,6 +39,11 @@ def register(sub: Any) -> None:
     up.add_argument("--preset", choices=tuple(PRESETS), default=DEFAULT_PRESET)
     up.add_argument("--kv-transport", choices=KV_TRANSPORTS, default=defaults.kv_transport)
     up.add_argument("--policy", choices=("fcfs", "scorpio", "ttft_guard", "tpot_guard"), default=defaults.policy)
+    up.add_argument("--cpu-cores", default="", help="cores to divide among the processes, e.g. 0-7 (default: "
+                    "all this process may use): each worker gets its own, the gateway one of its own when "
+                    "there are more cores than workers")
+    up.add_argument("--threads", type=int, default=defaults.threads,
+                    help="torch compute threads per worker (default 0: one per core it is given)")
     up.add_argument("--gateway-arg", action="append", default=[], metavar="FLAG",
                     help="extra gateway flag, repeatable: --gateway-arg=--slo-classes=tight:200:20")
     up.add_argument("--log-dir", type=Path, default=None)
@@ -60,7 +66,8 @@ def _up(args: argparse.Namespace) -> int:
         ensure_model(args.preset)
     spec = ClusterSpec(port=args.port, host=args.host, prefill=args.prefill, decode=args.decode, model=args.model,
                        preset=args.preset, kv_transport=args.kv_transport, worker_args=tuple(args.worker_arg),
-                       policy=args.policy, gateway_args=tuple(args.gateway_arg))
+                       policy=args.policy, gateway_args=tuple(args.gateway_arg),
+                       cpu_cores=parse_cores(args.cpu_cores) if args.cpu_cores else (), threads=args.threads)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="pdserve-up-"))
     cluster = LocalCluster(spec, log_dir)
     print(f"starting gateway + {spec.prefill} prefill + {spec.decode} decode (logs in {log_dir}) ...",

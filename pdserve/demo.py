@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     ensure_model("tiny")
     log_dir = Path(tempfile.mkdtemp(prefix="pdserve-demo-"))
     print(f"starting a local cluster: gateway + 1 prefill + 1 decode worker (logs in {log_dir})", flush=True)
-    spec = ClusterSpec(port=0, worker_args=("--num-kv-blocks", "2048"), threads_per_worker=1)
-    with LocalCluster(spec, log_dir) as cluster:
+    spec = ClusterSpec(port=0, worker_args=("--num-kv-blocks", "2048"))
+    with LocalCluster(spec, log_dir).start(progress=True) as cluster:
         print(f"cluster ready at {cluster.address}\n", flush=True)
         asyncio.run(_demo(cluster.address, args))
         print("\nstopping the cluster ...", flush=True)

@@ -23,7 +23,7 @@ SERVICE = "pdserve.v1.PrefillWorker"
 async def serve(engine_config: EngineConfig, worker: WorkerConfig, options: ProcessOptions) -> None:
     worker_id = worker.resolved_id("prefill")
     engine = LLMEngine(engine_config)
-    warm_up(engine, worker.cost_model)
+    warm_up(engine, worker.cost_model, worker.cost_model_cache)
     thread = EngineThread(engine)
     thread.start()
     metrics = Metrics("prefill")

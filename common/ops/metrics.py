@@ -53,6 +53,18 @@ class Metrics:
                                 [*labels, "transport"], registry=r)
         self.kv_seconds = Counter("pdserve:kv_transfer_seconds", "Seconds spent moving KV cache bytes",
                                   [*labels, "transport"], registry=r)
+        model_labels = [*labels, "model", "worker"]
+        self.fit_worst_ratio = Gauge("pdserve:cost_model_fit_worst_ratio", "Of the fitted cost model in use: the "
+                                     "worst factor between it and a point it was fitted on (1 = exact)",
+                                     model_labels, registry=r)
+        self.fit_r2 = Gauge("pdserve:cost_model_fit_r2", "R² of the fitted cost model in use on its own points",
+                            model_labels, registry=r)
+        self.calibration = Gauge("pdserve:cost_model_calibration_ratio", "Factor observed work applies to the "
+                                 "cost model's predictions: below 1 the model was too slow, above 1 too fast",
+                                 model_labels, registry=r)
+        self.prediction_error = Gauge("pdserve:cost_model_prediction_error_ratio", "Median over recent steps of "
+                                      "the calibrated prediction (made before the step) / the observed step",
+                                      model_labels, registry=r)
         self.workers = Gauge("pdserve:workers", "Workers the gateway knows, by role and state",
                              ["role", "worker_role", "state"], registry=r)
         self._server: WSGIServer | None = None
@@ -66,6 +78,18 @@ class Metrics:
             self._kv_usage.labels(self.role).set_function(kv_usage)
         if draining is not None:
             self._draining.labels(self.role).set_function(draining)
+
+    def watch_cost_model(self, model: str, worker: str, r2: float, worst_ratio: float,
+                         calibration: Callable[[], float] | None = None,
+                         prediction_error: Callable[[], float] | None = None) -> None:
+        """A worker's cost model: its fit (fixed) and, where it is calibrated here, its
+        calibration (read at scrape time)."""
+        self.fit_r2.labels(self.role, model, worker).set(r2)
+        self.fit_worst_ratio.labels(self.role, model, worker).set(worst_ratio)
+        if calibration is not None:
+            self.calibration.labels(self.role, model, worker).set_function(calibration)
+        if prediction_error is not None:
+            self.prediction_error.labels(self.role, model, worker).set_function(prediction_error)
 
     def finished(self, status: str) -> None:
         self.requests.labels(self.role, status).inc()

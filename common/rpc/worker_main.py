@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Awaitable, Callable
 
 from common.config import EngineConfig
+from common.cpu_plan import apply_to_this_process
 from common.engine_args import add_engine_args, engine_config_from_args
 from common.ops.options import ProcessOptions, add_process_args, process_options_from_args
 from common.rpc.server import run_main
@@ -25,5 +27,12 @@ def worker_parser(role: str, parser: argparse.ArgumentParser | None = None) -> a
 def run_worker(role: str, serve: Serve, args: argparse.Namespace) -> int:
     engine_config, worker = engine_config_from_args(args), worker_config_from_args(args)
     options = process_options_from_args(args)
-    run_main(lambda: serve(engine_config, worker, options), role, options.log_format, options.log_level)
+    assignment = worker.core_assignment(worker.resolved_id(role))
+    apply_to_this_process(assignment.cores, assignment.threads)  # before the engine's first computation
+
+    async def main() -> None:
+        logging.getLogger(__name__).info("%s", assignment.describe())
+        await serve(engine_config, worker, options)
+
+    run_main(main, role, options.log_format, options.log_level)
     return 0

@@ -74,6 +74,12 @@ class WorkerProcess:
                            waiting=lambda: len(engine.scheduler.waiting),
                            kv_usage=lambda: 1 - engine.pool.num_free / engine.pool.num_blocks,
                            draining=lambda: float(self.draining))
+        models = engine.cost_models
+        if models is not None:
+            # (prefill predictions are calibrated at the gateway, which exports that calibration)
+            self.metrics.watch_cost_model("prefill", self.worker_id, models.prefill.r2, models.prefill.worst_ratio)
+            self.metrics.watch_cost_model("decode", self.worker_id, models.decode.r2, models.decode.worst_ratio,
+                                          lambda: engine.step_calibration_ratio, lambda: engine.step_prediction_error)
         self.metrics.serve(self.options.metrics_port, self.options.metrics_host)
         await self.lifecycle.serving()
         self.registrar = Registrar(self.worker.gateway, describe(engine, self.role, self.worker_id, address),

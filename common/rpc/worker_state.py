@@ -53,20 +53,19 @@ def current_load(engine: LLMEngine, draining: bool) -> worker_pb2.WorkerLoad:
     return load
 
 
-def warm_up(engine: LLMEngine, cost_model_path: str = "") -> None:
-    """One short request through the whole engine, so the first real one pays no start-up cost;
-    then the cost models: loaded from ``cost_model_path``, or measured here when a guard needs them."""
-    from pathlib import Path
-
+def warm_up(engine: LLMEngine, cost_model_path: str = "", cost_model_cache: str = "") -> None:
+    """One short request through the whole engine, so the first real one pays no start-up cost,
+    and the unloaded step time an idle worker admits by; then the cost models (see
+    ``common.slo.startup``)."""
     from common.sampling_params import SamplingParams
-    from common.slo.cost_models import CostModels
-    from common.slo.profile import profile
+    from common.slo.profile import unloaded_step_seconds
+    from common.slo.startup import cost_models_at_start, host_lock
 
-    engine.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=2, ignore_eos=True))
-    if cost_model_path:
-        engine.cost_models = CostModels.load(Path(cost_model_path))
-    elif engine.config.policy != "fcfs":
-        engine.cost_models = profile(engine)
+    with host_lock():  # workers starting together measure one after the other
+        engine.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=2, ignore_eos=True))
+        engine.unloaded_step_s = unloaded_step_seconds(engine)
+    log.info("unloaded decode step: %.2f ms", engine.unloaded_step_s * 1000)
+    engine.cost_models = cost_models_at_start(engine, cost_model_path, cost_model_cache)
     if engine.cost_models is not None:
         log.info("prefill cost model: %s", engine.cost_models.prefill.describe())
         log.info("decode cost model: %s", engine.cost_models.decode.describe())

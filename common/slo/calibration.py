@@ -5,8 +5,12 @@ cores (or the GPU is busier). ``Calibration`` keeps the ratio observed / predict
 recent past (a time window, ``window_s``) and scales predictions by its mean plus
 ``spread`` standard deviations, or by a ``quantile`` of it:
 
-    scale(p) = p · max(floor, mean(ratios) + spread · std(ratios))     (a mean over many: steps)
-    scale(p) = p · max(floor, quantile_q(ratios))                      (one event: a prefill call)
+    scale(p) = p · clamp(mean(ratios) + spread · std(ratios))     (a mean over many: steps)
+    scale(p) = p · clamp(quantile_q(ratios))                      (one event: a prefill call)
+
+It corrects both ways: a model too slow is scaled down as surely as one too fast is scaled
+up, within ``bounds`` (default 1/100 to 100: a model 50× off corrects with the first steps
+observed, while one wild sample cannot turn a prediction into nothing or infinity).
 
 The window is about as long as a request lives, because admission is a promise about the
 request's whole life, not the next step: a short average admits in a quiet moment what the
@@ -26,16 +30,18 @@ from collections.abc import Callable
 
 
 class Calibration:
-    def __init__(self, window_s: float = 2.0, spread: float = 0.5, floor: float = 1.0, min_samples: int = 16,
-                 quantile: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        if window_s <= 0 or spread < 0 or floor <= 0 or min_samples < 1:
-            raise ValueError("window_s and floor must be > 0, spread ≥ 0, min_samples ≥ 1")
+    def __init__(self, window_s: float = 2.0, spread: float = 0.5, bounds: tuple[float, float] = (0.01, 100.0),
+                 min_samples: int = 16, quantile: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if window_s <= 0 or spread < 0 or not 0 < bounds[0] <= 1 <= bounds[1] or min_samples < 1:
+            raise ValueError("window_s must be > 0, spread ≥ 0, bounds (low, high) with 0 < low ≤ 1 ≤ high, "
+                             "min_samples ≥ 1")
         if quantile is not None and not 0 < quantile <= 1:
             raise ValueError(f"quantile must be in (0, 1], got {quantile}")
         self.window_s = window_s
         self.spread = spread
         self.quantile = quantile
-        self.floor = floor  # never trust the model to be pessimistic
+        self.bounds = bounds
         self.min_samples = min_samples
         self._clock = clock
         self._samples: deque[tuple[float, float]] = deque()  # (when, observed / predicted)
@@ -64,13 +70,20 @@ class Calibration:
     def _compute(self) -> float:
         n = len(self._samples)
         if n == 0:
-            return self.floor
+            return 1.0
         if self.quantile is not None:
             ordered = sorted(ratio for _, ratio in self._samples)
-            return max(self.floor, ordered[min(n - 1, math.ceil(self.quantile * n) - 1)])
+            return self._clamp(ordered[min(n - 1, math.ceil(self.quantile * n) - 1)])
         mean = self._sum / n
         std = math.sqrt(max(0.0, self._sum_sq / n - mean * mean))
-        return max(self.floor, mean + self.spread * std)
+        return self._clamp(mean + self.spread * std)
+
+    def _clamp(self, ratio: float) -> float:
+        return min(self.bounds[1], max(self.bounds[0], ratio))
+
+    @property
+    def num_samples(self) -> int:
+        return len(self._samples)
 
     def scale(self, predicted_s: float) -> float:
         return predicted_s * self.ratio

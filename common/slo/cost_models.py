@@ -7,6 +7,14 @@
   ``t = α·B·L + β·B + γ·L + δ`` (least squares with every coefficient ≥ 0: each term is a
   cost, and an unconstrained fit to noisy timings can go negative and predict ~0 for small
   batches, which would make admission and online calibration meaningless).
+
+Both fits minimise the *relative* error of each point (least squares weighted by 1/t): a
+3 ms step mispredicted by 2 ms matters as much to a tight TPOT as a 30 ms step by 20 ms.
+
+A fit is trusted only as far as it reproduces the points it was fitted on (``sound``): every
+point within ``FIT_TOLERANCE`` × and, unless every point is close, an R² of at least
+``MIN_R2``. ``conservative`` turns an unsound fit into one that over-predicts every point, for
+use until observed steps correct it.
 """
 
 from __future__ import annotations
@@ -18,6 +26,21 @@ from pathlib import Path
 
 import numpy as np
 
+FIT_TOLERANCE = 1.5  # every measured point within this factor of the fit
+MIN_R2 = 0.5  # ... and the fit explains at least this much of the variation,
+CLOSE_FIT = 1.15  # unless every point is this close (flat timings, as on a GPU, leave R² meaningless)
+
+
+def sound(r2: float, worst_ratio: float) -> bool:
+    """Whether a fit with this R² and worst point ratio may be trusted for admission."""
+    return worst_ratio <= FIT_TOLERANCE and (r2 >= MIN_R2 or worst_ratio <= CLOSE_FIT)
+
+
+def worst_point_ratio(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """max over points of max(predicted/measured, measured/predicted): 1.0 is a perfect fit."""
+    p, m = np.maximum(predicted, 1e-12), np.maximum(measured, 1e-12)
+    return float(np.max(np.maximum(p / m, m / p))) if len(m) else float("inf")
+
 
 @dataclass(frozen=True, slots=True)
 class PrefillModel:
@@ -25,6 +48,7 @@ class PrefillModel:
     base_s: float
     per_token_s: float
     r2: float = 0.0
+    worst_ratio: float = 0.0  # on the points it was fitted on; 0: unknown (written by hand)
 
     def predict(self, tokens: float) -> float:
         return self.base_s + self.per_token_s * max(0.0, tokens - self.threshold)
@@ -41,28 +65,42 @@ class PrefillModel:
     def fit(cls, tokens: list[float], seconds: list[float]) -> PrefillModel:
         x, y = np.asarray(tokens, float), np.asarray(seconds, float)
         best: PrefillModel | None = None
-        best_sse = float("inf")
+        best_err = float("inf")
         for n0 in np.unique(np.concatenate([[0.0], x])):
-            model, sse = _fit_hinge(x, y, float(n0))
-            if sse < best_sse:
-                best, best_sse = model, sse
+            model, err = _fit_hinge(x, y, float(n0))
+            if err < best_err:
+                best, best_err = model, err
         assert best is not None
-        return PrefillModel(best.threshold, best.base_s, best.per_token_s, _r2(y, best_sse))
+        predicted = np.array([best.predict(n) for n in x])
+        return PrefillModel(best.threshold, best.base_s, best.per_token_s, _r2(y, predicted),
+                            worst_point_ratio(predicted, y))
+
+    @property
+    def sound(self) -> bool:
+        return sound(self.r2, self.worst_ratio)
+
+    def scaled(self, factor: float) -> PrefillModel:
+        return PrefillModel(self.threshold, self.base_s * factor, self.per_token_s * factor, self.r2,
+                            self.worst_ratio)
+
+    def conservative(self, tokens: list[float], seconds: list[float]) -> PrefillModel:
+        """This fit scaled up until it predicts no measured point too fast."""
+        predicted = np.array([self.predict(n) for n in tokens])
+        return self.scaled(max(1.0, float(np.max(np.asarray(seconds) / np.maximum(predicted, 1e-12)))))
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
     def describe(self) -> str:
         return (f"{self.base_s * 1e3:.3f} ms + {self.per_token_s * 1e6:.2f} µs·max(0, n − {self.threshold:g}) "
-                f"(R² {self.r2:.3f})")
+                f"(R² {self.r2:.3f}, worst point {self.worst_ratio:.2f}×)")
 
 
 def _fit_hinge(x: np.ndarray, y: np.ndarray, n0: float) -> tuple[PrefillModel, float]:
+    """The hinge at ``n0`` with the least relative squared error (and that error)."""
     design = np.stack([np.ones_like(x), np.maximum(0.0, x - n0)], axis=1)
-    (base, slope), *_ = np.linalg.lstsq(design, y, rcond=None)
-    slope = max(slope, 0.0)
-    sse = float(((design @ np.array([base, slope]) - y) ** 2).sum())
-    return PrefillModel(n0, float(base), float(slope)), sse
+    coef, err = _non_negative_lstsq(design, y)
+    return PrefillModel(n0, float(coef[0]), float(coef[1])), err
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +110,7 @@ class DecodeModel:
     gamma: float  # per token of mean length
     delta: float  # fixed
     r2: float = 0.0
+    worst_ratio: float = 0.0  # on the points it was fitted on; 0: unknown (written by hand)
 
     def predict(self, batch: float, mean_len: float) -> float:
         return self.alpha * batch * mean_len + self.beta * batch + self.gamma * mean_len + self.delta
@@ -80,49 +119,77 @@ class DecodeModel:
     def fit(cls, batch: list[float], mean_len: list[float], seconds: list[float]) -> DecodeModel:
         b, length, y = (np.asarray(v, float) for v in (batch, mean_len, seconds))
         design = np.stack([b * length, b, length, np.ones_like(b)], axis=1)
-        coef, sse = _non_negative_lstsq(design, y)
-        return DecodeModel(*(float(c) for c in coef), r2=_r2(y, sse))
+        coef, _ = _non_negative_lstsq(design, y)
+        predicted = design @ coef
+        return DecodeModel(*(float(c) for c in coef), r2=_r2(y, predicted),
+                           worst_ratio=worst_point_ratio(predicted, y))
+
+    @property
+    def sound(self) -> bool:
+        return sound(self.r2, self.worst_ratio)
+
+    def scaled(self, factor: float) -> DecodeModel:
+        return DecodeModel(self.alpha * factor, self.beta * factor, self.gamma * factor, self.delta * factor,
+                           self.r2, self.worst_ratio)
+
+    def conservative(self, batch: list[float], mean_len: list[float], seconds: list[float]) -> DecodeModel:
+        """This fit scaled up until it predicts no measured point too fast."""
+        predicted = np.array([self.predict(b, n) for b, n in zip(batch, mean_len)])
+        return self.scaled(max(1.0, float(np.max(np.asarray(seconds) / np.maximum(predicted, 1e-12)))))
 
     def describe(self) -> str:
         return (f"{self.alpha * 1e6:.4f} µs·B·L + {self.beta * 1e3:.4f} ms·B + {self.gamma * 1e6:.4f} µs·L + "
-                f"{self.delta * 1e3:.3f} ms (R² {self.r2:.3f})")
+                f"{self.delta * 1e3:.3f} ms (R² {self.r2:.3f}, worst point {self.worst_ratio:.2f}×)")
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
 
 def _non_negative_lstsq(design: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-    """Least squares under ``coef ≥ 0`` by trying every subset of free coefficients (four
-    columns: sixteen small solves); the feasible solution with the least error wins."""
+    """Least squares of the relative error, Σ((design·coef − y) / y)², under ``coef ≥ 0``, by
+    trying every subset of free coefficients (four columns: sixteen small solves); the
+    feasible solution with the least error wins. Returns it and its error."""
     columns = design.shape[1]
-    best, best_sse = np.zeros(columns), float((y**2).sum())
+    weight = 1.0 / np.maximum(y, 1e-12)
+    wd, wy = design * weight[:, None], y * weight
+    best, best_err = np.zeros(columns), float((wy**2).sum())
     for size in range(1, columns + 1):
         for subset in itertools.combinations(range(columns), size):
-            sub, *_ = np.linalg.lstsq(design[:, subset], y, rcond=None)
+            sub, *_ = np.linalg.lstsq(wd[:, subset], wy, rcond=None)
             if (sub < 0).any():
                 continue
             coef = np.zeros(columns)
             coef[list(subset)] = sub
-            sse = float(((design @ coef - y) ** 2).sum())
-            if sse < best_sse:
-                best, best_sse = coef, sse
-    return best, best_sse
+            err = float(((wd @ coef - wy) ** 2).sum())
+            if err < best_err:
+                best, best_err = coef, err
+    return best, best_err
 
 
-def _r2(y: np.ndarray, sse: float) -> float:
+def _r2(y: np.ndarray, predicted: np.ndarray) -> float:
     total = float(((y - y.mean()) ** 2).sum())
-    return 1.0 - sse / total if total > 0 else 1.0
+    return 1.0 - float(((predicted - y) ** 2).sum()) / total if total > 0 else 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class CostModels:
     prefill: PrefillModel
     decode: DecodeModel
+    calibrate: bool = True  # false: the worker applies the decode model as written, never corrected
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps({"prefill": self.prefill.to_dict(), "decode": self.decode.to_dict()}, indent=2))
+        path.write_text(json.dumps({"prefill": self.prefill.to_dict(), "decode": self.decode.to_dict(),
+                                    "calibrate": self.calibrate}, indent=2))
+
+    @property
+    def sound(self) -> bool:
+        return self.prefill.sound and self.decode.sound
 
     @classmethod
     def load(cls, path: Path) -> CostModels:
-        raw = json.loads(path.read_text())
-        return cls(PrefillModel(**raw["prefill"]), DecodeModel(**raw["decode"]))
+        """Reads ``save``'s JSON; ValueError naming the file when it is not such a file."""
+        try:
+            raw = json.loads(path.read_text())
+            return cls(PrefillModel(**raw["prefill"]), DecodeModel(**raw["decode"]), bool(raw.get("calibrate", True)))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"cost model file {path}: {e}") from e

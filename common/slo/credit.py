@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from common.slo.cost_models import DecodeModel
 
+TPOT_MARGIN = 1.3  # ε: a step predicted this much slower must still meet the tightest TPOT SLO
+
 
 def trp(tpot_slos: dict[str, float]) -> dict[str, float]:
     tightest = min(tpot_slos.values())
@@ -44,7 +46,7 @@ class CreditBatcher:
 
 
 def admits(tpot_slos: dict[str, float], new_slo: float, mean_len: float, model: DecodeModel,
-           epsilon: float = 1.3, calibration: Callable[[float], float] = lambda s: s) -> bool:
+           epsilon: float = TPOT_MARGIN, calibration: Callable[[float], float] = lambda s: s) -> bool:
     """Whether adding a request with TPOT SLO ``new_slo`` keeps the predicted step time, with
     margin ``epsilon``, within the tightest TPOT SLO of the resulting set (all in seconds).
     ``calibration`` corrects the model's prediction by what steps have been taking."""

@@ -1,9 +1,16 @@
-"""Measuring an engine on its own hardware and fitting its cost models (``pdserve profile``)."""
+"""Measuring an engine on its own hardware and fitting its cost models (``pdserve profile``).
+
+``profile`` measures and fits once; ``profile_checked`` measures again while a fit does not
+reproduce its own points (a neighbour was busy, the machine hiccuped) and, when no attempt
+gives a sound fit, falls back to the last fit scaled up to over-predict every point it
+measured: pessimistic, so admission errs on the safe side until observed steps correct it.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -15,10 +22,51 @@ QUICK_PREFILL_TOKENS = (16, 64, 128, 256, 512, 1024)
 QUICK_DECODE_POINTS = tuple((b, n) for b in (1, 4, 16) for n in (64, 256))
 
 
+@dataclass(frozen=True, slots=True)
+class Measurements:
+    prefill_tokens: list[float]
+    prefill_seconds: list[float]
+    decode_batch: list[float]
+    decode_len: list[float]
+    decode_seconds: list[float]
+
+    def fit(self) -> CostModels:
+        return CostModels(PrefillModel.fit(self.prefill_tokens, self.prefill_seconds),
+                          DecodeModel.fit(self.decode_batch, self.decode_len, self.decode_seconds))
+
+    def conservative(self, models: CostModels) -> CostModels:
+        prefill, decode = models.prefill, models.decode
+        if not prefill.sound:
+            prefill = prefill.conservative(self.prefill_tokens, self.prefill_seconds)
+        if not decode.sound:
+            decode = decode.conservative(self.decode_batch, self.decode_len, self.decode_seconds)
+        return CostModels(prefill, decode)
+
+
 def profile(engine: LLMEngine, prefill_tokens: tuple[int, ...] = QUICK_PREFILL_TOKENS,
             decode_points: tuple[tuple[int, int], ...] = QUICK_DECODE_POINTS,
             progress: Callable[[str], None] = lambda _: None) -> CostModels:
     """Times real prefill steps and decode steps on ``engine``; returns the fitted models."""
+    return measure(engine, prefill_tokens, decode_points, progress).fit()
+
+
+def profile_checked(engine: LLMEngine, attempts: int = 3,
+                    progress: Callable[[str], None] = lambda _: None) -> CostModels:
+    """Fits whose every point is reproduced (see ``cost_models.sound``), measuring up to
+    ``attempts`` times; else the last fits, each unsound one made conservative."""
+    for attempt in range(1, attempts + 1):
+        measured = measure(engine, progress=progress)
+        models = measured.fit()
+        if models.sound:
+            return models
+        progress(f"attempt {attempt}: the fits do not reproduce their points (prefill: "
+                 f"{models.prefill.describe()}; decode: {models.decode.describe()})")
+    return measured.conservative(models)
+
+
+def measure(engine: LLMEngine, prefill_tokens: tuple[int, ...] = QUICK_PREFILL_TOKENS,
+            decode_points: tuple[tuple[int, int], ...] = QUICK_DECODE_POINTS,
+            progress: Callable[[str], None] = lambda _: None) -> Measurements:
     tokens, seconds = [], []
     for n in prefill_tokens:
         if n + 2 <= engine.max_model_len:
@@ -27,12 +75,17 @@ def profile(engine: LLMEngine, prefill_tokens: tuple[int, ...] = QUICK_PREFILL_T
             progress(f"prefill {n} tokens: {seconds[-1] * 1000:.1f} ms")
     batches, lengths, steps = [], [], []
     for batch, length in decode_points:
-        if length + 8 <= engine.max_model_len and batch <= engine.config.max_batch_size:
+        if length + 24 <= engine.max_model_len and batch <= engine.config.max_batch_size:
             batches.append(batch)
-            lengths.append(length + 4)
+            lengths.append(length + 10)  # the mean length over the steps timed
             steps.append(_decode_step_seconds(engine, batch, length))
             progress(f"decode batch {batch} at length {length}: {steps[-1] * 1000:.2f} ms/step")
-    return CostModels(PrefillModel.fit(tokens, seconds), DecodeModel.fit(batches, lengths, steps))
+    return Measurements(tokens, seconds, batches, lengths, steps)
+
+
+def unloaded_step_seconds(engine: LLMEngine) -> float:
+    """The median decode step of one short request alone: what an idle worker can promise."""
+    return _decode_step_seconds(engine, 1, 16)
 
 
 def _prefill_seconds(engine: LLMEngine, n: int) -> float:
@@ -46,7 +99,7 @@ def _prefill_seconds(engine: LLMEngine, n: int) -> float:
 
 def _decode_step_seconds(engine: LLMEngine, batch: int, length: int) -> float:
     for i in range(batch):
-        engine.add_request(f"profile-decode-{i}", _prompt(length), SamplingParams(max_tokens=12, ignore_eos=True))
+        engine.add_request(f"profile-decode-{i}", _prompt(length), SamplingParams(max_tokens=20, ignore_eos=True))
     while any(r.num_computed_tokens < length for r in engine.scheduler.requests.values()):
         engine.step()
     engine.step()  # first decode step fills the CPU stage; not a steady-state step

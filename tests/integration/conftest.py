@@ -18,7 +18,7 @@ WORKER_ARGS = ("--num-kv-blocks", "256", "--max-num-tokens", "2048")
 
 def start_cluster(tmp_path: Path, **spec: object) -> LocalCluster:
     ensure_model("tiny")  # once, before several processes look for it
-    spec = {"port": 0, "worker_args": WORKER_ARGS, "threads_per_worker": 1, **spec}
+    spec = {"port": 0, "worker_args": WORKER_ARGS, **spec}  # cores and threads as `pdserve up` plans them
     return LocalCluster(ClusterSpec(**spec), tmp_path / "logs").start(timeout_s=120)  # type: ignore[arg-type]
 
 

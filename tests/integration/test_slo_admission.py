@@ -3,7 +3,8 @@ is served when capacity frees, and is refused only when its TTFT deadline makes 
 
 The decode worker loads a cost model that makes each running request cost 100 ms of step
 time, so with a TPOT SLO of 150 ms it admits one request at a time (1 × 100 ms × 1.3 fits,
-2 × 100 ms × 1.3 does not) whatever this machine's real speed.
+2 × 100 ms × 1.3 does not) whatever this machine's real speed: the file turns calibration off,
+so the steps really run do not correct the model.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, start_cl
 
 TPOT_MS = 150
 COST_MODEL = {"prefill": {"threshold": 0.0, "base_s": 0.001, "per_token_s": 0.0, "r2": 1.0},
-              "decode": {"alpha": 0.0, "beta": 0.100, "gamma": 0.0, "delta": 0.0, "r2": 1.0}}
+              "decode": {"alpha": 0.0, "beta": 0.100, "gamma": 0.0, "delta": 0.0, "r2": 1.0}, "calibrate": False}
 
 
 @pytest.fixture(scope="module")

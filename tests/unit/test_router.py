@@ -9,11 +9,14 @@ from gateway.router import predicted_prefill_s, queued_ahead
 from pdserve.v1 import worker_pb2
 
 
-def _worker(queued: dict[str, tuple[float, int]], reported_tokens: int = 0) -> WorkerRecord:
+def _worker(queued: dict[str, tuple[float, int]], reported_tokens: int = 0, tested: bool = True) -> WorkerRecord:
+    """A prefill worker with a fitted model; ``tested``: one call observed, exactly as predicted."""
     cost = worker_pb2.CostModel(present=True, prefill_threshold=100, prefill_base_s=0.010, prefill_per_token_s=1e-4)
     record = WorkerRecord(worker_pb2.WorkerDescriptor(cost_model=cost), worker_pb2.WorkerLoad(queued_tokens=reported_tokens),
                           0.0, None, None)  # type: ignore[arg-type]
     record.queued.update(queued)
+    if tested:
+        record.ttft_calibration.observe(0.010, 0.010)
     return record
 
 
@@ -98,3 +101,16 @@ def test_the_ttft_guard_refuses_what_the_best_worker_is_predicted_to_serve_too_l
     with pytest.raises(RequestError) as refused:
         check_ttft(registry, 250, ttft_ms=20, started=now)
     assert "predicted to need 25 ms" in refused.value.message and refused.value.reason == "ttft_unattainable"
+
+
+def test_an_idle_worker_no_call_has_tested_yet_never_refuses_on_its_model_alone():
+    import time
+
+    from gateway.ttft_guard import best_prefill_s, check_ttft
+
+    now = time.perf_counter()
+    untested = _worker({}, tested=False)
+    assert best_prefill_s(_registry(untested), 250, deadline=now + 0.001) == 0.0
+    check_ttft(_registry(untested), 250, ttft_ms=1, started=now)  # the first call teaches the calibration
+    busy = _worker({"queued": (now + 5.0, 300)}, tested=False)
+    assert best_prefill_s(_registry(busy), 250, deadline=now + 0.001) > 0.0  # busy: the model decides

@@ -71,13 +71,16 @@ def test_decode_fit_keeps_every_cost_non_negative_where_plain_least_squares_woul
     fit = DecodeModel.fit(batch, length, seconds)
     assert min(fit.alpha, fit.beta, fit.gamma, fit.delta) >= 0
     assert all(fit.predict(b, n) > 0.001 for b, n in zip(batch, length))
-    # no non-negative coefficients fit better: compare against a brute-force grid around the answer
+    # no non-negative coefficients fit the points better (relative squared error, the fit's
+    # objective): compare against a brute-force grid around the answer
+    def relative_sse(model: DecodeModel) -> float:
+        return sum(((model.predict(b, n) - t) / t) ** 2 for b, n, t in zip(batch, length, seconds))
+
     grid = itertools.product(*(np.linspace(0, 2 * max(c, 1e-6 if i < 3 else 1e-3), 9)
                                for i, c in enumerate((fit.alpha, fit.beta, fit.gamma, fit.delta))))
-    fit_sse = sum((fit.predict(b, n) - t) ** 2 for b, n, t in zip(batch, length, seconds))
+    best = relative_sse(fit)
     for coef in grid:
-        trial = DecodeModel(*coef)
-        assert sum((trial.predict(b, n) - t) ** 2 for b, n, t in zip(batch, length, seconds)) >= fit_sse - 1e-12
+        assert relative_sse(DecodeModel(*coef)) >= best - 1e-9
 
 
 def test_prefill_model_finds_the_threshold_and_slope():
@@ -125,13 +128,23 @@ def test_calibration_forgets_what_is_older_than_its_window_but_keeps_the_newest_
     assert cal.ratio == pytest.approx(2.0)
 
 
-def test_calibration_never_scales_below_the_model():
+def test_calibration_corrects_a_model_too_slow_as_well_as_one_too_fast_within_its_bounds():
     from common.slo.calibration import Calibration
 
-    cal = Calibration(spread=0.0)
-    for _ in range(40):
-        cal.observe(0.010, 0.005)  # faster than the model: keep the model's estimate
-    assert cal.scale(0.010) == pytest.approx(0.010)
+    slow = Calibration(spread=0.0)
+    for _ in range(20):
+        slow.observe(0.250, 0.005)  # the model is 50x too slow
+    assert slow.scale(0.250) == pytest.approx(0.005)
+    fast = Calibration(spread=0.0)
+    for _ in range(20):
+        fast.observe(0.005, 0.015)  # 3x too fast
+    assert fast.scale(0.005) == pytest.approx(0.015)
+    wild = Calibration(spread=0.0, bounds=(0.1, 10.0))
+    wild.observe(0.010, 0.0)  # one step of no time at all cannot make predictions free
+    assert wild.ratio == pytest.approx(0.1)
+    wild = Calibration(spread=0.0, bounds=(0.1, 10.0))
+    wild.observe(0.001, 5.0)  # nor one stall infinite
+    assert wild.ratio == pytest.approx(10.0)
 
 
 def test_calibrated_admission_turns_away_what_the_idle_model_would_admit():
@@ -139,3 +152,36 @@ def test_calibrated_admission_turns_away_what_the_idle_model_would_admit():
     running = {str(i): 0.1 for i in range(5)}
     assert admits(running, 0.1, 100, model)  # 60 ms x 1.3 = 78 ms
     assert not admits(running, 0.1, 100, model, calibration=lambda s: 2 * s)  # 156 ms
+
+
+def test_a_fit_that_reproduces_its_points_is_sound_and_one_that_does_not_is_made_conservative():
+    batch, length = [1, 1, 4, 4, 16, 16], [74, 266, 74, 266, 74, 266]
+    truth = DecodeModel(6e-10, 8e-5, 0.0, 1.6e-3)
+    clean = [truth.predict(b, n) for b, n in zip(batch, length)]
+    fit = DecodeModel.fit(batch, length, clean)
+    assert fit.sound and fit.worst_ratio == pytest.approx(1.0, abs=1e-6)
+    # contention while measuring: two points 3x slower than the rest explain
+    noisy = [t * (3.0 if i in (1, 2) else 1.0) for i, t in enumerate(clean)]
+    bad = DecodeModel.fit(batch, length, noisy)
+    predicted = [bad.predict(b, n) for b, n in zip(batch, length)]
+    brute_worst = max(max(p / t, t / p) for p, t in zip(predicted, noisy))
+    assert bad.worst_ratio == pytest.approx(brute_worst) and brute_worst > 1.5 and not bad.sound
+    safe = bad.conservative(batch, length, noisy)
+    assert all(safe.predict(b, n) >= t * (1 - 1e-9) for b, n, t in zip(batch, length, noisy))
+
+
+def test_flat_timings_are_a_sound_fit_whatever_their_r2():
+    from common.slo.cost_models import sound
+
+    assert sound(r2=0.02, worst_ratio=1.08)  # a GPU step flat in batch size: R² says nothing
+    assert not sound(r2=0.02, worst_ratio=1.4)
+    assert sound(r2=0.9, worst_ratio=1.4) and not sound(r2=0.99, worst_ratio=1.6)
+
+
+def test_the_prefill_fit_reproduces_small_prompts_too():
+    # measured on a 2-core CPU, one thread: a least-squares fit of absolute error put 16 tokens at 1.6x
+    tokens = [16, 64, 128, 256, 512, 1024]
+    seconds = [0.0039, 0.0065, 0.0105, 0.0188, 0.0449, 0.1002]
+    fit = PrefillModel.fit(tokens, seconds)
+    assert fit.sound, fit.describe()
+    assert all(1 / 1.5 <= fit.predict(n) / t <= 1.5 for n, t in zip(tokens, seconds))

@@ -45,6 +45,7 @@ def test_an_idle_engine_does_not_count_its_idle_time_as_a_step():
     engine.commit("b", lease.lease_id, [1, 2, 3], 7, SamplingParams(max_tokens=3, ignore_eos=True))
     while engine.has_unfinished_requests():
         engine.step()
-    # had the idle 300 ms been taken for a step period (6x the model), the mean ratio would exceed 1
-    assert engine.step_calibration.ratio == 1.0
+    # had the idle 300 ms been taken for a step period (6x the model) among these few steps, the
+    # mean ratio would exceed 1; counted right, real steps (a few ms) scale the model down
+    assert engine.step_calibration.ratio < 1.0
     engine.check_integrity()

@@ -1,0 +1,116 @@
+"""Which CPU cores and how many compute threads each local process gets.
+
+Two workers left at the library's default thread count each start one compute thread per
+core, so on a host with ``n`` cores they run ``2n`` threads that take turns: a decode step
+then takes many times its unloaded time, and any cost model measured at that moment is
+wrong. The plan divides the cores instead:
+
+    cores 0 .. n-1                     (this process's affinity, or --cpu-cores)
+    ┌─────────┬──────────────┬──────────────┐
+    │ gateway │  prefill-0   │   decode-0   │   n > workers: the gateway gets a core of
+    └─────────┴──────────────┴──────────────┘   its own, the rest are split in runs
+    ┌──────────────┬──────────────┐
+    │  prefill-0   │   decode-0   │             n == workers: one core each; the gateway
+    └──────────────┴──────────────┘             (no compute threads) runs where the OS puts it
+
+Invariant: with at least as many cores as workers, no two workers share a core and the
+threads of all workers add up to at most the cores planned. With fewer cores than workers,
+each worker gets one thread on a core taken round robin (the least oversubscription there is).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CoreAssignment:
+    name: str  # "gateway", "prefill-0", "decode-1", ...
+    cores: tuple[int, ...]  # empty: not pinned (the OS places it)
+    threads: int  # torch compute threads; 0 for a process without any (the gateway)
+
+    def describe(self) -> str:
+        where = f"cores {format_cores(self.cores)}" if self.cores else "any core"
+        return f"{self.name}: {where}" + (f", {self.threads} thread{'s' * (self.threads != 1)}" if self.threads else "")
+
+
+def plan_cores(workers: list[str], cores: tuple[int, ...] | None = None,
+               threads: int | None = None) -> list[CoreAssignment]:
+    """Assignments for the gateway and ``workers`` (names, in order) on ``cores`` (default: the
+    cores this process may run on). ``threads`` overrides each worker's thread count."""
+    available = tuple(sorted(set(cores))) if cores else available_cores()
+    if not workers:
+        return [CoreAssignment("gateway", (), 0)]
+    spare = len(available) > len(workers)
+    gateway = CoreAssignment("gateway", available[:1] if spare else (), 0)
+    pool = available[1:] if spare else available
+    runs = _split(pool, len(workers))
+    return [gateway] + [CoreAssignment(name, run, threads or len(run)) for name, run in zip(workers, runs)]
+
+
+def _split(cores: tuple[int, ...], parts: int) -> list[tuple[int, ...]]:
+    """``parts`` contiguous runs as even as can be; round robin single cores when too few."""
+    if len(cores) < parts:
+        return [(cores[i % len(cores)],) for i in range(parts)]
+    size, extra = divmod(len(cores), parts)
+    runs, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        runs.append(cores[start:end])
+        start = end
+    return runs
+
+
+def available_cores() -> tuple[int, ...]:
+    return tuple(sorted(os.sched_getaffinity(0)))
+
+
+def parse_cores(text: str) -> tuple[int, ...]:
+    """``"0-3,6"`` → (0, 1, 2, 3, 6); raises ValueError naming what is wrong."""
+    cores: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, _, high = part.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise ValueError(f"cpu cores: {part!r} is not a core number or a range like 0-3") from None
+        if first < 0 or last < first:
+            raise ValueError(f"cpu cores: {part!r} is not a valid range")
+        cores.update(range(first, last + 1))
+    if not cores:
+        raise ValueError("cpu cores: empty list")
+    return tuple(sorted(cores))
+
+
+def format_cores(cores: tuple[int, ...]) -> str:
+    """The inverse of ``parse_cores``: (0, 1, 2, 5) → "0-2,5"."""
+    parts, ordered = [], sorted(cores)
+    start = prev = ordered[0]
+    for core in [*ordered[1:], None]:
+        if core is not None and core == prev + 1:
+            prev = core
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if core is not None:
+            start = prev = core
+    return ",".join(parts)
+
+
+def apply_to_this_process(cores: tuple[int, ...], threads: int) -> None:
+    """Pins this process (and the threads it starts from now on) and sizes torch's pools.
+    Call before the first torch computation: the OpenMP pool is sized when first used."""
+    if cores:
+        unknown = set(cores) - set(range(os.cpu_count() or 1))
+        if unknown:
+            raise ValueError(f"cpu cores {format_cores(tuple(sorted(unknown)))} do not exist on this host")
+        os.sched_setaffinity(0, cores)
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # for pools started by libraries other than torch
+        import torch
+
+        torch.set_num_threads(threads)
+        try:
+            torch.set_num_interop_threads(1)  # only the engine thread runs ops; settable once, before any
+        except RuntimeError:
+            pass
