@@ -189,7 +189,7 @@ class LocalCluster:
             log.close()  # type: ignore[attr-defined]
 
     def __enter__(self) -> LocalCluster:
-        return self.start()
+        return self if self.processes else self.start()  # `with LocalCluster(...).start(progress=True)` too
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

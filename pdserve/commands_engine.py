@@ -45,13 +45,19 @@ def register(sub: Any) -> None:
     prof.add_argument("--prefill-tokens", default="16,32,64,128,256,512,1024,2048")
     prof.add_argument("--decode-batches", default="1,4,8,16,32")
     prof.add_argument("--decode-lengths", default="64,256,1024")
+    prof.add_argument("--threads", type=int, default=0, help="torch threads (default: as many as a worker of "
+                      "`pdserve up` gets on this host, on the same cores)")
     add_engine_args(prof)
     prof.set_defaults(handler=_profile)
 
 
 def _profile(args: argparse.Namespace) -> int:
+    from common.cpu_plan import apply_to_this_process, plan_cores
     from common.slo.profile import profile
 
+    worker = plan_cores(["prefill-0", "decode-0"])[-1]  # measure as a worker of a default cluster runs
+    apply_to_this_process(worker.cores if not args.threads else (), args.threads or worker.threads)
+    print(f"measuring with {args.threads or worker.threads} thread(s)", file=sys.stderr)
     engine = LLMEngine(engine_config_from_args(args))
     engine.generate([[1, 2, 3]], SamplingParams(max_tokens=2))
     prefill_tokens = tuple(int(n) for n in args.prefill_tokens.split(","))
@@ -59,9 +65,12 @@ def _profile(args: argparse.Namespace) -> int:
     models = profile(engine, prefill_tokens, points, progress=lambda line: print("  " + line, file=sys.stderr))
     p, d = models.prefill, models.decode
     print(f"prefill: t = {p.base_s * 1000:.2f} ms + {p.per_token_s * 1e6:.2f} us x max(0, n - {p.threshold:g})"
-          f"   R^2 = {p.r2:.4f}")
+          f"   R^2 = {p.r2:.4f}, worst point {p.worst_ratio:.2f}x")
     print(f"decode:  t = {d.alpha * 1e9:.3f} ns*B*L + {d.beta * 1e6:.1f} us*B + {d.gamma * 1e9:.1f} ns*L + "
-          f"{d.delta * 1000:.2f} ms   R^2 = {d.r2:.4f}")
+          f"{d.delta * 1000:.2f} ms   R^2 = {d.r2:.4f}, worst point {d.worst_ratio:.2f}x")
+    if not models.sound:
+        print("warning: a fit misses one of its own points by more than 1.5x (a busy machine?); measure again",
+              file=sys.stderr)
     models.save(args.out)
     print(f"saved {args.out}")
     return 0

@@ -172,7 +172,7 @@ def _assert_impostors_cannot_register(cluster: LocalCluster, pki: dict) -> None:
         cluster.spec  # the impostor uses the cluster's flags but its own certificate
         cluster._spawn(f"decode-impostor-{name}", [
             "decode_worker", "--gateway", cluster.registry_address, "--host", "127.0.0.1", "--worker-id", f"impostor-{name}",
-            "--preset", "tiny", *_default_worker_args(), *_identity(pki, name)])
+            "--preset", "tiny", "--policy", "fcfs", *_default_worker_args(), *_identity(pki, name)])  # fcfs: no profiling
     time.sleep(8)  # warm-up plus several registration attempts
     info = cluster.info()
     assert info is not None and not [w.worker_id for w in info.workers if w.worker_id.startswith("impostor")]

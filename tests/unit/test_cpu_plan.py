@@ -1,0 +1,71 @@
+"""The plan that divides a host's cores among the gateway and the workers of a local cluster."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from common.cpu_plan import format_cores, parse_cores, plan_cores
+from common.rpc.worker_config import WorkerConfig
+
+
+def _workers(n: int) -> list[str]:
+    return [f"{'prefill' if i % 2 == 0 else 'decode'}-{i}" for i in range(n)]
+
+
+@pytest.mark.parametrize("cores, workers", list(itertools.product([1, 2, 3, 4, 7, 16, 64], [1, 2, 3, 4, 8])))
+def test_workers_never_share_a_core_or_run_more_threads_than_cores_when_there_are_enough(cores, workers):
+    plan = plan_cores(_workers(workers), tuple(range(cores)))
+    gateway, assigned = plan[0], plan[1:]
+    assert [a.name for a in assigned] == _workers(workers)
+    used = [c for a in assigned for c in a.cores]
+    assert all(a.threads == len(a.cores) >= 1 for a in assigned)
+    if cores >= workers:
+        assert len(used) == len(set(used)), "two workers share a core"
+        assert sum(a.threads for a in assigned) <= cores
+        sizes = [len(a.cores) for a in assigned]
+        assert max(sizes) - min(sizes) <= 1  # as even as the cores allow
+    else:  # fewer cores than workers: one thread each, spread over every core
+        assert set(used) == set(range(cores)) and all(a.threads == 1 for a in assigned)
+    if cores > workers:
+        assert gateway.cores and not set(gateway.cores) & set(used), "the gateway should be off the workers' cores"
+        assert len(used) + len(gateway.cores) == cores
+    else:
+        assert gateway.cores == ()
+
+
+def test_two_workers_on_two_cores_get_one_core_and_one_thread_each():
+    gateway, prefill, decode = plan_cores(["prefill-0", "decode-0"], (0, 1))
+    assert (prefill.cores, prefill.threads, decode.cores, decode.threads) == ((0,), 1, (1,), 1)
+    assert gateway.describe() == "gateway: any core"
+    assert prefill.describe() == "prefill-0: cores 0, 1 thread"
+
+
+def test_threads_can_be_set_apart_from_the_cores():
+    plan = plan_cores(["prefill-0", "decode-0"], tuple(range(9)), threads=2)
+    assert [a.threads for a in plan[1:]] == [2, 2] and [len(a.cores) for a in plan[1:]] == [4, 4]
+
+
+def test_core_lists_parse_and_print_as_ranges():
+    assert parse_cores("0-3, 6,8-9") == (0, 1, 2, 3, 6, 8, 9)
+    assert format_cores((0, 1, 2, 3, 6, 8, 9)) == "0-3,6,8-9"
+    for bad in ("", "a", "3-1", "-2"):
+        with pytest.raises(ValueError, match="cpu cores"):
+            parse_cores(bad)
+
+
+def test_a_worker_started_alone_takes_its_share_of_the_plan_or_the_cores_given():
+    from common.cpu_plan import available_cores
+
+    mine = available_cores()
+    second = WorkerConfig(cpu_share="1/2").core_assignment("decode-0")
+    planned = plan_cores(["a", "b"], mine)[2]  # what `pdserve up` gives the second of two workers
+    assert (second.name, second.cores, second.threads) == ("decode-0", planned.cores, planned.threads)
+    given = WorkerConfig(cpu_cores="0", threads=3).core_assignment("w")
+    assert (given.cores, given.threads) == ((0,), 3)
+    alone = WorkerConfig().core_assignment("w")
+    assert (alone.cores, alone.threads) == ((), len(mine))  # not pinned; one thread per core it may use
+    for bad in ({"cpu_share": "2/2"}, {"cpu_share": "x"}, {"cpu_cores": "0", "cpu_share": "0/2"}, {"threads": -1}):
+        with pytest.raises(ValueError):
+            WorkerConfig(**bad)  # type: ignore[arg-type]
