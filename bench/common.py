@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -12,17 +11,13 @@ from typing import Any
 
 import torch
 
+from common.slo.startup import hardware_name
+
 
 def device_name(device: str = "cpu") -> str:
     if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({torch.get_num_threads()} threads)"
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
+        return hardware_name(torch.device(device))
+    return f"{hardware_name(torch.device('cpu'))} ({torch.get_num_threads()} threads)"
 
 
 def best_of(fn: Callable[[], None], repeats: int) -> float:

@@ -36,6 +36,11 @@ def sound(r2: float, worst_ratio: float) -> bool:
     return worst_ratio <= FIT_TOLERANCE and (r2 >= MIN_R2 or worst_ratio <= CLOSE_FIT)
 
 
+def _cover(predicted: list[float], measured: list[float]) -> float:
+    """The least factor ≥ 1 that lifts every prediction to at least its measured point."""
+    return max(1.0, float(np.max(np.asarray(measured) / np.maximum(np.asarray(predicted), 1e-12))))
+
+
 def worst_point_ratio(predicted: np.ndarray, measured: np.ndarray) -> float:
     """max over points of max(predicted/measured, measured/predicted): 1.0 is a perfect fit."""
     p, m = np.maximum(predicted, 1e-12), np.maximum(measured, 1e-12)
@@ -85,8 +90,7 @@ class PrefillModel:
 
     def conservative(self, tokens: list[float], seconds: list[float]) -> PrefillModel:
         """This fit scaled up until it predicts no measured point too fast."""
-        predicted = np.array([self.predict(n) for n in tokens])
-        return self.scaled(max(1.0, float(np.max(np.asarray(seconds) / np.maximum(predicted, 1e-12)))))
+        return self.scaled(_cover([self.predict(n) for n in tokens], seconds))
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -134,8 +138,7 @@ class DecodeModel:
 
     def conservative(self, batch: list[float], mean_len: list[float], seconds: list[float]) -> DecodeModel:
         """This fit scaled up until it predicts no measured point too fast."""
-        predicted = np.array([self.predict(b, n) for b, n in zip(batch, mean_len)])
-        return self.scaled(max(1.0, float(np.max(np.asarray(seconds) / np.maximum(predicted, 1e-12)))))
+        return self.scaled(_cover([self.predict(b, n) for b, n in zip(batch, mean_len)], seconds))
 
     def describe(self) -> str:
         return (f"{self.alpha * 1e6:.4f} µs·B·L + {self.beta * 1e3:.4f} ms·B + {self.gamma * 1e6:.4f} µs·L + "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,13 @@ def start_cluster(tmp_path: Path, **spec: object) -> LocalCluster:
     ensure_model("tiny")  # once, before several processes look for it
     spec = {"port": 0, "worker_args": WORKER_ARGS, **spec}  # cores and threads as `pdserve up` plans them
     return LocalCluster(ClusterSpec(**spec), tmp_path / "logs").start(timeout_s=120)  # type: ignore[arg-type]
+
+
+def scrape_metrics(port: int) -> dict[str, float]:
+    """Every sample of a process's Prometheus endpoint, by its name with labels."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {name: float(value) for name, value in (line.rsplit(" ", 1) for line in text.splitlines()
+                                                   if line and not line.startswith("#"))}
 
 
 def assert_pools_whole(cluster: LocalCluster, timeout_s: float = 5.0) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import grpc
@@ -15,15 +14,9 @@ import grpc
 from common.cpu_plan import available_cores
 from pdserve.cluster import LocalCluster
 from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, start_cluster
+from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, scrape_metrics, start_cluster
 
 STARTS = 5
-
-
-def _scrape(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return {name: float(value) for name, value in (line.rsplit(" ", 1) for line in text.splitlines()
-                                                   if line and not line.startswith("#"))}
 
 
 def _gauge(samples: dict[str, float], metric: str, model: str) -> float:
@@ -31,7 +24,7 @@ def _gauge(samples: dict[str, float], metric: str, model: str) -> float:
 
 
 def _decode_metrics(cluster: LocalCluster) -> dict[str, float]:
-    return _scrape(cluster.metrics_ports[next(n for n in cluster.processes if n.startswith("decode"))])
+    return scrape_metrics(cluster.metrics_ports[next(n for n in cluster.processes if n.startswith("decode"))])
 
 
 def _timed(address: str, ttft_ms: int, tpot_ms: int, max_tokens: int = 32) -> tuple[float, float]:

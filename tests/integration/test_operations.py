@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 import grpc
 import pytest
@@ -17,21 +16,11 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 
 from pdserve.cluster import LocalCluster
 from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, start_cluster
+from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, scrape_metrics, start_cluster
 from tests.integration.load import Load, Outcome
 
 # Short leases and quarantines, so that blocks a failure strands come back within the test.
 RECOVERY_ARGS = (*WORKER_ARGS, "--lease-timeout-s", "4", "--quarantine-s", "1")
-
-
-def _scrape(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            samples[name] = float(value)
-    return samples
 
 
 def _total(samples: dict[str, float], prefix: str) -> float:
@@ -82,17 +71,17 @@ def test_health_reflection_metrics_and_json_logs(tmp_path):
                                                       sampling=gateway_pb2.SamplingParams(max_tokens=5, ignore_eos=True))
                 assert list(stub.Generate(request, timeout=60))[-1].finish_reason == "length"
 
-        gateway = _scrape(cluster.metrics_ports["gateway"])
+        gateway = scrape_metrics(cluster.metrics_ports["gateway"])
         assert gateway['pdserve:requests_total{role="gateway",status="length"}'] >= 3
         assert gateway['pdserve:time_to_first_token_seconds_count{role="gateway"}'] >= 3
         assert gateway['pdserve:generation_tokens_total{role="gateway"}'] >= 15
         assert gateway['pdserve:workers{role="gateway",state="ready",worker_role="decode"}'] == 1
         prefill_name = next(n for n in cluster.processes if n.startswith("prefill"))
         decode_name = next(n for n in cluster.processes if n.startswith("decode"))
-        prefill = _scrape(cluster.metrics_ports[prefill_name])
+        prefill = scrape_metrics(cluster.metrics_ports[prefill_name])
         assert _total(prefill, "pdserve:kv_transfer_bytes_total") > 0
         assert prefill['pdserve:prompt_tokens_total{role="prefill"}'] >= 3 * len("hello there")
-        decode = _scrape(cluster.metrics_ports[decode_name])
+        decode = scrape_metrics(cluster.metrics_ports[decode_name])
         assert decode['pdserve:generation_tokens_total{role="decode"}'] >= 3 * 4
         assert 'pdserve:kv_cache_usage_perc{role="decode"}' in decode
 
