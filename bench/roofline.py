@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-from common.config import DTYPES
 from common.model_config import ModelConfig, load_model_config
 
 MATMUL_N = 2048
@@ -55,7 +54,7 @@ def machine_figures(device: str, dtype: str = "float32") -> dict[str, float]:
     figures: dict[str, float] = {"matmul_gflops": matmul_gflops(device), "mem_bw_gb_s": copy_gb_s(device),
                                  "cpu_threads": torch.get_num_threads()}
     if dtype != "float32":  # the model's own dtype, for the compute side of the bound
-        figures[f"matmul_gflops_{dtype}"] = matmul_gflops(device, DTYPES[dtype])
+        figures[f"matmul_gflops_{dtype}"] = matmul_gflops(device, getattr(torch, dtype))
     return figures
 
 
@@ -74,14 +73,14 @@ def total_params(cfg: ModelConfig) -> int:
 
 
 def kv_bytes_per_token(cfg: ModelConfig, dtype: str) -> int:
-    elem = torch.empty((), dtype=DTYPES[dtype]).element_size()
+    elem = torch.empty((), dtype=getattr(torch, dtype)).element_size()
     return cfg.num_layers * 2 * cfg.kv_size * elem
 
 
 def decode_roofline(model_dir: Path, dtype: str, batch: int, mean_len: float, machine: dict[str, float],
                     achieved_tok_s: float) -> dict[str, float | int | str]:
     cfg = load_model_config(model_dir)
-    elem = torch.empty((), dtype=DTYPES[dtype]).element_size()
+    elem = torch.empty((), dtype=getattr(torch, dtype)).element_size()
     weight_bytes = linear_params(cfg) * elem
     kv_bytes = int(batch * mean_len * kv_bytes_per_token(cfg, dtype))
     attn_flops = int(4 * batch * mean_len * cfg.num_layers * cfg.q_size)

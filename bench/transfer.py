@@ -25,7 +25,7 @@ from common.kv_cache import PagedKVCache  # noqa: E402
 from common.kv_transfer.base import TransferTarget  # noqa: E402
 from common.kv_transfer.select import make_sender  # noqa: E402
 from common.model_config import load_model_config  # noqa: E402
-from common.model_create import ensure_model  # noqa: E402
+from common.model_dir import ensure_model  # noqa: E402
 from common.rpc.server import channel  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 from pdserve.v1 import worker_pb2, worker_pb2_grpc  # noqa: E402

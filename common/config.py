@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from common.model_presets import DEFAULT_PRESET, PRESETS
 from common.scheduler import MEMORY_POLICIES, POLICIES
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+if TYPE_CHECKING:
+    import torch
+
+# torch-free (the gateway reads these configs): dtypes by name, torch's objects only on use
+DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 
 
@@ -21,7 +24,9 @@ class EngineConfig:
     device: str = "cpu"
     block_size: int = 16
     num_kv_blocks: int | None = None  # explicit pool size; overrides the memory fraction
-    kv_cache_memory_fraction: float | None = None  # of free memory after loading; None = 0.9 GPU / 0.1 CPU
+    # of free memory after loading (of total / device_workers when several share a GPU); None = 0.9 GPU / 0.1 CPU
+    kv_cache_memory_fraction: float | None = None
+    device_workers: int = 1  # worker processes sharing this GPU; each sizes its KV pool from 1/N of it
     max_batch_size: int = 64
     max_num_tokens: int = 4096
     max_model_len: int | None = None  # None = the model's max_position_embeddings
@@ -39,6 +44,7 @@ class EngineConfig:
                  self.num_kv_blocks)
         fraction = self.kv_cache_memory_fraction
         _require(fraction is None or 0 < fraction <= 1, "kv_cache_memory_fraction", "must be in (0, 1]", fraction)
+        _require(self.device_workers >= 1, "device_workers", "must be >= 1", self.device_workers)
         _require(self.lease_timeout_s > 0, "lease_timeout_s", "must be > 0", self.lease_timeout_s)
         _require(self.quarantine_s >= 0, "quarantine_s", "must be >= 0", self.quarantine_s)
         _require(self.max_batch_size >= 1, "max_batch_size", "must be >= 1", self.max_batch_size)
@@ -53,7 +59,9 @@ class EngineConfig:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+        import torch
+
+        return getattr(torch, self.dtype)  # type: ignore[no-any-return]
 
 
 def _require(ok: bool, field: str, rule: str, value: object) -> None:

@@ -9,11 +9,9 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
-from pathlib import Path
 
 import torch
 
-from common import env
 from common.batch import ScheduledBatch
 from common.block_pool import BlockPool
 from common.config import EngineConfig
@@ -22,7 +20,7 @@ from common.kv_cache import PagedKVCache, StorageFactory, zeros_storage
 from common.leases import Lease, LeaseTable
 from common.memory import num_kv_blocks
 from common.model import LlamaModel
-from common.model_create import ensure_model
+from common.model_dir import resolve_model_dir
 from common.model_runner import ModelRunner
 from common.request import Request, RequestOutput
 from common.sampler import Sampler
@@ -37,17 +35,11 @@ class AdmissionError(ValueError):
     """The request's SLO cannot be met here (the caller answers RESOURCE_EXHAUSTED)."""
 
 
-def resolve_model_dir(config: EngineConfig) -> Path:
-    """``--model`` if given, else ``PDSERVE_MODEL``, else the embedded preset (created on first use)."""
-    chosen = config.model or env.default_model()
-    return Path(chosen) if chosen else ensure_model(config.preset)
-
-
 class LLMEngine:
     def __init__(self, config: EngineConfig, kv_storage: StorageFactory = zeros_storage) -> None:
         self.config = config
         self.device = torch.device(config.device)
-        self.model_dir = resolve_model_dir(config)
+        self.model_dir = resolve_model_dir(config.model, config.preset)
         self.model = LlamaModel.load(self.model_dir, config.torch_dtype, self.device)
         self.model.attention, self.uses_torch_attention = _attention_fn(config, self.device)
         mcfg = self.model.config
@@ -67,6 +59,7 @@ class LLMEngine:
         self._pending_tpot: dict[str, float] = {}  # reserved, not yet committed: counted by admission
         self.step_calibration = Calibration()  # decode step periods as observed vs the fitted model
         self.unloaded_step_s: float | None = None  # one request's step, measured alone at warm-up
+        self.steps_completed = 0  # forwards run since start: heartbeats carry it as proof of progress
         # Written by the engine thread after each observed step, read by metrics: plain floats.
         self.step_calibration_ratio = 1.0  # calibrated prediction / model's prediction
         self.step_prediction_error = 1.0  # median over recent steps of calibrated prediction / observed
@@ -175,6 +168,7 @@ class LLMEngine:
         started = time.perf_counter()
         sampled = self.runner.execute(batch)
         ended = time.perf_counter()
+        self.steps_completed += 1
         self._observe_step(batch, ended - (self._last_step_end or started))
         outputs += self.scheduler.update_from_output(batch, sampled)
         self._last_step_end = ended if self.has_unfinished_requests() else None

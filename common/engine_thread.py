@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.engine import LLMEngine
+from common.faults import InjectedFault
 from common.request import RequestOutput
 from common.sampling_params import SamplingParams
 
@@ -48,14 +49,28 @@ class _Call:
 IDLE_TICK_S = 0.2  # how often an idle engine wakes to expire KV leases
 
 
+class EngineDead(RuntimeError):
+    """The engine thread is gone: nothing handed to it will run."""
+
+
 class EngineThread:
     """``step_listener``, if given, sees every step's outputs at once (the decode worker batches
-    one message per step from them); per-request callbacks see their own outputs."""
+    one message per step from them); per-request callbacks see their own outputs.
 
-    def __init__(self, engine: LLMEngine, step_listener: Callable[[list[RequestOutput]], None] | None = None) -> None:
+    A step that raises fails the requests it held and the thread goes on; anything else that
+    kills the thread fails every caller, makes later calls fail at once (``EngineDead``) and
+    calls ``on_death`` (on the dying thread), so the process can stop serving rather than
+    stay registered with an engine that no longer steps."""
+
+    def __init__(self, engine: LLMEngine, step_listener: Callable[[list[RequestOutput]], None] | None = None,
+                 on_death: Callable[[str], None] | None = None, fail_after_steps: int | None = None) -> None:
         self.engine = engine
         self.step_listener = step_listener
+        self.on_death = on_death
+        self.fail_after_steps = fail_after_steps  # injected fault (common.faults), for tests
+        self.death = ""  # why the thread died; empty while it lives or after a clean stop
         self._inbox: queue.Queue[_Submit | _Abort | _Call | None] = queue.Queue()
+        self._inbox_lock = threading.Lock()  # a call is either queued before death, or refused
         self._callbacks: dict[str, OutputCallback] = {}
         self._thread = threading.Thread(target=self._run, name="pdserve-engine", daemon=True)
         self._stopped = False
@@ -70,21 +85,39 @@ class EngineThread:
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                on_output: OutputCallback, prefill_only: bool = False, ttft_slo_ms: float = 0.0) -> None:
         """Validation errors arrive through ``on_output`` as an output with ``error`` set."""
-        self._inbox.put(_Submit(request_id, prompt_token_ids, params, on_output, prefill_only, ttft_slo_ms))
+        if not self._put(_Submit(request_id, prompt_token_ids, params, on_output, prefill_only, ttft_slo_ms)):
+            on_output(RequestOutput(request_id, (), True, "error", self.death))
 
     def abort(self, request_id: str) -> None:
-        self._inbox.put(_Abort(request_id))
+        self._put(_Abort(request_id))
 
     def call(self, fn: Callable[[LLMEngine], Any]) -> concurrent.futures.Future[Any]:
         """Runs ``fn(engine)`` on the engine thread between steps; the future holds its result."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._inbox.put(_Call(fn, future))
+        if not self._put(_Call(fn, future)):
+            future.set_exception(EngineDead(self.death))
         return future
+
+    def _put(self, item: _Submit | _Abort | _Call) -> bool:
+        with self._inbox_lock:
+            if self.death:
+                return False
+            self._inbox.put(item)
+            return True
 
     async def run(self, fn: Callable[[LLMEngine], Any]) -> Any:
         return await asyncio.wrap_future(self.call(fn))
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - whatever kills the thread must be reported
+            self._die(f"engine thread died: {exc!r}")
+            return
+        self._fail_all("engine stopped")
+
+    def _loop(self) -> None:
+        first_step = self.engine.steps_completed  # warm-up and profiling ran steps before the thread
         while not self._stopped:
             self._drain_inbox(block=not self.engine.has_unfinished_requests())
             self.engine.leases.expire()
@@ -95,7 +128,28 @@ class EngineThread:
             except Exception as exc:  # a failed step must not strand callers: fail them all
                 log.exception("engine step failed")
                 self._fail_all(f"engine step failed: {exc}")
-        self._fail_all("engine stopped")
+            if self.fail_after_steps is not None and self.engine.steps_completed - first_step >= self.fail_after_steps:
+                raise InjectedFault(f"injected: the engine thread dies after {self.fail_after_steps} steps")
+
+    def _die(self, reason: str) -> None:
+        log.critical("%s", reason, exc_info=True)
+        with self._inbox_lock:
+            self.death = reason
+        while True:  # calls queued before the death would wait forever
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Call) and not item.future.cancelled():
+                item.future.set_exception(EngineDead(reason))
+            elif isinstance(item, _Submit):
+                item.on_output(RequestOutput(item.request_id, (), True, "error", reason))
+        try:
+            self._fail_all(reason)
+        except Exception:  # noqa: BLE001 - the engine's state may be what broke
+            log.exception("failing the engine's requests after its death")
+        if self.on_death is not None:
+            self.on_death(reason)
 
     def _drain_inbox(self, block: bool) -> None:
         try:

@@ -16,24 +16,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from common import env
-from common.model_presets import DEFAULT_PRESET, PRESETS, ModelPreset
+from common.model_presets import PRESETS, ModelPreset
 from common.tokenizer_files import BOS_ID, EOS_ID, PAD_ID, write_tokenizer
-
-CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
-
-
-def default_model_dir(preset: str = DEFAULT_PRESET) -> Path:
-    return env.cache_dir() / "models" / f"pdserve-{preset}"
-
-
-def ensure_model(preset: str = DEFAULT_PRESET) -> Path:
-    """The embedded model's directory, created on first use."""
-    out = default_model_dir(preset)
-    if not all((out / name).is_file() for name in CHECKPOINT_FILES):
-        create_model(preset, out)
-    return out
-
 
 def create_model(preset: str, out_dir: Path, seed: int = 0) -> Path:
     if preset not in PRESETS:

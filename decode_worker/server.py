@@ -12,7 +12,9 @@ from common.engine import LLMEngine
 from common.engine_thread import EngineThread
 from common.kv_cache import StorageFactory, zeros_storage
 from common.kv_transfer.collective import CollectiveReceiver
+from common.faults import fault_threshold
 from common.kv_transfer.cuda_ipc import export_pool
+from common.kv_transfer.pairing import decode_receives
 from common.kv_transfer.shm import create_shared_tensor, shm_available, unlink_shared
 from common.ops.metrics import Metrics
 from common.ops.options import ProcessOptions
@@ -41,9 +43,11 @@ async def serve(engine_config: EngineConfig, worker: WorkerConfig, options: Proc
     warm_up(engine, worker.cost_model, worker.cost_model_cache)
     metrics = Metrics("decode")
     hub = StreamHub(asyncio.get_running_loop(), metrics)
-    thread = EngineThread(engine, step_listener=hub.on_step)
+    process = WorkerProcess("decode", SERVICE, engine, worker_id, worker, options, metrics,
+                            kv_receives=decode_receives(device.type, shm_name is not None))
+    thread = EngineThread(engine, step_listener=hub.on_step, on_death=process.engine_died,
+                          fail_after_steps=fault_threshold("engine_thread_dies", worker_id))
     thread.start()
-    process = WorkerProcess("decode", SERVICE, engine, worker_id, worker, options, metrics)
     servicer = DecodeServicer(thread, hub, CollectiveReceiver(worker.host, device), shm_name,
                               export_pool(engine.cache.data) if device.type == "cuda" else None, metrics)
     process.on_drain.append(servicer.start_draining)

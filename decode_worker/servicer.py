@@ -91,7 +91,9 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
                 yield message
         finally:
             for request_id in self.hub.close(request.stream_id, queue):
-                self.thread.abort(request_id)  # nobody can receive its tokens any more
+                # nobody can receive its tokens any more; a reservation not yet committed goes
+                # too (quarantined: whether its prefill still writes is unknown here)
+                self.thread.call(lambda e, rid=request_id: _abort_anything(e, rid))
             log.info("stream %s closed", request.stream_id)
 
     async def TransportInfo(self, request: worker_pb2.TransportInfoRequest,

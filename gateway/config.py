@@ -18,12 +18,14 @@ class GatewayConfig:
     max_model_len: int | None = None  # None: the model's limit
     heartbeat_ms: int = 500  # workers are told to heartbeat this often
     worker_timeout_ms: int = 1500  # a worker silent this long leaves routing
+    worker_stall_ms: int = 30000  # a worker with work that finishes no step this long leaves routing
     policy: str = "scorpio"  # fcfs | scorpio | ttft_guard | tpot_guard: which guards admit requests here
     default_ttft_ms: int = 0  # for requests that give none (0: no TTFT objective)
     default_tpot_ms: int = 0
     slo_classes: str = ""  # named classes name:ttft_ms:tpot_ms,... requests may refer to by SLO.name
     api_keys: str = ""  # JSON file of tenants, their API keys and quotas; empty: no authentication
     registry_port: int = 0  # where workers register: 0 = the public port; its own port for mutual TLS
+    max_prompt_bytes: int = 0  # longer prompt text is refused untokenized; 0: what can fit max_model_len
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -34,8 +36,12 @@ class GatewayConfig:
             raise ValueError(f"registry_port must be in [0, 65535], got {self.registry_port}")
         if self.worker_timeout_ms <= self.heartbeat_ms:
             raise ValueError("worker_timeout_ms must be longer than heartbeat_ms")
+        if self.worker_stall_ms <= self.heartbeat_ms:
+            raise ValueError("worker_stall_ms must be longer than heartbeat_ms")
         if self.policy not in ("fcfs", "scorpio", "ttft_guard", "tpot_guard"):
             raise ValueError(f"policy must be fcfs, scorpio, ttft_guard or tpot_guard, got {self.policy!r}")
+        if self.max_prompt_bytes < 0:
+            raise ValueError(f"max_prompt_bytes must be >= 0, got {self.max_prompt_bytes}")
         self.named_slos()  # validates the syntax
 
     def named_slos(self) -> dict[str, tuple[int, int]]:

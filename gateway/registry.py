@@ -1,4 +1,9 @@
-"""Workers known to the gateway: registered, heartbeating, dropped when silent."""
+"""Workers known to the gateway: registered, heartbeating, dropped when silent, out of routing
+while stalled (work to do and no step finished for too long).
+
+A worker is taken in only if it can move KV with every worker of the other role already here
+(``common.kv_transfer.pairing``): a transport set by flag that cannot work between a pair is
+refused at registration, not found out request by request."""
 
 from __future__ import annotations
 
@@ -9,7 +14,9 @@ from dataclasses import dataclass, field
 import grpc
 
 from common.rpc.server import channel
+from common.kv_transfer.pairing import PoolLocation, TransportMismatch, pair_transport
 from common.slo.calibration import Calibration
+from gateway.loop_lag import LoopLag
 from pdserve.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -20,6 +27,7 @@ class WorkerRecord:
     descriptor: worker_pb2.WorkerDescriptor
     load: worker_pb2.WorkerLoad
     last_seen: float
+    stall_mark: float  # the gateway's own loop stall total (LoopLag.stalled_s) at last_seen
     channel: grpc.aio.Channel
     stub: worker_pb2_grpc.PrefillWorkerStub | worker_pb2_grpc.DecodeWorkerStub
     ready: bool = False  # decode: its token stream is open; prefill: at once
@@ -29,6 +37,9 @@ class WorkerRecord:
     # on this gateway's perf_counter clock, inf without one; prompt tokens)
     queued: dict[str, tuple[float, int]] = field(default_factory=dict)
     suspect: bool = False  # a call to it just failed: out of routing until it heartbeats again
+    stalled: bool = False  # has work and finished no step for the stall timeout: out of routing
+    progress_at: float = 0.0  # monotonic when its step count last moved (or it had no work)
+    progress_mark: float = 0.0  # LoopLag.stalled_s at progress_at
     # observed / predicted prefill calls: one call, not a mean over many, decides a TTFT
     ttft_calibration: Calibration = field(default_factory=lambda: Calibration(quantile=0.9))
     extra: dict[str, object] = field(default_factory=dict)
@@ -43,23 +54,46 @@ class WorkerRecord:
 
     @property
     def routable(self) -> bool:
-        return self.ready and not self.load.draining and not self.suspect
+        return self.ready and not self.load.draining and not self.suspect and not self.stalled
+
+    @property
+    def location(self) -> PoolLocation:
+        d = self.descriptor
+        kind = d.device_kind or ("cuda" if d.device.startswith("cuda") else "cpu")
+        return PoolLocation(d.worker_id, d.host_id, kind, d.gpu_uuid)
+
+    @property
+    def receives(self) -> tuple[str, ...]:
+        """Decode: the transports its pool can receive by (all of them if it does not say)."""
+        return tuple(self.descriptor.kv_receives) or ("shm", "cuda_ipc", "nccl", "grpc")
 
 
 class WorkerRegistry:
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, loop_lag: LoopLag | None = None, stall_timeout_s: float = 30.0) -> None:
         self.timeout_s = timeout_s
+        self.stall_timeout_s = stall_timeout_s
+        self.loop_lag = loop_lag or LoopLag()
         self.workers: dict[str, WorkerRecord] = {}
         self.on_join: list = []  # callbacks(record) when a worker (re)joins
         self.on_leave: list = []  # callbacks(record, reason) when it leaves
 
     def register(self, descriptor: worker_pb2.WorkerDescriptor, load: worker_pb2.WorkerLoad) -> WorkerRecord:
         old = self.workers.get(descriptor.worker_id)
+        if old is not None and _same_process(old.descriptor, descriptor):
+            # the same process registering again (its heartbeats went unanswered for a while):
+            # its streams and in-flight requests are intact, so keep them
+            old.descriptor = descriptor
+            self.heartbeat(descriptor.worker_id, load)
+            return old
         if old is not None:
             self.drop(old.worker_id, "registered again")
+        self.check_transports(descriptor)
         ch = channel(descriptor.address)
         stub_cls = worker_pb2_grpc.DecodeWorkerStub if descriptor.role == "decode" else worker_pb2_grpc.PrefillWorkerStub
-        record = WorkerRecord(descriptor, load, time.monotonic(), ch, stub_cls(ch), ready=descriptor.role == "prefill")
+        now = time.monotonic()
+        record = WorkerRecord(descriptor, load, now, self.loop_lag.stalled_s(now), ch, stub_cls(ch),
+                              ready=descriptor.role == "prefill", progress_at=now,
+                              progress_mark=self.loop_lag.stalled_s(now))
         self.workers[descriptor.worker_id] = record
         log.info("%s worker %s joined at %s", descriptor.role, descriptor.worker_id, descriptor.address)
         for callback in self.on_join:
@@ -70,10 +104,27 @@ class WorkerRegistry:
         record = self.workers.get(worker_id)
         if record is None:
             return False
+        if load.steps != record.load.steps or not (load.running or load.waiting):
+            record.progress_at, record.progress_mark = time.monotonic(), self.loop_lag.stalled_s()
         record.load = load
         record.last_seen = time.monotonic()
+        record.stall_mark = self.loop_lag.stalled_s(record.last_seen)
         record.suspect = False
         return True
+
+    def check_transports(self, descriptor: worker_pb2.WorkerDescriptor) -> None:
+        """Raises TransportMismatch if the worker cannot move KV with a worker already here."""
+        other = "decode" if descriptor.role == "prefill" else "prefill"
+        probe = WorkerRecord(descriptor, worker_pb2.WorkerLoad(), 0.0, 0.0, None, None)  # type: ignore[arg-type]
+        for record in self.workers.values():
+            if record.role == other and record.worker_id != descriptor.worker_id:
+                prefill, decode = (probe, record) if other == "decode" else (record, probe)
+                self.transport_between(prefill, decode)
+
+    @staticmethod
+    def transport_between(prefill: WorkerRecord, decode: WorkerRecord) -> str:
+        return pair_transport(prefill.descriptor.kv_transport or "auto", prefill.location, decode.location,
+                              decode.receives)
 
     def drop(self, worker_id: str, reason: str) -> None:
         record = self.workers.pop(worker_id, None)
@@ -83,14 +134,33 @@ class WorkerRegistry:
         for callback in self.on_leave:
             callback(record, reason)
 
+    def silence_s(self, record: WorkerRecord, now: float | None = None) -> float:
+        """How long the worker has really been silent: time since its last heartbeat, less the
+        time this gateway's loop was too busy to read heartbeats."""
+        now = time.monotonic() if now is None else now
+        return now - record.last_seen - (self.loop_lag.stalled_s(now) - record.stall_mark)
+
     def expire(self) -> None:
         now = time.monotonic()
         for record in list(self.workers.values()):
-            if now - record.last_seen > self.timeout_s:
-                self.drop(record.worker_id, f"silent for {now - record.last_seen:.1f}s")
+            silence = self.silence_s(record, now)
+            if silence > self.timeout_s:
+                self.drop(record.worker_id, f"silent for {silence:.1f}s")
+                continue
+            stuck = now - record.progress_at - (self.loop_lag.stalled_s(now) - record.progress_mark)
+            stalled = bool(record.load.running or record.load.waiting) and stuck > self.stall_timeout_s
+            if stalled != record.stalled:
+                log.warning("%s worker %s %s", record.role, record.worker_id,
+                            f"stalled: work waiting and no step finished for {stuck:.1f}s; out of routing"
+                            if stalled else "steps again; back in routing")
+                record.stalled = stalled
 
     def routable(self, role: str) -> list[WorkerRecord]:
         return [w for w in self.workers.values() if w.role == role and w.routable]
+
+
+def _same_process(old: worker_pb2.WorkerDescriptor, new: worker_pb2.WorkerDescriptor) -> bool:
+    return bool(old.incarnation) and old.incarnation == new.incarnation and old.address == new.address
 
 
 class RegistryServicer(worker_pb2_grpc.RegistryServicer):
@@ -102,7 +172,11 @@ class RegistryServicer(worker_pb2_grpc.RegistryServicer):
                        context: grpc.aio.ServicerContext) -> worker_pb2.RegisterResponse:
         if request.worker.role not in ("prefill", "decode"):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown role {request.worker.role!r}")
-        self.registry.register(request.worker, request.load)
+        try:
+            self.registry.register(request.worker, request.load)
+        except TransportMismatch as exc:
+            log.error("refused %s worker %s: %s", request.worker.role, request.worker.worker_id, exc)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         return worker_pb2.RegisterResponse(heartbeat_ms=self.heartbeat_ms)
 
     async def Heartbeat(self, request: worker_pb2.HeartbeatRequest,

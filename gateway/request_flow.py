@@ -4,7 +4,11 @@
     → Commit on the decode worker → token events from its stream → last message
 
 Whatever ends the flow early (client cancel or deadline, Abort, a worker lost) aborts the
-request on every worker still holding it, so no KV block outlives its request.
+request on every worker still holding it, so no KV block outlives its request: a reservation
+whose reply comes after the end is released as soon as it arrives, and decode blocks a prefill
+may have been writing into are reused once that prefill worker confirms its copy is over
+(quarantined only when it cannot confirm). Every call to a worker carries a deadline: the
+client's where it set one, else a bound of its own.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from common.kv_transfer.pairing import TransportMismatch
 from common.rpc.convert import sampling_to_proto
 from common.ops.metrics import Metrics
 from gateway.admission import AdmissionQueue
@@ -32,6 +37,9 @@ from pdserve.v1 import gateway_pb2, worker_pb2
 log = logging.getLogger(__name__)
 ABORTED = RequestError(grpc.StatusCode.CANCELLED, "aborted")
 MAX_ATTEMPTS = 3  # reserve + prefill tries before a request fails with UNAVAILABLE
+CONTROL_TIMEOUT_S = 10.0  # Reserve, Commit: a worker's bookkeeping, never long
+CLEANUP_TIMEOUT_S = 5.0  # Release, Abort after the request ended (an Abort may wait for a copy)
+PREFILL_TIMEOUT_S = 600.0  # queue + forward + KV transfer, for a client that set no deadline
 FAILED_PEER_KEY = "pdserve-failed-peer"  # prefill workers name the decode worker that failed a transfer
 
 
@@ -110,7 +118,7 @@ class RequestFlow:
         progress.aborted = True
         self.streams.post(request_id, ABORTED)
         if progress.prefill is not None and progress.prefill_reply is None:
-            await _quietly(progress.prefill.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id)))
+            await self._abort_prefill(request_id, progress)
         return True
 
     async def _stages(self, req: ValidatedRequest, p: Progress) -> AsyncIterator[gateway_pb2.GenerateResponse]:
@@ -149,6 +157,7 @@ class RequestFlow:
                 if p.aborted:
                     raise ABORTED from None
                 if attempt == MAX_ATTEMPTS:
+                    await self._forget_attempt(req, p, writer_may_still_write=lost.role == "prefill")
                     raise unavailable(f"{lost} (after {attempt} attempts)") from None
                 log.warning("%s; retrying on other workers (attempt %d)", lost, attempt + 1)
                 if self.metrics is not None:
@@ -157,14 +166,16 @@ class RequestFlow:
                 lost_record = self.registry.workers.get(lost.worker_id)
                 if lost_record is not None:  # no new work until it proves alive with a heartbeat
                     lost_record.suspect = True
-                await self._forget_attempt(req, p)
+                # a prefill worker that answered (the decode side failed) is no longer writing
+                await self._forget_attempt(req, p, writer_may_still_write=lost.role == "prefill")
         raise AssertionError("unreachable")
 
-    async def _forget_attempt(self, req: ValidatedRequest, p: Progress) -> None:
-        """Gives up one attempt's reservation. The failed writer's fate is unknown, so the blocks
-        are quarantined rather than reused (if the decode worker is still there to hear it)."""
+    async def _forget_attempt(self, req: ValidatedRequest, p: Progress, writer_may_still_write: bool) -> None:
+        """Gives up one attempt's reservation. When the writer's fate is unknown (a prefill worker
+        lost mid-call), the blocks are quarantined rather than reused (if the decode worker is
+        still there to hear it)."""
         self.streams.unsubscribe(req.request_id)
-        await self._release(req.request_id, p, writer_may_still_write=True)
+        await self._release(req.request_id, p, writer_may_still_write=writer_may_still_write)
         assert p.decode is not None
         p.decode.inflight -= 1
         p.decode, p.lease_id, p.prefill, p.prefill_reply = None, "", None, None
@@ -225,8 +236,14 @@ class RequestFlow:
                                             tpot_ms=req.tpot_ms)
         last: grpc.aio.AioRpcError | None = None
         for worker in candidates:
+            # shielded: if the request ends while the reply is on its way, the reservation it
+            # brings is released on arrival instead of waiting for its lease to run out
+            call = asyncio.ensure_future(worker.stub.Reserve(reserve, timeout=_timeout(req, CONTROL_TIMEOUT_S)))
             try:
-                reply = await worker.stub.Reserve(reserve, timeout=10)
+                reply = await asyncio.shield(call)
+            except asyncio.CancelledError:
+                call.add_done_callback(lambda done, w=worker: self._release_late(req.request_id, w, done))
+                raise
             except grpc.aio.AioRpcError as exc:  # full, draining, gone: the next candidate may take it
                 last = exc
                 continue
@@ -239,18 +256,28 @@ class RequestFlow:
                                                                    f"{last.details()}", reason="decode_admission")
         raise RequestError(last.code(), f"decode reservation failed: {last.details()}")
 
+    def _release_late(self, request_id: str, worker: WorkerRecord, call: asyncio.Future) -> None:  # type: ignore[type-arg]
+        if call.cancelled() or call.exception() is not None:
+            return
+        release = worker_pb2.ReleaseRequest(request_id=request_id, lease_id=call.result().lease_id,
+                                            writer_may_still_write=False)  # no prefill was sent to it
+        self._spawn(_quietly(worker.stub.Release(release, timeout=CLEANUP_TIMEOUT_S)))
+
     async def _prefill(self, req: ValidatedRequest, p: Progress, reservation: worker_pb2.ReserveResponse,
                        avoid: set[str]) -> worker_pb2.PrefillResponse:
         deadline = _deadline(req, p)
-        candidates = [w for w in self.router.prefill_candidates(self.registry, len(req.prompt_token_ids), deadline)
-                      if w.worker_id not in avoid]
+        assert p.decode is not None
+        decode = p.decode
+        candidates = [(w, transport) for w in self.router.prefill_candidates(self.registry, len(req.prompt_token_ids),
+                                                                              deadline)
+                      if w.worker_id not in avoid and (transport := _transport(w, decode))]
         if not candidates:
             raise unavailable("no prefill worker is available")
-        p.prefill = candidates[0]
-        assert p.decode is not None
+        p.prefill, transport = candidates[0]
         destination = worker_pb2.KVDestination(
-            decode_worker_id=p.decode.worker_id, address=p.decode.descriptor.address,
-            block_ids=reservation.block_ids, lease_id=reservation.lease_id, host_id=p.decode.descriptor.host_id)
+            decode_worker_id=decode.worker_id, address=decode.descriptor.address, transport=transport,
+            block_ids=reservation.block_ids, lease_id=reservation.lease_id, host_id=decode.descriptor.host_id,
+            incarnation=decode.descriptor.incarnation)
         request = worker_pb2.PrefillRequest(request_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
                                             sampling=sampling_to_proto(req.params), destination=destination,
                                             slo=_slo(req))
@@ -260,7 +287,7 @@ class RequestFlow:
         p.prefill.queued[req.request_id] = (deadline, len(req.prompt_token_ids))
         sent = time.perf_counter()
         try:
-            p.prefill_reply = await p.prefill.stub.Prefill(request)
+            p.prefill_reply = await p.prefill.stub.Prefill(request, timeout=_timeout(req, PREFILL_TIMEOUT_S))
             if raw_s:  # teach the TTFT guard what the prefill call (queue, forward, KV transfer, both
                 # RPC hops, this event loop's own lag) really takes on this worker now
                 p.prefill.ttft_calibration.observe(raw_s, time.perf_counter() - sent)
@@ -296,7 +323,7 @@ class RequestFlow:
                                           sampling=sampling_to_proto(req.params), slo=_slo(req))
         p.commit_sent = True
         try:
-            await p.decode.stub.Commit(commit, timeout=10)
+            await p.decode.stub.Commit(commit, timeout=_timeout(req, CONTROL_TIMEOUT_S))
         except grpc.aio.AioRpcError as exc:
             raise unavailable(f"decode worker {p.decode.worker_id} refused the commit: {exc.details()}") from None
         p.committed = True
@@ -337,24 +364,39 @@ class RequestFlow:
     async def _release(self, request_id: str, p: Progress, writer_may_still_write: bool) -> None:
         if p.decode is not None and p.lease_id and not p.committed:
             await _quietly(p.decode.stub.Release(worker_pb2.ReleaseRequest(
-                request_id=request_id, lease_id=p.lease_id, writer_may_still_write=writer_may_still_write), timeout=5))
+                request_id=request_id, lease_id=p.lease_id, writer_may_still_write=writer_may_still_write),
+                timeout=CLEANUP_TIMEOUT_S))
             self.admission.notify()
 
     async def _abort_decode(self, request_id: str, p: Progress) -> None:
         if p.decode is not None:
-            await _quietly(p.decode.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id), timeout=5))
+            await _quietly(p.decode.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id),
+                                               timeout=CLEANUP_TIMEOUT_S))
             self.admission.notify()
+
+    async def _abort_prefill(self, request_id: str, p: Progress) -> bool:
+        """Stops the request on its prefill worker; True once that worker confirms that no copy
+        into the reservation runs or will start (it waits for one under way before answering)."""
+        assert p.prefill is not None
+        abort = worker_pb2.WorkerAbortRequest(request_id=request_id, lease_id=p.lease_id)
+        try:
+            reply = await p.prefill.stub.Abort(abort, timeout=CLEANUP_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            log.debug("prefill abort failed: %s", exc.code().name)
+            return False
+        return reply.writes_done
 
     async def _clean_up(self, request_id: str, p: Progress) -> None:
         """After an early end: stop the prefill, give back or abort the decode side."""
+        writes_done = True
         if p.prefill is not None and p.prefill_reply is None:
-            await _quietly(p.prefill.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id), timeout=5))
+            writes_done = await self._abort_prefill(request_id, p)
         if p.decode is not None:
             if p.commit_sent:  # either order on the worker: the lease is freed, or the request stopped
                 await self._release(request_id, p, writer_may_still_write=False)
                 await self._abort_decode(request_id, p)
-            else:  # the prefill may have died mid-copy: quarantine rather than reuse
-                await self._release(request_id, p, writer_may_still_write=p.prefill_reply is None)
+            else:  # a prefill worker that could not confirm its copy is over: quarantine, not reuse
+                await self._release(request_id, p, writer_may_still_write=not writes_done)
 
     def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
         task = asyncio.get_running_loop().create_task(coro)
@@ -375,6 +417,21 @@ async def _quietly(call) -> None:  # type: ignore[no-untyped-def]
 
 def _slo(req: ValidatedRequest) -> gateway_pb2.SLO:
     return gateway_pb2.SLO(ttft_ms=req.ttft_ms, tpot_ms=req.tpot_ms)
+
+
+def _transport(prefill: WorkerRecord, decode: WorkerRecord) -> str:
+    """The pair's transport; "" if they cannot move KV (checked at registration, so rare)."""
+    try:
+        return WorkerRegistry.transport_between(prefill, decode)
+    except TransportMismatch:
+        return ""
+
+
+def _timeout(req: ValidatedRequest, bound_s: float) -> float:
+    """A call's deadline: ``bound_s``, or less when the client stops waiting sooner."""
+    if req.deadline is None:
+        return bound_s
+    return max(0.001, min(bound_s, req.deadline - time.perf_counter()))
 
 
 def _deadline(req: ValidatedRequest, p: Progress) -> float:

@@ -7,18 +7,18 @@ import asyncio
 import logging
 import uuid
 
-from common.config import EngineConfig
-from common.engine import resolve_model_dir
+from common.model_dir import resolve_model_dir
 from common.model_config import load_model_config
 from common.ops.lifecycle import Lifecycle
 from common.ops.metrics import Metrics
 from common.ops.options import ProcessOptions, add_process_args, process_options_from_args
 from common.rpc.server import bind, new_server, run_main, use_tls
 from common.rpc.tls import PeerRoleInterceptor
-from common.tokenizer import load_tokenizer
+from common.text_tokenizer import load_text_tokenizer
 from gateway.admission import AdmissionQueue
 from gateway.config import GatewayConfig, add_gateway_args, gateway_config_from_args
 from gateway.decode_streams import DecodeStreams
+from gateway.loop_lag import LoopLag
 from gateway.registry import RegistryServicer, WorkerRegistry
 from gateway.request_flow import RequestFlow
 from gateway.router import LeastLoadedRouter, SloAwareRouter
@@ -48,21 +48,24 @@ async def _watch_workers(registry: WorkerRegistry, lifecycle: Lifecycle, metrics
             serving = ready
         metrics.workers.clear()
         for w in registry.workers.values():
-            state = "draining" if w.load.draining else "suspect" if w.suspect else "ready" if w.ready else "connecting"
+            state = ("draining" if w.load.draining else "suspect" if w.suspect else "stalled" if w.stalled
+                     else "ready" if w.ready else "connecting")
             metrics.workers.labels("gateway", w.role, state).inc()
         await asyncio.sleep(period_s)
 
 
 async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
-    model_dir = resolve_model_dir(EngineConfig(model=config.model, preset=config.preset))
+    model_dir = resolve_model_dir(config.model, config.preset)
     model = load_model_config(model_dir)
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = load_text_tokenizer(model_dir)
     tenants = TenantTable.from_file(config.api_keys) if config.api_keys else TenantTable.open()
-    limits = ModelLimits(min(config.max_model_len or model.max_position_embeddings, model.max_position_embeddings),
-                         model.vocab_size, (config.default_ttft_ms, config.default_tpot_ms), config.named_slos())
+    max_len = min(config.max_model_len or model.max_position_embeddings, model.max_position_embeddings)
+    limits = ModelLimits(max_len, model.vocab_size, (config.default_ttft_ms, config.default_tpot_ms),
+                         config.named_slos(), config.max_prompt_bytes or max_len * tokenizer.max_token_bytes)
     use_tls(options.tls)
     metrics = Metrics("gateway")
-    registry = WorkerRegistry(config.worker_timeout_ms / 1000)
+    loop_lag = LoopLag()
+    registry = WorkerRegistry(config.worker_timeout_ms / 1000, loop_lag, config.worker_stall_ms / 1000)
     admission = AdmissionQueue()
     streams = DecodeStreams(f"gateway-{uuid.uuid4().hex[:8]}", registry, on_finished=admission.notify)
     router = SloAwareRouter() if config.ttft_guard else LeastLoadedRouter()
@@ -90,6 +93,8 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
                   draining=lambda: float(lifecycle.draining))
     metrics.serve(options.metrics_port, options.metrics_host)
     watcher = asyncio.create_task(_watch_workers(registry, lifecycle, metrics, config.heartbeat_ms / 1000))
+    lag_probe = asyncio.create_task(loop_lag.run())
+    metrics.watch_loop_lag(lambda: loop_lag.worst_recent_s)
     log.info("gateway listening on %s (model %s, policy %s%s%s)", address, model_dir, config.policy,
              ", TLS" if options.tls.enabled else "", ", API keys" if config.api_keys else "")
 
@@ -98,6 +103,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
 
     async def stop() -> None:
         watcher.cancel()
+        lag_probe.cancel()
         await streams.close()
         await flow.drain()
         metrics.close()

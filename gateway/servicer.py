@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
@@ -16,7 +18,7 @@ from gateway.errors import RequestError
 from gateway.registry import WorkerRegistry
 from gateway.request_flow import RequestFlow
 from gateway.tenants import AuthError, QuotaError, TenantTable
-from gateway.validation import ModelLimits, validate
+from gateway.validation import ModelLimits, prompt_text, validate
 from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
 
 
@@ -32,6 +34,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self.tenants = tenants or TenantTable.open()
         self.metrics = metrics or Metrics("gateway")
         self.draining = draining
+        # Tokenizing a long prompt takes milliseconds to seconds: never on the event loop, which
+        # also serves every other stream and the workers' heartbeats.
+        self._tokenizing = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
 
     async def Generate(self, request: gateway_pb2.GenerateRequest,
                        context: grpc.aio.ServicerContext) -> AsyncIterator[gateway_pb2.GenerateResponse]:
@@ -56,8 +61,13 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             accounting.failed("RESOURCE_EXHAUSTED", "tenant_quota", str(exc), before_work=True)
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         try:
-            validated = validate(request, self.tokenizer, self.limits)
-            validated = dataclasses.replace(validated, received_at=received_at, tenant=tenant.name or validated.tenant)
+            text = prompt_text(request, self.limits)
+            ids = None if text is None else await asyncio.get_running_loop().run_in_executor(
+                self._tokenizing, self.tokenizer.encode, text)
+            validated = validate(request, ids, self.limits)
+            remaining = context.time_remaining()  # the client's deadline, None without one
+            validated = dataclasses.replace(validated, received_at=received_at, tenant=tenant.name or validated.tenant,
+                                            deadline=received_at + remaining if remaining is not None else None)
             request_id_var.set(validated.request_id)
             context.add_done_callback(lambda _: (self.flow.abandon(validated), admission.release()))
             reason = ""
@@ -111,4 +121,6 @@ def _state(worker: Any) -> str:
         return "draining"
     if worker.suspect:
         return "suspect"
+    if worker.stalled:
+        return "stalled"
     return "ready" if worker.ready else "connecting"

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
-
 from common.rpc.convert import sampling_from_proto
 from common.sampling_params import SamplingParams
 from gateway.errors import invalid
@@ -23,6 +21,7 @@ class ValidatedRequest:
     tenant: str
     slo_class: str = ""  # for metrics: the named class, "custom" for explicit values, "default", or ""
     received_at: float = 0.0  # perf_counter when the RPC reached the gateway: TTFT deadlines count from here
+    deadline: float | None = None  # perf_counter when the client stops waiting; None: it set no deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +30,29 @@ class ModelLimits:
     vocab_size: int
     default_slo: tuple[int, int] = (0, 0)  # (ttft_ms, tpot_ms) for requests that give none
     named_slos: dict[str, tuple[int, int]] | None = None
+    max_prompt_bytes: int = 0  # prompt text longer than this cannot fit the model: refused untokenized
 
 
-def validate(request: gateway_pb2.GenerateRequest, tokenizer: Any, limits: ModelLimits) -> ValidatedRequest:
-    prompt = _prompt_ids(request, tokenizer, limits)
+def prompt_text(request: gateway_pb2.GenerateRequest, limits: ModelLimits) -> str | None:
+    """The text to tokenize (None for a token-id prompt), refused at once when it is empty or
+    so long that it cannot fit the model, whatever it tokenizes to. Cheap: no tokenizing."""
+    if request.WhichOneof("prompt") != "text":
+        return None
+    text = request.text
+    if not text:
+        raise invalid("prompt is empty: set text or token_ids")
+    # every character is at least one byte, so the count of characters settles most cases free
+    if limits.max_prompt_bytes and (len(text) > limits.max_prompt_bytes
+                                    or len(text.encode("utf-8")) > limits.max_prompt_bytes):
+        raise invalid(f"text is longer than the {limits.max_prompt_bytes} bytes that can fit the model's limit of "
+                      f"{limits.max_model_len} tokens")
+    return text
+
+
+def validate(request: gateway_pb2.GenerateRequest, text_ids: list[int] | None,
+             limits: ModelLimits) -> ValidatedRequest:
+    """``text_ids``: the tokenized ``prompt_text`` (done off the event loop), None for id prompts."""
+    prompt = text_ids if text_ids is not None else _prompt_ids(request, limits)
     try:
         params = sampling_from_proto(request.sampling)
     except ValueError as exc:
@@ -76,12 +94,8 @@ def _slo(slo: gateway_pb2.SLO, limits: ModelLimits) -> tuple[int, int]:
     return slo.ttft_ms or base[0], slo.tpot_ms or base[1]
 
 
-def _prompt_ids(request: gateway_pb2.GenerateRequest, tokenizer: Any, limits: ModelLimits) -> list[int]:
+def _prompt_ids(request: gateway_pb2.GenerateRequest, limits: ModelLimits) -> list[int]:
     kind = request.WhichOneof("prompt")
-    if kind == "text":
-        if not request.text:
-            raise invalid("prompt is empty: set text or token_ids")
-        return list(tokenizer.encode(request.text))
     ids = list(request.token_ids.ids) if kind == "token_ids" else []
     if not ids:
         raise invalid("prompt is empty: set text or token_ids")

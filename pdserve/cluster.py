@@ -20,6 +20,8 @@ import grpc
 
 from common.cpu_plan import CoreAssignment, format_cores, plan_cores
 from common.kv_transfer.shm import unlink_shared
+from pdserve.device_share import device_workers, worker_device
+from pdserve.mps import MpsDaemon, start_mps, stop_mps
 from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
 
 _counter = itertools.count()
@@ -48,6 +50,11 @@ class ClusterSpec:
     # process may use. ``threads`` overrides the compute threads per worker (0: one per core).
     cpu_cores: tuple[int, ...] = ()
     threads: int = 0
+    # The workers' --device ("": as worker_args say, else the engine's default, cpu). Workers on
+    # one GPU each size their KV pool from their share of it (--device-workers); ``mps`` runs
+    # them under a CUDA MPS daemon of the cluster's own (``pdserve.mps``).
+    device: str = ""
+    mps: bool = False
 
 
 @dataclass
@@ -59,6 +66,8 @@ class LocalCluster:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     plan: dict[str, CoreAssignment] = field(default_factory=dict)  # process name -> its cores and threads
     metrics_ports: dict[str, int] = field(default_factory=dict)  # process name -> its metrics port
+    device_workers: dict[str, int] = field(default_factory=dict)  # worker -> workers on its GPU, where several
+    mps: MpsDaemon | None = None  # while the cluster runs under its own MPS daemon
     _logs: list[object] = field(default_factory=list)
     _ended: set[str] = field(default_factory=set)  # ended on purpose (kill), not failed
     _log_offsets: dict[str, int] = field(default_factory=dict)
@@ -68,9 +77,26 @@ class LocalCluster:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         tag = f"{os.getpid()}-{next(_counter)}"
         self.plan = self._plan(tag)
+        devices = {name: worker_device(self._engine_args(name)) for name in self.plan if name != "gateway"}
+        self.device_workers = device_workers(devices)
         if progress:
             for assignment in self.plan.values():
-                print(f"  {assignment.describe().replace('-' + tag, '')}", file=sys.stderr, flush=True)
+                share = self.device_workers.get(assignment.name)
+                where = f", KV pool from 1/{share} of {devices[assignment.name]}" if share else ""
+                print(f"  {assignment.describe().replace('-' + tag, '')}{where}", file=sys.stderr, flush=True)
+        try:
+            if self.spec.mps:
+                self.mps = start_mps(self.log_dir, devices.values())  # before any worker opens the GPU
+            self._start_gateway_on_a_free_port(timeout_s)
+            for name in devices:
+                self.start_worker(name.split("-", 1)[0], name)
+            self.wait_ready(timeout_s, progress)
+        except BaseException:
+            self.stop(grace_s=2.0)  # a cluster that never became ready leaves nothing running
+            raise
+        return self
+
+    def _start_gateway_on_a_free_port(self, timeout_s: float) -> None:
         for attempt in range(3):  # a port found free can be taken before the gateway binds it
             port = self.spec.port or _free_port(self.spec.host)
             self.address = f"{self.spec.host}:{port}"
@@ -80,15 +106,6 @@ class LocalCluster:
             if self._gateway_listening(timeout_s) or self.spec.port or attempt == 2:
                 break
             self._ended.add("gateway")
-        for name in self.plan:
-            if name != "gateway":
-                self.start_worker(name.split("-", 1)[0], name)
-        try:
-            self.wait_ready(timeout_s, progress)
-        except BaseException:
-            self.stop(grace_s=2.0)  # a cluster that never became ready leaves nothing running
-            raise
-        return self
 
     def start_gateway(self) -> None:
         """Starts (or, after it died, restarts) the gateway on the cluster's address."""
@@ -109,12 +126,19 @@ class LocalCluster:
         (on the same cores)."""
         module = f"{role}_worker"
         cores = self.plan[worker_id]
+        share = self.device_workers.get(worker_id)
         args = [module, "--gateway", self.registry_address, "--host", self.spec.host, "--worker-id", worker_id,
                 "--cpu-cores", format_cores(cores.cores), "--threads", str(cores.threads),
                 "--kv-transport", self.spec.kv_transport, "--policy", self.spec.policy, *self._model_args(),
-                *self._metrics_args(worker_id), *self.spec.worker_args,
-                *(self.spec.prefill_args if role == "prefill" else self.spec.decode_args)]
+                *self._metrics_args(worker_id), *(["--device-workers", str(share)] if share else []),
+                *self._engine_args(worker_id)]
         self._spawn(worker_id, args)
+
+    def _engine_args(self, worker_id: str) -> list[str]:
+        """The flags given for this worker, the last of each winning: the cluster's device, then
+        worker_args, then its role's args."""
+        role_args = self.spec.prefill_args if worker_id.startswith("prefill") else self.spec.decode_args
+        return [*(["--device", self.spec.device] if self.spec.device else []), *self.spec.worker_args, *role_args]
 
     def _metrics_args(self, name: str) -> list[str]:
         if not self.spec.metrics:
@@ -170,7 +194,7 @@ class LocalCluster:
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM to workers then the gateway; SIGKILL what is still running after ``grace_s``."""
-        order = [n for n in self.processes if n != "gateway"] + ["gateway"]
+        order = [n for n in self.processes if n != "gateway"] + (["gateway"] if "gateway" in self.processes else [])
         for name in order:
             if self.processes[name].poll() is None:
                 self.processes[name].send_signal(signal.SIGTERM)
@@ -187,6 +211,9 @@ class LocalCluster:
                 unlink_shared(f"pdserve-kv-{name}")
         for log in self._logs:
             log.close()  # type: ignore[attr-defined]
+        if self.mps is not None:  # last: its clients (the workers) have exited
+            daemon, self.mps = self.mps, None
+            stop_mps(daemon)
 
     def __enter__(self) -> LocalCluster:
         return self if self.processes else self.start()  # `with LocalCluster(...).start(progress=True)` too
@@ -199,6 +226,8 @@ class LocalCluster:
 
     def _spawn(self, name: str, args: list[str]) -> None:
         env = dict(os.environ)
+        if self.mps is not None and name != "gateway":
+            env.update(self.mps.environment())
         log = open(self.log_dir / f"{name}.log", "ab")
         self._log_offsets[name] = log.tell()
         self._logs.append(log)

@@ -12,7 +12,8 @@ from common.config import EngineConfig
 from common.detokenizer import IncrementalDetokenizer
 from common.engine import LLMEngine
 from common.engine_args import add_engine_args, engine_config_from_args
-from common.model_create import create_model, default_model_dir
+from common.model_create import create_model
+from common.model_dir import default_model_dir
 from common.model_presets import DEFAULT_PRESET, PRESETS
 from common.sampling_params import SamplingParams
 from common.tokenizer import load_tokenizer

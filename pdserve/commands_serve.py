@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from common.cpu_plan import parse_cores
-from common.model_create import ensure_model
+from common.model_dir import ensure_model
 from common.model_presets import DEFAULT_PRESET, PRESETS
 from common.rpc.worker_config import KV_TRANSPORTS
 from pdserve.cluster import ClusterSpec, LocalCluster
+from pdserve.mps import MpsError
 
 
 def register(sub: Any) -> None:
@@ -39,6 +40,11 @@ def register(sub: Any) -> None:
     up.add_argument("--preset", choices=tuple(PRESETS), default=DEFAULT_PRESET)
     up.add_argument("--kv-transport", choices=KV_TRANSPORTS, default=defaults.kv_transport)
     up.add_argument("--policy", choices=("fcfs", "scorpio", "ttft_guard", "tpot_guard"), default=defaults.policy)
+    up.add_argument("--device", default=defaults.device, help="every worker's device, e.g. cuda or cuda:1 "
+                    "(default: the engine's, cpu); workers on one GPU each size their KV pool from their "
+                    "share of its memory")
+    up.add_argument("--mps", action="store_true", help="run the workers under a CUDA MPS daemon started (and "
+                    "stopped) with the cluster, so workers on one GPU run side by side instead of time-slicing")
     up.add_argument("--cpu-cores", default="", help="cores to divide among the processes, e.g. 0-7 (default: "
                     "all this process may use): each worker gets its own, the gateway one of its own when "
                     "there are more cores than workers")
@@ -67,11 +73,21 @@ def _up(args: argparse.Namespace) -> int:
     spec = ClusterSpec(port=args.port, host=args.host, prefill=args.prefill, decode=args.decode, model=args.model,
                        preset=args.preset, kv_transport=args.kv_transport, worker_args=tuple(args.worker_arg),
                        policy=args.policy, gateway_args=tuple(args.gateway_arg),
-                       cpu_cores=parse_cores(args.cpu_cores) if args.cpu_cores else (), threads=args.threads)
+                       cpu_cores=parse_cores(args.cpu_cores) if args.cpu_cores else (), threads=args.threads,
+                       device=args.device, mps=args.mps)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="pdserve-up-"))
     cluster = LocalCluster(spec, log_dir)
     print(f"starting gateway + {spec.prefill} prefill + {spec.decode} decode (logs in {log_dir}) ...",
           file=sys.stderr, flush=True)
+    try:
+        _serve_until_stopped(cluster)
+    except MpsError as exc:  # starting or stopping the MPS daemon
+        print(f"pdserve up: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+def _serve_until_stopped(cluster: LocalCluster) -> None:
     stopping = _stop_flag()
     try:
         cluster.start(progress=True)
@@ -83,7 +99,6 @@ def _up(args: argparse.Namespace) -> int:
         print("stopping ...", file=sys.stderr, flush=True)
         cluster.stop()
         print("stopped.", file=sys.stderr, flush=True)
-    return 0
 
 
 def _stop_flag() -> dict[str, bool]:

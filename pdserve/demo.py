@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from common.model_create import ensure_model
+from common.model_dir import ensure_model
 from pdserve.cluster import ClusterSpec, LocalCluster
 from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
 

@@ -8,6 +8,7 @@ import asyncio
 from common.config import EngineConfig
 from common.engine import LLMEngine
 from common.engine_thread import EngineThread
+from common.faults import fault_threshold
 from common.ops.metrics import Metrics
 from common.ops.options import ProcessOptions
 from common.rpc.worker_config import WorkerConfig
@@ -24,10 +25,11 @@ async def serve(engine_config: EngineConfig, worker: WorkerConfig, options: Proc
     worker_id = worker.resolved_id("prefill")
     engine = LLMEngine(engine_config)
     warm_up(engine, worker.cost_model, worker.cost_model_cache)
-    thread = EngineThread(engine)
-    thread.start()
     metrics = Metrics("prefill")
     process = WorkerProcess("prefill", SERVICE, engine, worker_id, worker, options, metrics)
+    thread = EngineThread(engine, on_death=process.engine_died,
+                          fail_after_steps=fault_threshold("engine_thread_dies", worker_id))
+    thread.start()
     servicer = PrefillServicer(thread, worker_id, worker.kv_transport, metrics)
     process.on_drain.append(servicer.start_draining)
 

@@ -1,8 +1,14 @@
 """The PrefillWorker gRPC service: prefill a prompt, move its KV to the decode worker's
-reserved blocks, answer with the first token."""
+reserved blocks, answer with the first token.
+
+Abort is what lets the gateway reuse a cancelled request's decode blocks at once: it revokes
+the destination lease (no copy into it may start from then on), stops the prefill, waits for
+a copy already under way, and only then answers ``writes_done``.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -12,7 +18,7 @@ from common.engine_thread import AsyncEngine, EngineThread
 from common.ops.logs import request_id_var
 from common.ops.metrics import Metrics
 from common.kv_transfer.base import KVSender, LeaseExpiredError, TransferStats, TransferTarget
-from common.kv_transfer.select import choose_transport, make_sender
+from common.kv_transfer.select import make_sender
 from common.request import RequestOutput
 from common.rpc.convert import sampling_from_proto
 from common.rpc.registration import host_id
@@ -22,6 +28,8 @@ from pdserve.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 FAILED_PEER_KEY = "pdserve-failed-peer"  # trailing metadata: the worker a failure came from
+TRANSFER_WINDOW_S = 30.0  # a copy may start this long after its prefill, unless the caller's deadline is sooner
+REVOKED_KEEP_S = 300.0  # how long an aborted lease id is remembered (longer than any lease lives)
 
 
 class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
@@ -36,6 +44,8 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         self._senders: dict[str, KVSender] = {}
         self._stubs: dict[str, worker_pb2_grpc.DecodeWorkerStub] = {}
         self._incarnations: dict[str, str] = {}  # decode worker id -> the incarnation cached state is for
+        self._revoked: dict[str, float] = {}  # destination lease ids of aborted requests -> when
+        self._writes: dict[str, asyncio.Task[TransferStats]] = {}  # request id -> its copy under way
 
     def start_draining(self) -> None:
         self.draining = True
@@ -53,6 +63,8 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
             params = sampling_from_proto(request.sampling)
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if request.destination.lease_id in self._revoked:  # its Abort overtook it
+            await context.abort(grpc.StatusCode.CANCELLED, f"request {request.request_id} was aborted")
         started = time.perf_counter()
         prompt = list(request.prompt_token_ids)
         try:
@@ -89,12 +101,21 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"destination has {len(dest.block_ids)} blocks, prompt needs {n_blocks}")
         self._notice_restart(dest)
-        name = choose_transport(self.kv_transport, dest.host_id == self.host_id, self.thread.engine.device.type)
-        target = TransferTarget(dest.decode_worker_id, dest.address, out.request_id, dest.lease_id,
-                                list(dest.block_ids[:n_blocks]), time.monotonic() + 30.0)
+        remaining = context.time_remaining()
+        window = TRANSFER_WINDOW_S if remaining is None else min(TRANSFER_WINDOW_S, remaining)
+        lease_id = dest.lease_id
+        target = TransferTarget(dest.decode_worker_id, dest.address, out.request_id, lease_id,
+                                list(dest.block_ids[:n_blocks]), time.monotonic() + window,
+                                revoked=lambda: lease_id in self._revoked)
+        # The copy runs as a task of its own: a cancelled call (the client went away) must not
+        # leave it running unseen, so Abort can find it and wait for it.
+        write = asyncio.ensure_future(self._sender(dest.transport or self._fallback_transport(dest)).send(
+            self.thread.engine.cache, list(out.kv_block_ids[:n_blocks]), target, self._stub(dest.address)))
+        self._writes[out.request_id] = write
+        write.add_done_callback(lambda _: self._writes.pop(out.request_id, None) if self._writes.get(
+            out.request_id) is write else None)
         try:
-            return await self._sender(name).send(self.thread.engine.cache, list(out.kv_block_ids[:n_blocks]),
-                                                 target, self._stub(dest.address))
+            return await asyncio.shield(write)
         except LeaseExpiredError as exc:
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
         except (grpc.aio.AioRpcError, OSError, RuntimeError) as exc:
@@ -103,6 +124,14 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
             details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"KV transfer to {dest.decode_worker_id} failed: {details}",
                                 trailing_metadata=((FAILED_PEER_KEY, dest.decode_worker_id),))
+
+    def _fallback_transport(self, dest: worker_pb2.KVDestination) -> str:
+        """For a gateway that does not choose the pair's transport: by host alone."""
+        if self.kv_transport != "auto":
+            return self.kv_transport
+        if dest.host_id == self.host_id:
+            return "cuda_ipc" if self.thread.engine.device.type == "cuda" else "shm"
+        return "nccl"
 
     def _notice_restart(self, dest: worker_pb2.KVDestination) -> None:
         """A decode worker that restarted under the same id has a new pool (a new shm file, a new
@@ -131,5 +160,17 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
 
     async def Abort(self, request: worker_pb2.WorkerAbortRequest,
                     context: grpc.aio.ServicerContext) -> worker_pb2.WorkerAbortResponse:
+        if request.lease_id:
+            self._revoke(request.lease_id)
+        write = self._writes.get(request.request_id)  # read right after revoking: see check_may_start
         found = await self.thread.run(lambda e: e.abort_request(request.request_id))
-        return worker_pb2.WorkerAbortResponse(found=bool(found))
+        if write is not None:
+            await asyncio.wait([write])  # bounded: the copy's own deadline and its RPC's timeout
+        return worker_pb2.WorkerAbortResponse(found=bool(found) or write is not None,
+                                              writes_done=bool(request.lease_id))
+
+    def _revoke(self, lease_id: str) -> None:
+        now = time.monotonic()
+        if len(self._revoked) > 10_000:
+            self._revoked = {k: t for k, t in self._revoked.items() if now - t < REVOKED_KEEP_S}
+        self._revoked[lease_id] = now

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common.kv_cache import PagedKVCache
+
+
+COPY_GRACE_S = 30.0  # a copy started just before its deadline finishes within this
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +23,21 @@ class TransferTarget:
     lease_id: str
     block_ids: list[int]
     deadline: float  # time.monotonic() after which no copy may start (the lease may be gone)
+    revoked: Callable[[], bool] = lambda: False  # True once the request was aborted: no copy may start
+
+    def check_may_start(self) -> None:
+        """Raises LeaseExpiredError unless a copy into the target may still start. Called right
+        before copying (on the copying thread), so an abort that revokes the target either comes
+        before the check or finds the copy under way and waits for it."""
+        if self.revoked():
+            raise LeaseExpiredError(f"the transfer of {self.request_id} was aborted before the copy started")
+        if time.monotonic() > self.deadline:
+            raise LeaseExpiredError(f"lease for {self.request_id} expired before the copy started")
+
+    def call_timeout_s(self) -> float:
+        """Deadline of a transport's RPC: a copy may start until ``deadline`` and then needs time
+        to finish; no call to the decode worker waits longer than that."""
+        return max(0.0, self.deadline - time.monotonic()) + COPY_GRACE_S
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,9 @@ run it). Set up lazily: the prefill worker asks the decode worker for a rendezvo
 (prefill rank 0, decode rank 1). Each transfer then runs ``ReceiveBlocks`` on the decode
 worker (which posts one recv per destination run, straight into its pool) while the
 prefill worker posts the matching sends; a per-transfer tag keeps concurrent transfers apart.
+
+Trusted networks only: the TCP store and the group's own sockets carry no TLS and no
+authentication (the gRPC calls around them do, under mutual TLS). See deploy/README.md.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from common.kv_cache import PagedKVCache
-from common.kv_transfer.base import DecodeStub, LeaseExpiredError, TransferStats, TransferTarget
+from common.kv_transfer.base import DecodeStub, TransferStats, TransferTarget
 from common.kv_transfer.runs import block_runs
 from pdserve.v1 import worker_pb2
 
@@ -102,14 +105,14 @@ class CollectiveSender:
     async def send(self, cache: PagedKVCache, src_blocks: list[int], target: TransferTarget,
                    decode: DecodeStub) -> TransferStats:
         group = await self._group(target.decode_worker_id, decode, cache.data.device)
-        if time.monotonic() > target.deadline:
-            raise LeaseExpiredError(f"lease for {target.request_id} expired before the copy started")
+        target.check_may_start()
         runs = block_runs(src_blocks, target.block_ids)
         tag = next(self._tags)
         started = time.perf_counter()
         receiving = decode.ReceiveBlocks(worker_pb2.ReceiveBlocksRequest(
             request_id=target.request_id, lease_id=target.lease_id, peer_id=self.worker_id,
-            run_starts=[r.dst for r in runs], run_lengths=[r.length for r in runs], tag=tag))
+            run_starts=[r.dst for r in runs], run_lengths=[r.length for r in runs], tag=tag),
+            timeout=target.call_timeout_s())
         sending = in_waiter_thread(_send_runs, group, cache.data, runs, tag)
         reply, _ = await asyncio.gather(receiving, sending)
         return TransferStats(self.name, reply.bytes, time.perf_counter() - started)
@@ -122,7 +125,8 @@ class CollectiveSender:
         return await asyncio.shield(task)
 
     async def _join(self, decode: DecodeStub, device: torch.device) -> dist.ProcessGroup:
-        info = await decode.TransportInfo(worker_pb2.TransportInfoRequest(transport="nccl", peer_id=self.worker_id))
+        info = await decode.TransportInfo(worker_pb2.TransportInfoRequest(transport="nccl", peer_id=self.worker_id),
+                                          timeout=TIMEOUT.total_seconds())
         return await in_waiter_thread(_join_group, info.rendezvous, self.worker_id, device)
 
     def forget(self, decode_worker_id: str) -> None:

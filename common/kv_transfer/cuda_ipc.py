@@ -17,7 +17,7 @@ import torch
 import torch.multiprocessing  # noqa: F401  registers the CUDA tensor reductions
 
 from common.kv_cache import PagedKVCache
-from common.kv_transfer.base import DecodeStub, LeaseExpiredError, TransferStats, TransferTarget
+from common.kv_transfer.base import DecodeStub, TransferStats, TransferTarget
 from common.kv_transfer.runs import block_runs
 from pdserve.v1 import worker_pb2
 
@@ -45,14 +45,14 @@ class CudaIpcSender:
                    decode: DecodeStub) -> TransferStats:
         pool = self._pools.get(target.decode_worker_id)
         if pool is None:
-            info = await decode.TransportInfo(worker_pb2.TransportInfoRequest(transport="cuda_ipc"))
+            info = await decode.TransportInfo(worker_pb2.TransportInfoRequest(transport="cuda_ipc"),
+                                               timeout=target.call_timeout_s())
             pool = self._pools[target.decode_worker_id] = import_pool(info.cuda_ipc_handle)
         return await asyncio.to_thread(self._copy, cache.data, pool, src_blocks, target)
 
     def _copy(self, src: torch.Tensor, dst: torch.Tensor, src_blocks: list[int],
               target: TransferTarget) -> TransferStats:
-        if time.monotonic() > target.deadline:
-            raise LeaseExpiredError(f"lease for {target.request_id} expired before the copy started")
+        target.check_may_start()
         self._stream = self._stream or torch.cuda.Stream(device=src.device)
         started, moved = time.perf_counter(), 0
         with torch.cuda.stream(self._stream):

@@ -8,12 +8,11 @@ from collections.abc import AsyncIterator
 import torch
 
 from common.kv_cache import PagedKVCache
-from common.kv_transfer.base import DecodeStub, LeaseExpiredError, TransferStats, TransferTarget
+from common.kv_transfer.base import DecodeStub, TransferStats, TransferTarget
 from common.kv_transfer.runs import block_runs
 from pdserve.v1 import worker_pb2
 
-CHUNK_BYTES = 4 << 20  # per message; servers accept up to MAX_MESSAGE_BYTES
-MAX_MESSAGE_BYTES = 64 << 20
+CHUNK_BYTES = 4 << 20  # per message; servers accept up to common.rpc.server.MAX_MESSAGE_BYTES
 
 
 def pool_bytes(pool: torch.Tensor, first: int, count: int) -> torch.Tensor:
@@ -35,26 +34,45 @@ def write_chunk(cache: PagedKVCache, chunk: worker_pb2.BlockChunk, allowed: set[
 
 
 class GrpcSender:
+    """Streams the blocks as chunks. Whatever fails while producing a chunk (reading device
+    memory, an abort) ends the stream early and is raised here: the call never waits on a
+    stream that will not go on, and it has a deadline besides."""
+
     name = "grpc"
 
     async def send(self, cache: PagedKVCache, src_blocks: list[int], target: TransferTarget,
                    decode: DecodeStub) -> TransferStats:
-        if time.monotonic() > target.deadline:
-            raise LeaseExpiredError(f"lease for {target.request_id} expired before the copy started")
+        target.check_may_start()
         started = time.perf_counter()
-        reply = await decode.WriteBlocks(self._chunks(cache, src_blocks, target))
+        failure: list[BaseException] = []
+        reply = await decode.WriteBlocks(self._chunks(cache, src_blocks, target, failure),
+                                         timeout=target.call_timeout_s())
+        if failure:
+            raise failure[0]
+        expected = len(src_blocks) * pool_bytes(cache.data, 0, 1).numel()
+        if reply.bytes != expected:
+            raise RuntimeError(f"decode worker stored {reply.bytes} of {expected} bytes for {target.request_id}")
         return TransferStats(self.name, reply.bytes, time.perf_counter() - started)
 
-    async def _chunks(self, cache: PagedKVCache, src_blocks: list[int],
-                      target: TransferTarget) -> AsyncIterator[worker_pb2.BlockChunk]:
-        per_block = pool_bytes(cache.data, 0, 1).numel()
-        step = max(1, CHUNK_BYTES // per_block)
-        for run in block_runs(src_blocks, target.block_ids):
-            for offset in range(0, run.length, step):
-                count = min(step, run.length - offset)
-                data = pool_bytes(cache.data, run.src + offset, count).numpy().tobytes()
-                yield worker_pb2.BlockChunk(request_id=target.request_id, lease_id=target.lease_id,
-                                            first_block=run.dst + offset, num_blocks=count, data=data)
+    async def _chunks(self, cache: PagedKVCache, src_blocks: list[int], target: TransferTarget,
+                      failure: list[BaseException]) -> AsyncIterator[worker_pb2.BlockChunk]:
+        try:
+            per_block = pool_bytes(cache.data, 0, 1).numel()
+            step = max(1, CHUNK_BYTES // per_block)
+            for run in block_runs(src_blocks, target.block_ids):
+                for offset in range(0, run.length, step):
+                    count = min(step, run.length - offset)
+                    target.check_may_start()
+                    data = host_bytes(pool_bytes(cache.data, run.src + offset, count))
+                    yield worker_pb2.BlockChunk(request_id=target.request_id, lease_id=target.lease_id,
+                                                first_block=run.dst + offset, num_blocks=count, data=data)
+        except Exception as exc:  # noqa: BLE001 - handed to send(), which raises it
+            failure.append(exc)
+
+
+def host_bytes(chunk: torch.Tensor) -> bytes:
+    """The bytes of a (possibly device) tensor: device memory is copied to the host first."""
+    return chunk.cpu().numpy().tobytes()
 
     def forget(self, decode_worker_id: str) -> None:
         pass

@@ -1,17 +1,9 @@
-"""Choosing a transport per worker pair, and the sender objects a prefill worker keeps."""
+"""The sender objects a prefill worker keeps, one per transport (see ``pairing`` for which
+transport a worker pair uses)."""
 
 from __future__ import annotations
 
 from common.kv_transfer.base import KVSender
-
-
-def choose_transport(requested: str, same_host: bool, device_type: str) -> str:
-    """``auto``: CUDA IPC or shared memory on one host, a collective group across hosts."""
-    if requested != "auto":
-        return requested
-    if same_host:
-        return "cuda_ipc" if device_type == "cuda" else "shm"
-    return "nccl"
 
 
 def make_sender(name: str, worker_id: str) -> KVSender:

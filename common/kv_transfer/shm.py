@@ -17,7 +17,7 @@ import torch
 
 from common.kv_cache import PagedKVCache
 from pdserve.v1 import worker_pb2
-from common.kv_transfer.base import DecodeStub, LeaseExpiredError, TransferStats, TransferTarget
+from common.kv_transfer.base import DecodeStub, TransferStats, TransferTarget
 from common.kv_transfer.runs import block_runs
 
 SHM_DIR = Path("/dev/shm")
@@ -58,7 +58,8 @@ class ShmSender:
                    decode: DecodeStub) -> TransferStats:
         pool = self._pools.get(target.decode_worker_id)
         if pool is None:
-            info = await decode.TransportInfo(worker_pb2.TransportInfoRequest(transport="shm"))
+            info = await decode.TransportInfo(worker_pb2.TransportInfoRequest(transport="shm"),
+                                               timeout=target.call_timeout_s())
             shape = (info.num_blocks, *cache.data.shape[1:])
             pool = attach_shared_tensor(info.shm_name, shape, cache.data.dtype)
             self._pools[target.decode_worker_id] = pool
@@ -73,8 +74,7 @@ class ShmSender:
 
 def copy_runs(src: torch.Tensor, dst: torch.Tensor, src_blocks: list[int], target: TransferTarget) -> TransferStats:
     """Block-run copies from one pool tensor into another; refuses to start past the deadline."""
-    if time.monotonic() > target.deadline:
-        raise LeaseExpiredError(f"lease for {target.request_id} expired before the copy started")
+    target.check_may_start()
     started = time.perf_counter()
     moved = 0
     for run in block_runs(src_blocks, target.block_ids):

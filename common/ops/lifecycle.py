@@ -5,7 +5,8 @@ services turn SERVING once the process has warmed up and is ready for work, and 
 for good when it starts draining. Draining: stop taking new work (the servicers check
 ``draining`` and answer UNAVAILABLE; workers also tell the gateway in an immediate heartbeat,
 so it stops routing to them), wait for what is in flight to finish or the grace period to
-pass, then stop.
+pass, then stop. A process that cannot serve any more (``fail``: its engine thread died, the
+gateway refused it) turns NOT_SERVING, stops without waiting and exits non-zero.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+class ProcessFailed(RuntimeError):
+    """The process stopped because it could not go on serving; it exits non-zero."""
+
+
 class Lifecycle:
     def __init__(self, server: grpc.aio.Server, service_names: Sequence[str], drain_grace_s: float) -> None:
         self.server = server
@@ -37,6 +42,7 @@ class Lifecycle:
             [*self.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
              reflection.SERVICE_NAME], server)
         self._stop = asyncio.Event()
+        self.failure = ""  # why the process cannot serve any more; empty while it can
 
     async def starting(self) -> None:
         """Before warm-up is over: reachable, but not SERVING."""
@@ -53,6 +59,13 @@ class Lifecycle:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def fail(self, reason: str) -> None:
+        """Stops at once, without draining (the work in flight cannot finish here)."""
+        if not self.failure:
+            log.critical("cannot serve any more: %s", reason)
+            self.failure = reason
+        self._stop.set()
+
     async def run(self, in_flight: Callable[[], int], on_drain: Callable[[], Awaitable[None]],
                   on_stop: Callable[[], Awaitable[None]]) -> None:
         """Runs until SIGTERM/SIGINT, then drains: ``on_drain`` (tell others), wait until
@@ -63,6 +76,10 @@ class Lifecycle:
         await self._stop.wait()
         self.draining = True
         await self.health.enter_graceful_shutdown()
+        if self.failure:
+            await on_stop()
+            await self.server.stop(grace=0.5)
+            raise ProcessFailed(self.failure)
         log.info("draining: %d request(s) in flight, grace %.1f s", in_flight(), self.drain_grace_s)
         await on_drain()
         deadline = time.monotonic() + self.drain_grace_s

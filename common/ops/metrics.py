@@ -67,6 +67,9 @@ class Metrics:
                                       model_labels, registry=r)
         self.workers = Gauge("pdserve:workers", "Workers the gateway knows, by role and state",
                              ["role", "worker_role", "state"], registry=r)
+        self._loop_lag = Gauge("pdserve:event_loop_lag_seconds", "Largest delay of this process's event loop "
+                               "over the last second (work that should not run on it, or an overloaded host)",
+                               labels, registry=r)
         self._server: WSGIServer | None = None
 
     def watch(self, running: Callable[[], float], waiting: Callable[[], float],
@@ -78,6 +81,9 @@ class Metrics:
             self._kv_usage.labels(self.role).set_function(kv_usage)
         if draining is not None:
             self._draining.labels(self.role).set_function(draining)
+
+    def watch_loop_lag(self, worst_recent_s: Callable[[], float]) -> None:
+        self._loop_lag.labels(self.role).set_function(worst_recent_s)
 
     def watch_cost_model(self, model: str, worker: str, r2: float, worst_ratio: float,
                          calibration: Callable[[], float] | None = None,

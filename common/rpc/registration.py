@@ -25,10 +25,12 @@ def host_id() -> str:
 
 class Registrar:
     def __init__(self, gateway: str, descriptor: worker_pb2.WorkerDescriptor,
-                 load: Callable[[], worker_pb2.WorkerLoad], period_s: float = HEARTBEAT_S) -> None:
+                 load: Callable[[], worker_pb2.WorkerLoad], period_s: float = HEARTBEAT_S,
+                 on_refused: Callable[[str], None] = lambda reason: None) -> None:
         self.descriptor = descriptor
         self.load = load
         self.period_s = period_s
+        self.on_refused = on_refused  # the gateway will never take this worker as configured
         self._channel = gateway_channel(gateway)
         self._stub = worker_pb2_grpc.RegistryStub(self._channel)
         self._task: asyncio.Task[None] | None = None
@@ -59,6 +61,9 @@ class Registrar:
                 self._registered = await self._tick(self._registered)
                 last_error = ""
             except grpc.aio.AioRpcError as exc:
+                if not self._registered and exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                    self.on_refused(f"the gateway refused this worker: {exc.details()}")
+                    return
                 error = f"{exc.code().name}: {exc.details()}"
                 if error != last_error:  # once per distinct failure, not every period
                     log.warning("%s with the gateway failed (%s); retrying every %.1f s",

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 
-from common.kv_transfer.grpc_stream import MAX_MESSAGE_BYTES
+from common.ops.lifecycle import ProcessFailed
 from common.ops.logs import configure_logging
 from common.rpc.tls import TlsConfig, channel_credentials, server_credentials
+
+MAX_MESSAGE_BYTES = 64 << 20  # the grpc KV transport's chunks are well under this
 
 SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -75,6 +78,11 @@ def install_uvloop() -> None:
 
 def run_main(main: Callable[[], Awaitable[None]], role: str = "", log_format: str = "text",
              log_level: str = "INFO") -> None:
+    """Runs ``main`` to the end; a process that failed (``ProcessFailed``) exits with status 1."""
     configure_logging(role, log_format, log_level)
     install_uvloop()
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except ProcessFailed as exc:
+        logging.getLogger(role or __name__).critical("exiting: %s", exc)
+        raise SystemExit(1) from None

@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -45,6 +46,7 @@ class WorkerProcess:
     worker: WorkerConfig
     options: ProcessOptions
     metrics: Metrics
+    kv_receives: tuple[str, ...] = field(default=())  # decode: the transports its pool can receive by
 
     def __post_init__(self) -> None:
         if self.options.tls.enabled and not self.options.tls.mutual:
@@ -56,6 +58,11 @@ class WorkerProcess:
         self.lifecycle = Lifecycle(self.server, [self.service_name], self.options.drain_grace_s)
         self.registrar: Registrar | None = None
         self.on_drain: list[Callable[[], None]] = []  # e.g. servicers start refusing new work
+        self._loop = asyncio.get_running_loop()
+
+    def engine_died(self, reason: str) -> None:
+        """``EngineThread.on_death``, called on the dying thread: stop serving and exit non-zero."""
+        self._loop.call_soon_threadsafe(self.lifecycle.fail, reason)
 
     @property
     def draining(self) -> bool:
@@ -82,8 +89,10 @@ class WorkerProcess:
                                           lambda: engine.step_calibration_ratio, lambda: engine.step_prediction_error)
         self.metrics.serve(self.options.metrics_port, self.options.metrics_host)
         await self.lifecycle.serving()
-        self.registrar = Registrar(self.worker.gateway, describe(engine, self.role, self.worker_id, address),
-                                   lambda: current_load(engine, self.draining))
+        descriptor = describe(engine, self.role, self.worker_id, address,
+                              self.worker.kv_transport if self.role == "prefill" else "", self.kv_receives)
+        self.registrar = Registrar(self.worker.gateway, descriptor, lambda: current_load(engine, self.draining),
+                                   on_refused=self.lifecycle.fail)
         self.registrar.start()
         log.info("%s worker %s listening on %s (advertised as %s)", self.role, self.worker_id, bound, address)
 

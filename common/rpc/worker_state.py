@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Sequence
+
+import torch
 
 from common.engine import LLMEngine
 from common.rpc.registration import host_id
@@ -14,7 +17,15 @@ from pdserve.v1 import worker_pb2
 log = logging.getLogger(__name__)
 
 
-def describe(engine: LLMEngine, role: str, worker_id: str, address: str) -> worker_pb2.WorkerDescriptor:
+def gpu_uuid(device: torch.device) -> str:
+    """The GPU's UUID (as nvidia-smi shows it), equal in every process on that GPU; "" off CUDA."""
+    if device.type != "cuda":
+        return ""
+    return str(getattr(torch.cuda.get_device_properties(device), "uuid", ""))
+
+
+def describe(engine: LLMEngine, role: str, worker_id: str, address: str, kv_transport: str = "",
+             kv_receives: Sequence[str] = ()) -> worker_pb2.WorkerDescriptor:
     cache = engine.cache.data
     models = engine.cost_models
     cost = worker_pb2.CostModel()
@@ -28,6 +39,8 @@ def describe(engine: LLMEngine, role: str, worker_id: str, address: str) -> work
         model=str(engine.model_dir), block_size=engine.config.block_size, total_blocks=engine.pool.num_blocks,
         max_model_len=engine.max_model_len, max_num_tokens=engine.config.max_num_tokens, vocab_size=engine.model.config.vocab_size,
         kv_dtype=str(cache.dtype).removeprefix("torch."), block_bytes=cache[0].numel() * cache.element_size(),
+        device_kind=engine.device.type, gpu_uuid=gpu_uuid(engine.device), kv_transport=kv_transport,
+        kv_receives=list(kv_receives),
     )
 
 
@@ -38,7 +51,7 @@ def current_load(engine: LLMEngine, draining: bool) -> worker_pb2.WorkerLoad:
     queued = sum(r.num_tokens - r.num_computed_tokens for r in waiting)
     load = worker_pb2.WorkerLoad(free_blocks=engine.pool.num_free, running=len(running), waiting=len(waiting),
                                  queued_tokens=queued, draining=draining,
-                                 reserved=engine.leases.num_reserved())
+                                 reserved=engine.leases.num_reserved(), steps=engine.steps_completed)
     if engine.config.policy == "fcfs":
         return load
     deadlines = [r.ttft_deadline for r in waiting if r.ttft_slo_ms]

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerDescriptor(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "host_id", "device", "model", "block_size", "total_blocks", "max_model_len", "vocab_size", "kv_dtype", "block_bytes", "cost_model", "policy", "incarnation", "max_num_tokens")
+    __slots__ = ("worker_id", "role", "address", "host_id", "device", "model", "block_size", "total_blocks", "max_model_len", "vocab_size", "kv_dtype", "block_bytes", "cost_model", "policy", "incarnation", "max_num_tokens", "device_kind", "gpu_uuid", "kv_transport", "kv_receives")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,10 @@ class WorkerDescriptor(_message.Message):
     POLICY_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     MAX_NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_KIND_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUID_FIELD_NUMBER: _ClassVar[int]
+    KV_TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    KV_RECEIVES_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     role: str
     address: str
@@ -41,7 +45,11 @@ class WorkerDescriptor(_message.Message):
     policy: str
     incarnation: str
     max_num_tokens: int
-    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., device: _Optional[str] = ..., model: _Optional[str] = ..., block_size: _Optional[int] = ..., total_blocks: _Optional[int] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., kv_dtype: _Optional[str] = ..., block_bytes: _Optional[int] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., policy: _Optional[str] = ..., incarnation: _Optional[str] = ..., max_num_tokens: _Optional[int] = ...) -> None: ...
+    device_kind: str
+    gpu_uuid: str
+    kv_transport: str
+    kv_receives: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., device: _Optional[str] = ..., model: _Optional[str] = ..., block_size: _Optional[int] = ..., total_blocks: _Optional[int] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., kv_dtype: _Optional[str] = ..., block_bytes: _Optional[int] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., policy: _Optional[str] = ..., incarnation: _Optional[str] = ..., max_num_tokens: _Optional[int] = ..., device_kind: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., kv_transport: _Optional[str] = ..., kv_receives: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CostModel(_message.Message):
     __slots__ = ("present", "prefill_threshold", "prefill_base_s", "prefill_per_token_s", "decode_alpha", "decode_beta", "decode_gamma", "decode_delta")
@@ -64,7 +72,7 @@ class CostModel(_message.Message):
     def __init__(self, present: _Optional[bool] = ..., prefill_threshold: _Optional[float] = ..., prefill_base_s: _Optional[float] = ..., prefill_per_token_s: _Optional[float] = ..., decode_alpha: _Optional[float] = ..., decode_beta: _Optional[float] = ..., decode_gamma: _Optional[float] = ..., decode_delta: _Optional[float] = ...) -> None: ...
 
 class WorkerLoad(_message.Message):
-    __slots__ = ("free_blocks", "running", "waiting", "queued_tokens", "draining", "vbs", "mean_len", "tightest_tpot_ms", "reserved", "earliest_ttft_deadline_ms")
+    __slots__ = ("free_blocks", "running", "waiting", "queued_tokens", "draining", "vbs", "mean_len", "tightest_tpot_ms", "reserved", "earliest_ttft_deadline_ms", "steps")
     FREE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +83,7 @@ class WorkerLoad(_message.Message):
     TIGHTEST_TPOT_MS_FIELD_NUMBER: _ClassVar[int]
     RESERVED_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_TTFT_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
     free_blocks: int
     running: int
     waiting: int
@@ -85,7 +94,8 @@ class WorkerLoad(_message.Message):
     tightest_tpot_ms: float
     reserved: int
     earliest_ttft_deadline_ms: float
-    def __init__(self, free_blocks: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., draining: _Optional[bool] = ..., vbs: _Optional[float] = ..., mean_len: _Optional[float] = ..., tightest_tpot_ms: _Optional[float] = ..., reserved: _Optional[int] = ..., earliest_ttft_deadline_ms: _Optional[float] = ...) -> None: ...
+    steps: int
+    def __init__(self, free_blocks: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., draining: _Optional[bool] = ..., vbs: _Optional[float] = ..., mean_len: _Optional[float] = ..., tightest_tpot_ms: _Optional[float] = ..., reserved: _Optional[int] = ..., earliest_ttft_deadline_ms: _Optional[float] = ..., steps: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("worker", "load")
@@ -166,16 +176,20 @@ class PrefillResponse(_message.Message):
     def __init__(self, first_token: _Optional[int] = ..., queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., transfer_ms: _Optional[float] = ..., transfer_bytes: _Optional[int] = ..., transport: _Optional[str] = ..., finish_reason: _Optional[str] = ...) -> None: ...
 
 class WorkerAbortRequest(_message.Message):
-    __slots__ = ("request_id",)
+    __slots__ = ("request_id", "lease_id")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
-    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+    lease_id: str
+    def __init__(self, request_id: _Optional[str] = ..., lease_id: _Optional[str] = ...) -> None: ...
 
 class WorkerAbortResponse(_message.Message):
-    __slots__ = ("found",)
+    __slots__ = ("found", "writes_done")
     FOUND_FIELD_NUMBER: _ClassVar[int]
+    WRITES_DONE_FIELD_NUMBER: _ClassVar[int]
     found: bool
-    def __init__(self, found: _Optional[bool] = ...) -> None: ...
+    writes_done: bool
+    def __init__(self, found: _Optional[bool] = ..., writes_done: _Optional[bool] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
     __slots__ = ("request_id", "prompt_tokens", "max_tokens", "stream_id", "tpot_ms")

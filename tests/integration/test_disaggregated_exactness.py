@@ -9,7 +9,7 @@ import pytest
 
 from common.config import EngineConfig
 from common.engine import LLMEngine
-from common.model_create import ensure_model
+from common.model_dir import ensure_model
 from common.sampling_params import SamplingParams
 from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.checkpoints import random_prompts, reference_greedy

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from common.model_create import ensure_model
+from common.model_dir import ensure_model
 from pdserve.cluster import LocalCluster
 from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.checkpoints import random_prompts, reference_greedy

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from common.detokenizer import IncrementalDetokenizer
-from common.model_create import ensure_model
+from common.model_dir import ensure_model
 from common.tokenizer import load_tokenizer
 
 

@@ -94,7 +94,7 @@ def test_pool_size_follows_the_memory_fraction():
     from common.kv_cache import PagedKVCache
     from common.memory import free_memory_bytes, num_kv_blocks
     from common.model_config import load_model_config
-    from common.model_create import ensure_model
+    from common.model_dir import ensure_model
     import torch
 
     model = load_model_config(ensure_model("tiny"))

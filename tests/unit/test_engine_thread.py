@@ -9,7 +9,7 @@ import pytest
 
 from common.config import EngineConfig
 from common.engine import LLMEngine
-from common.engine_thread import AsyncEngine, EngineThread
+from common.engine_thread import AsyncEngine, EngineDead, EngineThread
 from common.sampling_params import SamplingParams
 
 
@@ -76,3 +76,21 @@ async def test_a_call_whose_caller_gave_up_still_runs_and_the_engine_thread_surv
     assert ran == ["failing", "ok"]  # both ran although nobody waited for them
     outputs = [o async for o in AsyncEngine(engine_thread).generate("after", [1, 2, 3], SamplingParams(max_tokens=2))]
     assert outputs[-1].finished
+
+
+async def test_a_thread_that_dies_fails_its_callers_refuses_new_calls_and_reports_its_death():
+    engine = LLMEngine(EngineConfig(num_kv_blocks=64))
+    deaths: list[str] = []
+    died = threading.Event()
+    thread = EngineThread(engine, on_death=lambda reason: (deaths.append(reason), died.set()), fail_after_steps=2)
+    thread.start()
+    running = AsyncEngine(thread)
+    with pytest.raises(ValueError, match="engine thread died"):  # the request it held ends with the reason
+        await _collect(running, "held", [1, 2, 3], SamplingParams(max_tokens=50, ignore_eos=True))
+    assert died.wait(5) and len(deaths) == 1 and "InjectedFault" in deaths[0]
+    with pytest.raises(EngineDead):  # a later call fails at once instead of waiting forever
+        await thread.run(lambda e: e.pool.num_free)
+    with pytest.raises(ValueError, match="engine thread died"):
+        await _collect(running, "late", [4, 5], SamplingParams(max_tokens=2))
+    thread.stop()  # returns: nothing left to join
+    assert engine.pool.num_free == engine.pool.num_blocks

@@ -13,7 +13,7 @@ def _worker(queued: dict[str, tuple[float, int]], reported_tokens: int = 0, test
     """A prefill worker with a fitted model; ``tested``: one call observed, exactly as predicted."""
     cost = worker_pb2.CostModel(present=True, prefill_threshold=100, prefill_base_s=0.010, prefill_per_token_s=1e-4)
     record = WorkerRecord(worker_pb2.WorkerDescriptor(cost_model=cost), worker_pb2.WorkerLoad(queued_tokens=reported_tokens),
-                          0.0, None, None)  # type: ignore[arg-type]
+                          0.0, 0.0, None, None)  # type: ignore[arg-type]
     record.queued.update(queued)
     if tested:
         record.ttft_calibration.observe(0.010, 0.010)
