@@ -25,21 +25,20 @@ from common.kv_transfer.pairing import TransportMismatch
 from common.rpc.convert import sampling_to_proto
 from common.ops.metrics import Metrics
 from gateway.admission import AdmissionQueue
+from gateway.decode_reservation import DecodeReservations
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import RequestError, WorkerLost, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
 from gateway.router import Router, predicted_prefill_s
 from gateway.text_stream import TextStream
-from gateway.ttft_guard import best_prefill_s, check_ttft
+from gateway.ttft_guard import check_ttft
 from gateway.validation import ValidatedRequest
+from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, PREFILL_TIMEOUT_S, call_timeout, quietly
 from pdserve.v1 import gateway_pb2, worker_pb2
 
 log = logging.getLogger(__name__)
 ABORTED = RequestError(grpc.StatusCode.CANCELLED, "aborted")
 MAX_ATTEMPTS = 3  # reserve + prefill tries before a request fails with UNAVAILABLE
-CONTROL_TIMEOUT_S = 10.0  # Reserve, Commit: a worker's bookkeeping, never long
-CLEANUP_TIMEOUT_S = 5.0  # Release, Abort after the request ended (an Abort may wait for a copy)
-PREFILL_TIMEOUT_S = 600.0  # queue + forward + KV transfer, for a client that set no deadline
 FAILED_PEER_KEY = "pdserve-failed-peer"  # prefill workers name the decode worker that failed a transfer
 
 
@@ -76,6 +75,8 @@ class RequestFlow:
         self.ttft_guard = ttft_guard
         self.active: dict[str, Progress] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
+        self.reservations = DecodeReservations(registry, router, streams.stream_id, self.admission, ttft_guard,
+                                               self._spawn)
 
     async def run(self, req: ValidatedRequest) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         if req.request_id in self.active:
@@ -185,15 +186,9 @@ class RequestFlow:
             check_ttft(self.registry, len(req.prompt_token_ids), req.ttft_ms, p.started)
 
     async def _reserve(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
-        """Reserves on the first decode worker that admits the request. Under the TTFT guard a
-        request every worker turns away waits in the admission queue while its TTFT deadline
-        still allows it (its prefill is predicted again each time: the prefill queue moves)."""
-        try:
-            reservation = await self._reserve_once(req, p, avoid)
-        except RequestError as exc:
-            if not (self.ttft_guard and req.ttft_ms and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED):
-                raise
-            reservation = await self._wait_for_admission(req, p, avoid, exc)
+        p.decode, reservation = await self.reservations.reserve(req, _deadline(req, p), avoid)
+        p.lease_id = reservation.lease_id
+        p.decode.inflight += 1
         try:
             self._check_ttft(req, p)  # the wait, or the reservation itself, may have used up the slack
         except RequestError:  # nothing was written: the lease can be reused at once
@@ -201,67 +196,6 @@ class RequestFlow:
             p.lease_id = ""
             raise
         return reservation
-
-    async def _wait_for_admission(self, req: ValidatedRequest, p: Progress, avoid: set[str],
-                                  refusal: RequestError) -> worker_pb2.ReserveResponse:
-        deadline, tokens = _deadline(req, p), len(req.prompt_token_ids)
-
-        def last_useful_moment() -> float:  # admitted later than this, the prefill cannot finish in time
-            return deadline - best_prefill_s(self.registry, tokens, deadline)
-
-        async with self.admission.waiting(last_useful_moment, req.tpot_ms) as waiter:
-            while True:
-                if not await waiter.next_turn(last_useful_moment() - time.perf_counter()):
-                    if last_useful_moment() <= time.perf_counter():
-                        raise refusal
-                    continue
-                try:
-                    reservation = await self._reserve_once(req, p, avoid)
-                except RequestError as exc:
-                    waiter.report(False)
-                    if exc.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
-                        raise
-                    refusal = exc
-                    continue
-                waiter.report(True)
-                return reservation
-
-    async def _reserve_once(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
-        candidates = [w for w in self.router.decode_candidates(self.registry, len(req.prompt_token_ids)
-                                                                + req.params.max_tokens) if w.worker_id not in avoid]
-        if not candidates:
-            raise unavailable("no decode worker is available")
-        reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
-                                            max_tokens=req.params.max_tokens, stream_id=self.streams.stream_id,
-                                            tpot_ms=req.tpot_ms)
-        last: grpc.aio.AioRpcError | None = None
-        for worker in candidates:
-            # shielded: if the request ends while the reply is on its way, the reservation it
-            # brings is released on arrival instead of waiting for its lease to run out
-            call = asyncio.ensure_future(worker.stub.Reserve(reserve, timeout=_timeout(req, CONTROL_TIMEOUT_S)))
-            try:
-                reply = await asyncio.shield(call)
-            except asyncio.CancelledError:
-                call.add_done_callback(lambda done, w=worker: self._release_late(req.request_id, w, done))
-                raise
-            except grpc.aio.AioRpcError as exc:  # full, draining, gone: the next candidate may take it
-                last = exc
-                continue
-            p.decode, p.lease_id = worker, reply.lease_id
-            worker.inflight += 1
-            return reply
-        assert last is not None
-        if last.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"no decode worker admits the request: "
-                                                                   f"{last.details()}", reason="decode_admission")
-        raise RequestError(last.code(), f"decode reservation failed: {last.details()}")
-
-    def _release_late(self, request_id: str, worker: WorkerRecord, call: asyncio.Future) -> None:  # type: ignore[type-arg]
-        if call.cancelled() or call.exception() is not None:
-            return
-        release = worker_pb2.ReleaseRequest(request_id=request_id, lease_id=call.result().lease_id,
-                                            writer_may_still_write=False)  # no prefill was sent to it
-        self._spawn(_quietly(worker.stub.Release(release, timeout=CLEANUP_TIMEOUT_S)))
 
     async def _prefill(self, req: ValidatedRequest, p: Progress, reservation: worker_pb2.ReserveResponse,
                        avoid: set[str]) -> worker_pb2.PrefillResponse:
@@ -287,7 +221,7 @@ class RequestFlow:
         p.prefill.queued[req.request_id] = (deadline, len(req.prompt_token_ids))
         sent = time.perf_counter()
         try:
-            p.prefill_reply = await p.prefill.stub.Prefill(request, timeout=_timeout(req, PREFILL_TIMEOUT_S))
+            p.prefill_reply = await p.prefill.stub.Prefill(request, timeout=call_timeout(req, PREFILL_TIMEOUT_S))
             if raw_s:  # teach the TTFT guard what the prefill call (queue, forward, KV transfer, both
                 # RPC hops, this event loop's own lag) really takes on this worker now
                 p.prefill.ttft_calibration.observe(raw_s, time.perf_counter() - sent)
@@ -323,7 +257,7 @@ class RequestFlow:
                                           sampling=sampling_to_proto(req.params), slo=_slo(req))
         p.commit_sent = True
         try:
-            await p.decode.stub.Commit(commit, timeout=_timeout(req, CONTROL_TIMEOUT_S))
+            await p.decode.stub.Commit(commit, timeout=call_timeout(req, CONTROL_TIMEOUT_S))
         except grpc.aio.AioRpcError as exc:
             raise unavailable(f"decode worker {p.decode.worker_id} refused the commit: {exc.details()}") from None
         p.committed = True
@@ -363,14 +297,14 @@ class RequestFlow:
 
     async def _release(self, request_id: str, p: Progress, writer_may_still_write: bool) -> None:
         if p.decode is not None and p.lease_id and not p.committed:
-            await _quietly(p.decode.stub.Release(worker_pb2.ReleaseRequest(
+            await quietly(p.decode.stub.Release(worker_pb2.ReleaseRequest(
                 request_id=request_id, lease_id=p.lease_id, writer_may_still_write=writer_may_still_write),
                 timeout=CLEANUP_TIMEOUT_S))
             self.admission.notify()
 
     async def _abort_decode(self, request_id: str, p: Progress) -> None:
         if p.decode is not None:
-            await _quietly(p.decode.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id),
+            await quietly(p.decode.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id),
                                                timeout=CLEANUP_TIMEOUT_S))
             self.admission.notify()
 
@@ -408,13 +342,6 @@ class RequestFlow:
         await self.admission.close()
 
 
-async def _quietly(call) -> None:  # type: ignore[no-untyped-def]
-    try:
-        await call
-    except grpc.aio.AioRpcError as exc:
-        log.debug("best-effort call failed: %s", exc.code().name)
-
-
 def _slo(req: ValidatedRequest) -> gateway_pb2.SLO:
     return gateway_pb2.SLO(ttft_ms=req.ttft_ms, tpot_ms=req.tpot_ms)
 
@@ -425,13 +352,6 @@ def _transport(prefill: WorkerRecord, decode: WorkerRecord) -> str:
         return WorkerRegistry.transport_between(prefill, decode)
     except TransportMismatch:
         return ""
-
-
-def _timeout(req: ValidatedRequest, bound_s: float) -> float:
-    """A call's deadline: ``bound_s``, or less when the client stops waiting sooner."""
-    if req.deadline is None:
-        return bound_s
-    return max(0.001, min(bound_s, req.deadline - time.perf_counter()))
 
 
 def _deadline(req: ValidatedRequest, p: Progress) -> float:

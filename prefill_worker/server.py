@@ -30,7 +30,7 @@ async def serve(engine_config: EngineConfig, worker: WorkerConfig, options: Proc
     thread = EngineThread(engine, on_death=process.engine_died,
                           fail_after_steps=fault_threshold("engine_thread_dies", worker_id))
     thread.start()
-    servicer = PrefillServicer(thread, worker_id, worker.kv_transport, metrics)
+    servicer = PrefillServicer(thread, worker_id, metrics)
     process.on_drain.append(servicer.start_draining)
 
     async def stop() -> None:

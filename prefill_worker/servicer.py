@@ -21,7 +21,6 @@ from common.kv_transfer.base import KVSender, LeaseExpiredError, TransferStats, 
 from common.kv_transfer.select import make_sender
 from common.request import RequestOutput
 from common.rpc.convert import sampling_from_proto
-from common.rpc.registration import host_id
 from common.rpc.server import channel
 from common.sampling_params import SamplingParams
 from pdserve.v1 import worker_pb2, worker_pb2_grpc
@@ -33,13 +32,11 @@ REVOKED_KEEP_S = 300.0  # how long an aborted lease id is remembered (longer tha
 
 
 class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
-    def __init__(self, thread: EngineThread, worker_id: str, kv_transport: str, metrics: Metrics | None = None) -> None:
+    def __init__(self, thread: EngineThread, worker_id: str, metrics: Metrics | None = None) -> None:
         self.thread = thread
         self.engine = AsyncEngine(thread)
         self.worker_id = worker_id
-        self.kv_transport = kv_transport
         self.metrics = metrics or Metrics("prefill")
-        self.host_id = host_id()
         self.draining = False
         self._senders: dict[str, KVSender] = {}
         self._stubs: dict[str, worker_pb2_grpc.DecodeWorkerStub] = {}
@@ -100,6 +97,9 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         if len(dest.block_ids) < n_blocks:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"destination has {len(dest.block_ids)} blocks, prompt needs {n_blocks}")
+        if not dest.transport:  # the gateway decides each pair's transport (common.kv_transfer.pairing)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the destination names no KV transport: "
+                                "run a gateway of the same pdserve version as its workers")
         self._notice_restart(dest)
         remaining = context.time_remaining()
         window = TRANSFER_WINDOW_S if remaining is None else min(TRANSFER_WINDOW_S, remaining)
@@ -109,7 +109,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
                                 revoked=lambda: lease_id in self._revoked)
         # The copy runs as a task of its own: a cancelled call (the client went away) must not
         # leave it running unseen, so Abort can find it and wait for it.
-        write = asyncio.ensure_future(self._sender(dest.transport or self._fallback_transport(dest)).send(
+        write = asyncio.ensure_future(self._sender(dest.transport).send(
             self.thread.engine.cache, list(out.kv_block_ids[:n_blocks]), target, self._stub(dest.address)))
         self._writes[out.request_id] = write
         write.add_done_callback(lambda _: self._writes.pop(out.request_id, None) if self._writes.get(
@@ -124,14 +124,6 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
             details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"KV transfer to {dest.decode_worker_id} failed: {details}",
                                 trailing_metadata=((FAILED_PEER_KEY, dest.decode_worker_id),))
-
-    def _fallback_transport(self, dest: worker_pb2.KVDestination) -> str:
-        """For a gateway that does not choose the pair's transport: by host alone."""
-        if self.kv_transport != "auto":
-            return self.kv_transport
-        if dest.host_id == self.host_id:
-            return "cuda_ipc" if self.thread.engine.device.type == "cuda" else "shm"
-        return "nccl"
 
     def _notice_restart(self, dest: worker_pb2.KVDestination) -> None:
         """A decode worker that restarted under the same id has a new pool (a new shm file, a new

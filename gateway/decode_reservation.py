@@ -1,0 +1,107 @@
+"""Reserving KV blocks for a request on a decode worker that admits it.
+
+Candidates are tried in the router's order. Under the TTFT guard a request every worker turns
+away waits in the admission queue while its TTFT deadline still allows it (its prefill is
+predicted again each time: the prefill queue moves). A reply that arrives after the request
+ended is released on arrival, so no reservation waits for its lease to run out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import grpc
+
+from gateway.admission import AdmissionQueue
+from gateway.errors import RequestError, unavailable
+from gateway.registry import WorkerRecord, WorkerRegistry
+from gateway.router import Router
+from gateway.ttft_guard import best_prefill_s
+from gateway.validation import ValidatedRequest
+from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, call_timeout, quietly
+from pdserve.v1 import worker_pb2
+
+Reservation = tuple[WorkerRecord, worker_pb2.ReserveResponse]
+Spawn = Callable[[Coroutine[Any, Any, None]], None]
+
+
+class DecodeReservations:
+    def __init__(self, registry: WorkerRegistry, router: Router, stream_id: str, admission: AdmissionQueue,
+                 ttft_guard: bool, spawn: Spawn) -> None:
+        self.registry = registry
+        self.router = router
+        self.stream_id = stream_id  # the gateway's token stream the decode worker sends to
+        self.admission = admission
+        self.ttft_guard = ttft_guard
+        self.spawn = spawn  # runs clean-up calls that outlive the request
+
+    async def reserve(self, req: ValidatedRequest, ttft_deadline: float, avoid: set[str]) -> Reservation:
+        """``ttft_deadline``: perf_counter time, inf without a TTFT SLO; ``avoid``: worker ids."""
+        try:
+            return await self._reserve_once(req, avoid)
+        except RequestError as exc:
+            if not (self.ttft_guard and req.ttft_ms and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED):
+                raise
+            return await self._wait_for_admission(req, ttft_deadline, avoid, exc)
+
+    async def _wait_for_admission(self, req: ValidatedRequest, deadline: float, avoid: set[str],
+                                  refusal: RequestError) -> Reservation:
+        tokens = len(req.prompt_token_ids)
+
+        def last_useful_moment() -> float:  # admitted later than this, the prefill cannot finish in time
+            return deadline - best_prefill_s(self.registry, tokens, deadline)
+
+        async with self.admission.waiting(last_useful_moment, req.tpot_ms) as waiter:
+            while True:
+                if not await waiter.next_turn(last_useful_moment() - time.perf_counter()):
+                    if last_useful_moment() <= time.perf_counter():
+                        raise refusal
+                    continue
+                try:
+                    reservation = await self._reserve_once(req, avoid)
+                except RequestError as exc:
+                    waiter.report(False)
+                    if exc.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        raise
+                    refusal = exc
+                    continue
+                waiter.report(True)
+                return reservation
+
+    async def _reserve_once(self, req: ValidatedRequest, avoid: set[str]) -> Reservation:
+        candidates = [w for w in self.router.decode_candidates(self.registry, len(req.prompt_token_ids)
+                                                                + req.params.max_tokens) if w.worker_id not in avoid]
+        if not candidates:
+            raise unavailable("no decode worker is available")
+        reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
+                                            max_tokens=req.params.max_tokens, stream_id=self.stream_id,
+                                            tpot_ms=req.tpot_ms)
+        last: grpc.aio.AioRpcError | None = None
+        for worker in candidates:
+            # shielded: if the request ends while the reply is on its way, the reservation it
+            # brings is released on arrival instead of waiting for its lease to run out
+            call = asyncio.ensure_future(worker.stub.Reserve(reserve, timeout=call_timeout(req, CONTROL_TIMEOUT_S)))
+            try:
+                reply = await asyncio.shield(call)
+            except asyncio.CancelledError:
+                call.add_done_callback(lambda done, w=worker: self._release_late(req.request_id, w, done))
+                raise
+            except grpc.aio.AioRpcError as exc:  # full, draining, gone: the next candidate may take it
+                last = exc
+                continue
+            return worker, reply
+        assert last is not None
+        if last.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"no decode worker admits the request: "
+                                                                   f"{last.details()}", reason="decode_admission")
+        raise RequestError(last.code(), f"decode reservation failed: {last.details()}")
+
+    def _release_late(self, request_id: str, worker: WorkerRecord, call: asyncio.Future[Any]) -> None:
+        if call.cancelled() or call.exception() is not None:
+            return
+        release = worker_pb2.ReleaseRequest(request_id=request_id, lease_id=call.result().lease_id,
+                                            writer_may_still_write=False)  # no prefill was sent to it
+        self.spawn(quietly(worker.stub.Release(release, timeout=CLEANUP_TIMEOUT_S)))
