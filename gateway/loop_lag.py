@@ -26,6 +26,12 @@ class LoopLag:
         now = time.monotonic() if now is None else now
         return self._stalled_s + max(0.0, now - self._expected)
 
+    def clock(self, now: float | None = None) -> float:
+        """Monotonic time the loop spent responsive: differences of it are time in which the
+        loop could have read a heartbeat."""
+        now = time.monotonic() if now is None else now
+        return now - self.stalled_s(now)
+
     def record(self, woke_at: float) -> None:
         lag = max(0.0, woke_at - self._expected)
         self._stalled_s += lag

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from common.rpc.server import channel
-from common.kv_transfer.pairing import PoolLocation, TransportMismatch, pair_transport
+from common.kv_transfer.pairing import TRANSPORTS, PoolLocation, TransportMismatch, pair_transport
 from common.slo.calibration import Calibration
 from gateway.loop_lag import LoopLag
 from pdserve.v1 import worker_pb2, worker_pb2_grpc
@@ -27,7 +27,7 @@ class WorkerRecord:
     descriptor: worker_pb2.WorkerDescriptor
     load: worker_pb2.WorkerLoad
     last_seen: float
-    stall_mark: float  # the gateway's own loop stall total (LoopLag.stalled_s) at last_seen
+    heard_at: float  # LoopLag.clock() at last_seen: silence is measured on it
     channel: grpc.aio.Channel
     stub: worker_pb2_grpc.PrefillWorkerStub | worker_pb2_grpc.DecodeWorkerStub
     ready: bool = False  # decode: its token stream is open; prefill: at once
@@ -38,8 +38,7 @@ class WorkerRecord:
     queued: dict[str, tuple[float, int]] = field(default_factory=dict)
     suspect: bool = False  # a call to it just failed: out of routing until it heartbeats again
     stalled: bool = False  # has work and finished no step for the stall timeout: out of routing
-    progress_at: float = 0.0  # monotonic when its step count last moved (or it had no work)
-    progress_mark: float = 0.0  # LoopLag.stalled_s at progress_at
+    progress_at: float = 0.0  # LoopLag.clock() when its step count last moved (or it had no work)
     # observed / predicted prefill calls: one call, not a mean over many, decides a TTFT
     ttft_calibration: Calibration = field(default_factory=lambda: Calibration(quantile=0.9))
     extra: dict[str, object] = field(default_factory=dict)
@@ -56,16 +55,6 @@ class WorkerRecord:
     def routable(self) -> bool:
         return self.ready and not self.load.draining and not self.suspect and not self.stalled
 
-    @property
-    def location(self) -> PoolLocation:
-        d = self.descriptor
-        kind = d.device_kind or ("cuda" if d.device.startswith("cuda") else "cpu")
-        return PoolLocation(d.worker_id, d.host_id, kind, d.gpu_uuid)
-
-    @property
-    def receives(self) -> tuple[str, ...]:
-        """Decode: the transports its pool can receive by (all of them if it does not say)."""
-        return tuple(self.descriptor.kv_receives) or ("shm", "cuda_ipc", "nccl", "grpc")
 
 
 class WorkerRegistry:
@@ -91,9 +80,9 @@ class WorkerRegistry:
         ch = channel(descriptor.address)
         stub_cls = worker_pb2_grpc.DecodeWorkerStub if descriptor.role == "decode" else worker_pb2_grpc.PrefillWorkerStub
         now = time.monotonic()
-        record = WorkerRecord(descriptor, load, now, self.loop_lag.stalled_s(now), ch, stub_cls(ch),
-                              ready=descriptor.role == "prefill", progress_at=now,
-                              progress_mark=self.loop_lag.stalled_s(now))
+        heard_at = self.loop_lag.clock(now)
+        record = WorkerRecord(descriptor, load, now, heard_at, ch, stub_cls(ch), ready=descriptor.role == "prefill",
+                              progress_at=heard_at)
         self.workers[descriptor.worker_id] = record
         log.info("%s worker %s joined at %s", descriptor.role, descriptor.worker_id, descriptor.address)
         for callback in self.on_join:
@@ -104,27 +93,21 @@ class WorkerRegistry:
         record = self.workers.get(worker_id)
         if record is None:
             return False
-        if load.steps != record.load.steps or not (load.running or load.waiting):
-            record.progress_at, record.progress_mark = time.monotonic(), self.loop_lag.stalled_s()
-        record.load = load
         record.last_seen = time.monotonic()
-        record.stall_mark = self.loop_lag.stalled_s(record.last_seen)
+        record.heard_at = self.loop_lag.clock(record.last_seen)
+        if load.steps != record.load.steps or not (load.running or load.waiting):
+            record.progress_at = record.heard_at
+        record.load = load
         record.suspect = False
         return True
 
     def check_transports(self, descriptor: worker_pb2.WorkerDescriptor) -> None:
         """Raises TransportMismatch if the worker cannot move KV with a worker already here."""
         other = "decode" if descriptor.role == "prefill" else "prefill"
-        probe = WorkerRecord(descriptor, worker_pb2.WorkerLoad(), 0.0, 0.0, None, None)  # type: ignore[arg-type]
         for record in self.workers.values():
             if record.role == other and record.worker_id != descriptor.worker_id:
-                prefill, decode = (probe, record) if other == "decode" else (record, probe)
-                self.transport_between(prefill, decode)
-
-    @staticmethod
-    def transport_between(prefill: WorkerRecord, decode: WorkerRecord) -> str:
-        return pair_transport(prefill.descriptor.kv_transport or "auto", prefill.location, decode.location,
-                              decode.receives)
+                pair = (descriptor, record.descriptor) if other == "decode" else (record.descriptor, descriptor)
+                transport_between(*pair)
 
     def drop(self, worker_id: str, reason: str) -> None:
         record = self.workers.pop(worker_id, None)
@@ -134,20 +117,16 @@ class WorkerRegistry:
         for callback in self.on_leave:
             callback(record, reason)
 
-    def silence_s(self, record: WorkerRecord, now: float | None = None) -> float:
-        """How long the worker has really been silent: time since its last heartbeat, less the
-        time this gateway's loop was too busy to read heartbeats."""
-        now = time.monotonic() if now is None else now
-        return now - record.last_seen - (self.loop_lag.stalled_s(now) - record.stall_mark)
-
     def expire(self) -> None:
-        now = time.monotonic()
+        """Silence and stalls are measured on the loop's responsive clock: time this gateway was
+        too busy to read heartbeats is not the workers' silence."""
+        now = self.loop_lag.clock()
         for record in list(self.workers.values()):
-            silence = self.silence_s(record, now)
+            silence = now - record.heard_at
             if silence > self.timeout_s:
                 self.drop(record.worker_id, f"silent for {silence:.1f}s")
                 continue
-            stuck = now - record.progress_at - (self.loop_lag.stalled_s(now) - record.progress_mark)
+            stuck = now - record.progress_at
             stalled = bool(record.load.running or record.load.waiting) and stuck > self.stall_timeout_s
             if stalled != record.stalled:
                 log.warning("%s worker %s %s", record.role, record.worker_id,
@@ -157,6 +136,17 @@ class WorkerRegistry:
 
     def routable(self, role: str) -> list[WorkerRecord]:
         return [w for w in self.workers.values() if w.role == role and w.routable]
+
+
+def transport_between(prefill: worker_pb2.WorkerDescriptor, decode: worker_pb2.WorkerDescriptor) -> str:
+    """The KV transport of a worker pair (raises TransportMismatch when none can work)."""
+    receives = tuple(decode.kv_receives) or TRANSPORTS  # a decode worker that does not say: all
+    return pair_transport(prefill.kv_transport or "auto", _location(prefill), _location(decode), receives)
+
+
+def _location(d: worker_pb2.WorkerDescriptor) -> PoolLocation:
+    kind = d.device_kind or ("cuda" if d.device.startswith("cuda") else "cpu")
+    return PoolLocation(d.worker_id, d.host_id, kind, d.gpu_uuid)
 
 
 def _same_process(old: worker_pb2.WorkerDescriptor, new: worker_pb2.WorkerDescriptor) -> bool:

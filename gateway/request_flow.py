@@ -28,7 +28,7 @@ from gateway.admission import AdmissionQueue
 from gateway.decode_reservation import DecodeReservations
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import RequestError, WorkerLost, unavailable
-from gateway.registry import WorkerRecord, WorkerRegistry
+from gateway.registry import WorkerRecord, WorkerRegistry, transport_between
 from gateway.router import Router, predicted_prefill_s
 from gateway.text_stream import TextStream
 from gateway.ttft_guard import check_ttft
@@ -349,7 +349,7 @@ def _slo(req: ValidatedRequest) -> gateway_pb2.SLO:
 def _transport(prefill: WorkerRecord, decode: WorkerRecord) -> str:
     """The pair's transport; "" if they cannot move KV (checked at registration, so rare)."""
     try:
-        return WorkerRegistry.transport_between(prefill, decode)
+        return transport_between(prefill.descriptor, decode.descriptor)
     except TransportMismatch:
         return ""
 

@@ -7,7 +7,7 @@ import pytest
 
 from common.kv_transfer.pairing import TransportMismatch
 from gateway.loop_lag import LoopLag
-from gateway.registry import WorkerRegistry
+from gateway.registry import WorkerRegistry, transport_between
 from pdserve.v1 import worker_pb2
 
 
@@ -98,4 +98,4 @@ async def test_an_explicit_transport_that_cannot_work_is_refused_at_registration
                                       kv_transport="nccl"), worker_pb2.WorkerLoad())
     ok = registry.register(_descriptor("prefill-0", "prefill", device="cuda:0", device_kind="cuda", gpu_uuid="GPU-0",
                                        kv_transport="auto"), worker_pb2.WorkerLoad())
-    assert WorkerRegistry.transport_between(ok, registry.workers["decode-0"]) == "cuda_ipc"
+    assert transport_between(ok.descriptor, registry.workers["decode-0"].descriptor) == "cuda_ipc"
