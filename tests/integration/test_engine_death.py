@@ -4,6 +4,7 @@ without it."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -25,17 +26,26 @@ def test_a_dead_engine_thread_takes_its_worker_out_and_the_cluster_routes_around
     cluster = start_cluster(tmp_path, decode=2)
     try:
         doomed = next(name for name in cluster.processes if name.startswith("decode-1-"))
-        outcomes: list[str] = []
         with grpc.insecure_channel(cluster.address) as channel:
             stub = gateway_pb2_grpc.GatewayStub(channel)
-            for i in range(12):  # enough for some to land on decode-1 while it lives
+
+            def generate(i: int) -> str:
                 try:
                     messages = list(stub.Generate(_request(i), timeout=60))
                     assert sum(len(m.token_ids) for m in messages) == 8
-                    outcomes.append(messages[-1].timings.decode_worker)
+                    return messages[-1].timings.decode_worker
                 except grpc.RpcError as exc:  # the requests it held end with a status that says why
                     assert exc.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE), exc.details()
-                    outcomes.append(f"{exc.code().name}: {exc.details()}")
+                    return f"{exc.code().name}: {exc.details()}"
+
+            # Rounds of concurrent requests until decode-1 has served some: the router spreads
+            # by in-flight count, and one at a time, equal free blocks may pick one worker always.
+            outcomes: list[str] = []
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                for first in range(0, 80, 4):
+                    outcomes += pool.map(generate, range(first, first + 4))
+                    if any(not o.startswith("decode") for o in outcomes) or cluster.processes[doomed].poll() is not None:
+                        break
             code = cluster.processes[doomed].wait(30)
             cluster._ended.add(doomed)  # ended as the test intends
             assert code != 0, "a worker that can no longer step must exit with a failure status"
