@@ -28,13 +28,13 @@ import grpc  # noqa: E402
 import torch  # noqa: E402
 
 from bench.common import device_name, emit, progress  # noqa: E402
-from common.config import EngineConfig  # noqa: E402
-from common.cpu_plan import CoreAssignment, available_cores, plan_cores  # noqa: E402
-from common.engine import LLMEngine  # noqa: E402
-from common.model_dir import ensure_model  # noqa: E402
-from common.sampling_params import SamplingParams  # noqa: E402
+from common.engine.config import EngineConfig  # noqa: E402
+from common.worker.cpu_plan import CoreAssignment, available_cores, plan_cores  # noqa: E402
+from common.engine.llm_engine import LLMEngine  # noqa: E402
+from common.model.location import ensure_model  # noqa: E402
+from common.engine.sampling_params import SamplingParams  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc  # noqa: E402
+from wire.v1 import gateway_pb2, gateway_pb2_grpc  # noqa: E402
 
 
 def prompts(n: int, length: int, seed: int = 0) -> list[list[int]]:

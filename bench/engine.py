@@ -28,7 +28,7 @@ from bench.common import device_name, emit, progress  # noqa: E402
 from bench.engine_runs import (  # noqa: E402
     Timing, engine_config, load_transformers, make_prompts, time_pdserve, time_transformers)
 from bench.roofline import decode_roofline, machine_figures  # noqa: E402
-from common.engine import LLMEngine  # noqa: E402
+from common.engine.llm_engine import LLMEngine  # noqa: E402
 
 ROOFLINE_BATCH = 32
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from common.config import EngineConfig
-from common.engine import LLMEngine
-from common.sampling_params import SamplingParams
+from common.engine.config import EngineConfig
+from common.engine.llm_engine import LLMEngine
+from common.engine.sampling_params import SamplingParams
 
 BLOCK_SIZE = 16
 MAX_NUM_TOKENS = 8192

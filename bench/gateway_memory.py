@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit, progress  # noqa: E402
-from common.model_dir import ensure_model  # noqa: E402
+from common.model.location import ensure_model  # noqa: E402
 
 
 def _free_port() -> int:

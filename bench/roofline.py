@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from common.model_config import ModelConfig, load_model_config
+from common.model.config import ModelConfig, load_model_config
 
 MATMUL_N = 2048
 COPY_BYTES = 512 << 20

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit, progress  # noqa: E402
-from common.model_dir import ensure_model  # noqa: E402
+from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 
 # A small prefill token budget: a forward of at most ~2 prompts, so least-slack-first order

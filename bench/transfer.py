@@ -21,14 +21,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import best_of, device_name, emit, progress  # noqa: E402
-from common.kv_cache import PagedKVCache  # noqa: E402
+from common.model.kv_cache import PagedKVCache  # noqa: E402
 from common.kv_transfer.base import TransferTarget  # noqa: E402
 from common.kv_transfer.select import make_sender  # noqa: E402
-from common.model_config import load_model_config  # noqa: E402
-from common.model_dir import ensure_model  # noqa: E402
+from common.model.config import load_model_config  # noqa: E402
+from common.model.location import ensure_model  # noqa: E402
 from common.rpc.server import channel  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
-from pdserve.v1 import worker_pb2, worker_pb2_grpc  # noqa: E402
+from wire.v1 import worker_pb2, worker_pb2_grpc  # noqa: E402
 
 TRANSPORTS = ("shm", "grpc", "nccl")
 LEASE_BLOCKS = 256  # one reservation covers at most max_model_len tokens

@@ -11,7 +11,7 @@ import grpc
 
 from client.convert import chunk, cluster_info, completion, generate_request, not_ready_message
 from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 UNARY_TIMEOUT_S = 10.0  # Abort and Info when the client has no timeout of its own
 POLL_S = 0.1  # how often wait_ready asks

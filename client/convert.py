@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions, Usage, WorkerInfo
-from pdserve.v1 import gateway_pb2
+from wire.v1 import gateway_pb2
 
 _OPTIONAL_SAMPLING = ("max_tokens", "top_p", "seed")  # proto3 `optional`: set only when given
 

@@ -10,7 +10,7 @@ import grpc
 from client.async_client import POLL_S, UNARY_TIMEOUT_S, auth_metadata
 from client.convert import chunk, cluster_info, completion, generate_request, not_ready_message
 from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 
 class Client:

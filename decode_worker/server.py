@@ -7,24 +7,24 @@ import asyncio
 
 import torch
 
-from common.config import EngineConfig
-from common.engine import LLMEngine
-from common.engine_thread import EngineThread
-from common.kv_cache import StorageFactory, zeros_storage
+from common.engine.config import EngineConfig
+from common.engine.llm_engine import LLMEngine
+from common.engine.thread import EngineThread
+from common.model.kv_cache import StorageFactory, zeros_storage
 from common.kv_transfer.collective import CollectiveReceiver
-from common.faults import fault_threshold
+from common.worker.faults import fault_threshold
 from common.kv_transfer.cuda_ipc import export_pool
 from common.kv_transfer.pairing import decode_receives
 from common.kv_transfer.shm import create_shared_tensor, shm_available, unlink_shared
-from common.ops.metrics import Metrics
-from common.ops.options import ProcessOptions
-from common.rpc.worker_config import WorkerConfig
-from common.rpc.worker_main import run_worker, worker_parser
-from common.rpc.worker_process import WorkerProcess
-from common.rpc.worker_state import warm_up
+from common.process.metrics import Metrics
+from common.process.options import ProcessOptions
+from common.worker.config import WorkerConfig
+from common.worker.main import run_worker, worker_parser
+from common.worker.process import WorkerProcess
+from common.worker.state import warm_up
 from decode_worker.servicer import DecodeServicer
 from decode_worker.streams import StreamHub
-from pdserve.v1 import worker_pb2_grpc
+from wire.v1 import worker_pb2_grpc
 
 SERVICE = "pdserve.v1.DecodeWorker"
 

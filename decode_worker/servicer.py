@@ -8,16 +8,16 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from common.engine import AdmissionError
-from common.engine_thread import EngineThread
+from common.engine.llm_engine import AdmissionError
+from common.engine.thread import EngineThread
 from common.kv_transfer.collective import CollectiveReceiver, in_waiter_thread
 from common.kv_transfer.grpc_stream import write_chunk
-from common.leases import LeaseError
-from common.ops.logs import request_id_var
-from common.ops.metrics import Metrics
+from common.engine.leases import LeaseError
+from common.process.logs import request_id_var
+from common.process.metrics import Metrics
 from common.rpc.convert import sampling_from_proto
 from decode_worker.streams import StreamHub
-from pdserve.v1 import worker_pb2, worker_pb2_grpc
+from wire.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
-from common.ops.metrics import Metrics
-from common.request import RequestOutput
-from pdserve.v1 import worker_pb2
+from common.process.metrics import Metrics
+from common.engine.request import RequestOutput
+from wire.v1 import worker_pb2
 
 
 class StreamHub:

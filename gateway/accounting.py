@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 import time
 
-from common.ops.metrics import Metrics
+from common.process.metrics import Metrics
 from gateway.validation import ValidatedRequest
-from pdserve.v1 import gateway_pb2
+from wire.v1 import gateway_pb2
 
 log = logging.getLogger("pdserve.gateway.requests")
 

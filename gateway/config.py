@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 
-from common.model_presets import DEFAULT_PRESET, PRESETS
+from common.model.presets import DEFAULT_PRESET, PRESETS
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from gateway.router import Router
 from gateway.ttft_guard import best_prefill_s
 from gateway.validation import ValidatedRequest
 from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, call_timeout, quietly
-from pdserve.v1 import worker_pb2
+from wire.v1 import worker_pb2
 
 Reservation = tuple[WorkerRecord, worker_pb2.ReserveResponse]
 Spawn = Callable[[Coroutine[Any, Any, None]], None]

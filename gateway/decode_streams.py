@@ -16,7 +16,7 @@ import grpc
 
 from gateway.errors import RequestError, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
-from pdserve.v1 import worker_pb2
+from wire.v1 import worker_pb2
 
 log = logging.getLogger(__name__)
 Inbox = asyncio.Queue  # of worker_pb2.TokenEvent | RequestError

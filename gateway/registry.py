@@ -17,7 +17,7 @@ from common.rpc.server import channel
 from common.kv_transfer.pairing import TRANSPORTS, PoolLocation, TransportMismatch, pair_transport
 from common.slo.calibration import Calibration
 from gateway.loop_lag import LoopLag
-from pdserve.v1 import worker_pb2, worker_pb2_grpc
+from wire.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 

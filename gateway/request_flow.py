@@ -23,7 +23,7 @@ import grpc
 
 from common.kv_transfer.pairing import TransportMismatch
 from common.rpc.convert import sampling_to_proto
-from common.ops.metrics import Metrics
+from common.process.metrics import Metrics
 from gateway.admission import AdmissionQueue
 from gateway.decode_reservation import DecodeReservations
 from gateway.decode_streams import DecodeStreams
@@ -34,7 +34,7 @@ from gateway.text_stream import TextStream
 from gateway.ttft_guard import check_ttft
 from gateway.validation import ValidatedRequest
 from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, PREFILL_TIMEOUT_S, call_timeout, quietly
-from pdserve.v1 import gateway_pb2, worker_pb2
+from wire.v1 import gateway_pb2, worker_pb2
 
 log = logging.getLogger(__name__)
 ABORTED = RequestError(grpc.StatusCode.CANCELLED, "aborted")

@@ -7,14 +7,14 @@ import asyncio
 import logging
 import uuid
 
-from common.model_dir import resolve_model_dir
-from common.model_config import load_model_config
-from common.ops.lifecycle import Lifecycle
-from common.ops.metrics import Metrics
-from common.ops.options import ProcessOptions, add_process_args, process_options_from_args
+from common.model.location import resolve_model_dir
+from common.model.config import load_model_config
+from common.process.lifecycle import Lifecycle
+from common.process.metrics import Metrics
+from common.process.options import ProcessOptions, add_process_args, process_options_from_args
 from common.rpc.server import bind, new_server, run_main, use_tls
 from common.rpc.tls import PeerRoleInterceptor
-from common.text_tokenizer import load_text_tokenizer
+from common.text.text_tokenizer import load_text_tokenizer
 from gateway.admission import AdmissionQueue
 from gateway.config import GatewayConfig, add_gateway_args, gateway_config_from_args
 from gateway.decode_streams import DecodeStreams
@@ -25,7 +25,7 @@ from gateway.router import LeastLoadedRouter, SloAwareRouter
 from gateway.servicer import GatewayServicer
 from gateway.tenants import TenantTable
 from gateway.validation import ModelLimits
-from pdserve.v1 import gateway_pb2_grpc, worker_pb2_grpc
+from wire.v1 import gateway_pb2_grpc, worker_pb2_grpc
 
 log = logging.getLogger("pdserve.gateway")
 SERVICE = "pdserve.v1.Gateway"

@@ -11,15 +11,15 @@ from typing import Any
 
 import grpc
 
-from common.ops.logs import request_id_var
-from common.ops.metrics import Metrics
+from common.process.logs import request_id_var
+from common.process.metrics import Metrics
 from gateway.accounting import RequestAccounting
 from gateway.errors import RequestError
 from gateway.registry import WorkerRegistry
 from gateway.request_flow import RequestFlow
 from gateway.tenants import AuthError, QuotaError, TenantTable
 from gateway.validation import ModelLimits, prompt_text, validate
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.detokenizer import Decoder, IncrementalDetokenizer
+from common.text.detokenizer import Decoder, IncrementalDetokenizer
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from common.rpc.convert import sampling_from_proto
-from common.sampling_params import SamplingParams
+from common.engine.sampling_params import SamplingParams
 from gateway.errors import invalid
-from pdserve.v1 import gateway_pb2
+from wire.v1 import gateway_pb2
 
 
 @dataclass(frozen=True, slots=True)

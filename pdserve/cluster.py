@@ -18,11 +18,11 @@ from pathlib import Path
 
 import grpc
 
-from common.cpu_plan import CoreAssignment, format_cores, plan_cores
+from common.worker.cpu_plan import CoreAssignment, format_cores, plan_cores
 from common.kv_transfer.shm import unlink_shared
 from pdserve.device_share import device_workers, worker_device
 from pdserve.mps import MpsDaemon, start_mps, stop_mps
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 _counter = itertools.count()
 
@@ -46,7 +46,7 @@ class ClusterSpec:
     metrics: bool = False  # give every process a free --metrics-port (see LocalCluster.metrics_ports)
     api_key: str = ""  # when the gateway runs with --api-keys
     tls_ca: str = ""  # when it runs with TLS (PEM file)
-    # The cores divided among the processes (``common.cpu_plan``); empty: every core this
+    # The cores divided among the processes (``common.worker.cpu_plan``); empty: every core this
     # process may use. ``threads`` overrides the compute threads per worker (0: one per core).
     cpu_cores: tuple[int, ...] = ()
     threads: int = 0

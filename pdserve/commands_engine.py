@@ -8,15 +8,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.config import EngineConfig
-from common.detokenizer import IncrementalDetokenizer
-from common.engine import LLMEngine
-from common.engine_args import add_engine_args, engine_config_from_args
-from common.model_create import create_model
-from common.model_dir import default_model_dir
-from common.model_presets import DEFAULT_PRESET, PRESETS
-from common.sampling_params import SamplingParams
-from common.tokenizer import load_tokenizer
+from common.engine.config import EngineConfig
+from common.text.detokenizer import IncrementalDetokenizer
+from common.engine.llm_engine import LLMEngine
+from common.engine.args import add_engine_args, engine_config_from_args
+from common.model.create import create_model
+from common.model.location import default_model_dir
+from common.model.presets import DEFAULT_PRESET, PRESETS
+from common.engine.sampling_params import SamplingParams
+from common.text.auto_tokenizer import load_tokenizer
 
 
 def register(sub: Any) -> None:
@@ -53,7 +53,7 @@ def register(sub: Any) -> None:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from common.cpu_plan import apply_to_this_process, plan_cores
+    from common.worker.cpu_plan import apply_to_this_process, plan_cores
     from common.slo.profile import profile
 
     worker = plan_cores(["prefill-0", "decode-0"])[-1]  # measure as a worker of a default cluster runs

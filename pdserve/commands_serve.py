@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.cpu_plan import parse_cores
-from common.model_dir import ensure_model
-from common.model_presets import DEFAULT_PRESET, PRESETS
-from common.rpc.worker_config import KV_TRANSPORTS
+from common.worker.cpu_plan import parse_cores
+from common.model.location import ensure_model
+from common.model.presets import DEFAULT_PRESET, PRESETS
+from common.worker.config import KV_TRANSPORTS
 from pdserve.cluster import ClusterSpec, LocalCluster
 from pdserve.mps import MpsError
 

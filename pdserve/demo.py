@@ -17,9 +17,9 @@ from typing import Any
 
 import grpc
 
-from common.model_dir import ensure_model
+from common.model.location import ensure_model
 from pdserve.cluster import ClusterSpec, LocalCluster
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 PROMPT = "Disaggregated serving runs prefill and decode on separate workers because"
 

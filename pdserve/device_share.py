@@ -2,7 +2,7 @@
 
 A worker's engine flags decide its device (argparse keeps the last ``--device``); workers whose
 devices name the same GPU share it, and each is told how many they are (``--device-workers N``,
-see ``common.memory``). Workers on the CPU or alone on their GPU are told nothing.
+see ``common.engine.kv_memory``). Workers on the CPU or alone on their GPU are told nothing.
 """
 
 from __future__ import annotations

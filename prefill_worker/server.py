@@ -5,17 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from common.config import EngineConfig
-from common.engine import LLMEngine
-from common.engine_thread import EngineThread
-from common.faults import fault_threshold
-from common.ops.metrics import Metrics
-from common.ops.options import ProcessOptions
-from common.rpc.worker_config import WorkerConfig
-from common.rpc.worker_main import run_worker, worker_parser
-from common.rpc.worker_process import WorkerProcess
-from common.rpc.worker_state import warm_up
-from pdserve.v1 import worker_pb2_grpc
+from common.engine.config import EngineConfig
+from common.engine.llm_engine import LLMEngine
+from common.engine.thread import EngineThread
+from common.worker.faults import fault_threshold
+from common.process.metrics import Metrics
+from common.process.options import ProcessOptions
+from common.worker.config import WorkerConfig
+from common.worker.main import run_worker, worker_parser
+from common.worker.process import WorkerProcess
+from common.worker.state import warm_up
+from wire.v1 import worker_pb2_grpc
 from prefill_worker.servicer import PrefillServicer
 
 SERVICE = "pdserve.v1.PrefillWorker"

@@ -14,16 +14,16 @@ import time
 
 import grpc
 
-from common.engine_thread import AsyncEngine, EngineThread
-from common.ops.logs import request_id_var
-from common.ops.metrics import Metrics
+from common.engine.thread import AsyncEngine, EngineThread
+from common.process.logs import request_id_var
+from common.process.metrics import Metrics
 from common.kv_transfer.base import KVSender, LeaseExpiredError, TransferStats, TransferTarget
 from common.kv_transfer.select import make_sender
-from common.request import RequestOutput
+from common.engine.request import RequestOutput
 from common.rpc.convert import sampling_from_proto
 from common.rpc.server import channel
-from common.sampling_params import SamplingParams
-from pdserve.v1 import worker_pb2, worker_pb2_grpc
+from common.engine.sampling_params import SamplingParams
+from wire.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 FAILED_PEER_KEY = "pdserve-failed-peer"  # trailing metadata: the worker a failure came from

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from common.tokenizer_files import BOS_ID, EOS_ID, PAD_ID, write_tokenizer
+from common.text.tokenizer_files import BOS_ID, EOS_ID, PAD_ID, write_tokenizer
 
 ARCHS = {
     "llama": (LlamaConfig, LlamaForCausalLM),

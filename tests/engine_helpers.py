@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from common.config import EngineConfig
-from common.engine import LLMEngine
-from common.sampling_params import SamplingParams
+from common.engine.config import EngineConfig
+from common.engine.llm_engine import LLMEngine
+from common.engine.sampling_params import SamplingParams
 
 
 def run_staggered(engine: LLMEngine, prompts: list[list[int]], max_tokens: list[int],

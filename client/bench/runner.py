@@ -10,7 +10,7 @@ import grpc
 
 from client.bench.metrics import RequestRecord
 from client.bench.workload import PlannedRequest
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 
 async def run_plan(address: str, plan: list[PlannedRequest], ignore_eos: bool, max_concurrency: int | None,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from common.kv_cache import PagedKVCache
+from common.model.kv_cache import PagedKVCache
 
 
 COPY_GRACE_S = 30.0  # a copy started just before its deadline finishes within this

@@ -23,10 +23,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from common.kv_cache import PagedKVCache
+from common.model.kv_cache import PagedKVCache
 from common.kv_transfer.base import DecodeStub, TransferStats, TransferTarget
 from common.kv_transfer.runs import block_runs
-from pdserve.v1 import worker_pb2
+from wire.v1 import worker_pb2
 
 PREFILL_RANK, DECODE_RANK = 0, 1
 TIMEOUT = datetime.timedelta(seconds=60)

@@ -16,10 +16,10 @@ from multiprocessing.reduction import ForkingPickler
 import torch
 import torch.multiprocessing  # noqa: F401  registers the CUDA tensor reductions
 
-from common.kv_cache import PagedKVCache
+from common.model.kv_cache import PagedKVCache
 from common.kv_transfer.base import DecodeStub, TransferStats, TransferTarget
 from common.kv_transfer.runs import block_runs
-from pdserve.v1 import worker_pb2
+from wire.v1 import worker_pb2
 
 
 def export_pool(pool: torch.Tensor) -> bytes:

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 import torch
 
-from common.kv_cache import PagedKVCache
+from common.model.kv_cache import PagedKVCache
 from common.kv_transfer.base import DecodeStub, TransferStats, TransferTarget
 from common.kv_transfer.runs import block_runs
-from pdserve.v1 import worker_pb2
+from wire.v1 import worker_pb2
 
 CHUNK_BYTES = 4 << 20  # per message; servers accept up to common.rpc.server.MAX_MESSAGE_BYTES
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from common.kv_cache import PagedKVCache
-from pdserve.v1 import worker_pb2
+from common.model.kv_cache import PagedKVCache
+from wire.v1 import worker_pb2
 from common.kv_transfer.base import DecodeStub, TransferStats, TransferTarget
 from common.kv_transfer.runs import block_runs
 

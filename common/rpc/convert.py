@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from common.sampling_params import SamplingParams
-from pdserve.v1 import gateway_pb2
+from common.engine.sampling_params import SamplingParams
+from wire.v1 import gateway_pb2
 
 DEFAULT_MAX_TOKENS = 16
 

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 
-from common.ops.lifecycle import ProcessFailed
-from common.ops.logs import configure_logging
+from common.process.lifecycle import ProcessFailed
+from common.process.logs import configure_logging
 from common.rpc.tls import TlsConfig, channel_credentials, server_credentials
 
 MAX_MESSAGE_BYTES = 64 << 20  # the grpc KV transport's chunks are well under this

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from common.engine import LLMEngine
-from common.sampling_params import SamplingParams
+from common.engine.llm_engine import LLMEngine
+from common.engine.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 
 QUICK_PREFILL_TOKENS = (16, 64, 128, 256, 512, 1024)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from common import env
-from common.engine import LLMEngine
+from common.engine.llm_engine import LLMEngine
 from common.slo.cost_models import CostModels
 from common.slo.profile import profile_checked
 

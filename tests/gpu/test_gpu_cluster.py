@@ -20,16 +20,16 @@ import grpc
 import pytest
 import torch
 
-from common.config import EngineConfig
-from common.engine import LLMEngine
-from common.kv_cache import PagedKVCache
-from common.memory import CUDA_FRACTION
-from common.model_config import load_model_config
-from common.model_dir import ensure_model
-from common.sampling_params import SamplingParams
+from common.engine.config import EngineConfig
+from common.engine.llm_engine import LLMEngine
+from common.model.kv_cache import PagedKVCache
+from common.engine.kv_memory import CUDA_FRACTION
+from common.model.config import load_model_config
+from common.model.location import ensure_model
+from common.engine.sampling_params import SamplingParams
 from pdserve.cluster import ClusterSpec, LocalCluster
 from pdserve.mps import CONTROL, server_pids
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.checkpoints import random_prompts
 from tests.integration.conftest import assert_pools_whole
 

@@ -9,9 +9,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 
 def _case(heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype, lens: list[int]):  # type: ignore[no-untyped-def]
-    from common.attention_metadata import AttentionMetadata
-    from common.kv_cache import PagedKVCache
-    from common.model_config import parse_model_config
+    from common.model.attention_metadata import AttentionMetadata
+    from common.model.kv_cache import PagedKVCache
+    from common.model.config import parse_model_config
 
     model = parse_model_config({"vocab_size": 10, "hidden_size": heads * head_dim, "intermediate_size": 8,
                                 "num_hidden_layers": 2, "num_attention_heads": heads,
@@ -33,8 +33,8 @@ def _case(heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype, lens: li
 @pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_triton_decode_matches_torch_on_gpu(dtype, atol, head_dim):
-    from common.attention import decode_attention
-    from common.triton_attention import decode_attention_triton
+    from common.model.attention import decode_attention
+    from common.model.triton_attention import decode_attention_triton
 
     lens = [1 + (i * 61) % 2000 for i in range(32)]
     q, cache, meta = _case(32, 8, head_dim, dtype, lens)
@@ -44,9 +44,9 @@ def test_triton_decode_matches_torch_on_gpu(dtype, atol, head_dim):
 
 
 def _engine_vs_transformers(dtype: str, backend: str) -> tuple[list[list[int]], list[list[int]]]:
-    from common.config import EngineConfig
-    from common.engine import LLMEngine
-    from common.sampling_params import SamplingParams
+    from common.engine.config import EngineConfig
+    from common.engine.llm_engine import LLMEngine
+    from common.engine.sampling_params import SamplingParams
     from tests.checkpoints import random_prompts
 
     engine = LLMEngine(EngineConfig(device="cuda", dtype=dtype, num_kv_blocks=512, attention_backend=backend))

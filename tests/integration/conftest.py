@@ -10,9 +10,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from common.model_dir import ensure_model
+from common.model.location import ensure_model
 from pdserve.cluster import ClusterSpec, LocalCluster
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 WORKER_ARGS = ("--num-kv-blocks", "256", "--max-num-tokens", "2048")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 
 @dataclass

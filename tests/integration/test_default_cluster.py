@@ -11,9 +11,9 @@ from pathlib import Path
 
 import grpc
 
-from common.cpu_plan import available_cores
+from common.worker.cpu_plan import available_cores
 from pdserve.cluster import LocalCluster
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, scrape_metrics, start_cluster
 
 STARTS = 5

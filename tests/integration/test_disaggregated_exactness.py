@@ -7,11 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from common.config import EngineConfig
-from common.engine import LLMEngine
-from common.model_dir import ensure_model
-from common.sampling_params import SamplingParams
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from common.engine.config import EngineConfig
+from common.engine.llm_engine import LLMEngine
+from common.model.location import ensure_model
+from common.engine.sampling_params import SamplingParams
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.checkpoints import random_prompts, reference_greedy
 from tests.integration.conftest import assert_pools_whole, start_cluster
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.integration.conftest import assert_pools_whole, start_cluster
 
 

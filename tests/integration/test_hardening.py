@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from pdserve.cluster import LocalCluster
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.integration.conftest import assert_pools_whole, start_cluster
 
 # A pool large enough that a storm of requests really holds blocks on both sides; prompts this

@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from pdserve.cluster import LocalCluster
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, scrape_metrics, start_cluster
 from tests.integration.load import Load, Outcome
 

@@ -12,7 +12,7 @@ import pytest
 
 from client import Client, SamplingOptions
 from pdserve.cluster import LocalCluster
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc, worker_pb2, worker_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc, worker_pb2, worker_pb2_grpc
 from tests.integration.conftest import start_cluster
 from tests.integration.load import Load
 from tests.tls_certs import make_pki

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from common.model_dir import ensure_model
+from common.model.location import ensure_model
 from pdserve.cluster import LocalCluster
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.checkpoints import random_prompts, reference_greedy
 from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, start_cluster
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.block_pool import BlockPool
+from common.engine.block_pool import BlockPool
 
 
 def test_allocate_returns_none_and_takes_nothing_when_too_few_blocks_are_free():

@@ -11,7 +11,7 @@ import pytest
 
 from client import SLO, AsyncClient, Client, ClusterInfo, SamplingOptions, Usage
 from client.convert import generate_request
-from pdserve.v1 import gateway_pb2, gateway_pb2_grpc
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 DELTAS = [("Hel", [11]), ("lo", [12]), (" world", [13, 14])]
 TIMINGS = gateway_pb2.Timings(queue_ms=1.0, prefill_ms=2.0, transfer_ms=0.5, ttft_ms=4.0, e2e_ms=9.0,

@@ -156,7 +156,7 @@ def test_a_cluster_whose_daemon_cannot_start_starts_nothing(tmp_path, recorded, 
 
 
 def test_the_share_reaches_the_workers_engine_config(tmp_path, recorded):
-    from common.engine_args import engine_config_from_args
+    from common.engine.args import engine_config_from_args
     from pdserve.cli import build_parser
 
     cluster = _started(tmp_path, device="cuda:0")

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from common.cpu_plan import format_cores, parse_cores, plan_cores
-from common.rpc.worker_config import WorkerConfig
+from common.worker.cpu_plan import format_cores, parse_cores, plan_cores
+from common.worker.config import WorkerConfig
 
 
 def _workers(n: int) -> list[str]:
@@ -56,7 +56,7 @@ def test_core_lists_parse_and_print_as_ranges():
 
 
 def test_a_worker_started_alone_takes_its_share_of_the_plan_or_the_cores_given():
-    from common.cpu_plan import available_cores
+    from common.worker.cpu_plan import available_cores
 
     mine = available_cores()
     second = WorkerConfig(cpu_share="1/2").core_assignment("decode-0")

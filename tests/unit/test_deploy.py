@@ -131,7 +131,7 @@ def test_kubernetes_manifests_match_the_schemas_and_each_other():
     rules = next(d for d in docs if d["metadata"]["name"] == "pdserve-adapter-rules")["data"]["config.yaml"]
     rule = yaml.safe_load(rules)["rules"][0]
     series = rule["seriesQuery"].split("{")[0].strip("'")
-    assert series == "pdserve:num_requests_waiting"  # a metric the processes export (common/ops/metrics.py)
+    assert series == "pdserve:num_requests_waiting"  # a metric the processes export (common/process/metrics.py)
     assert metric == "pdserve_" + series.split(":", 1)[1]
 
 

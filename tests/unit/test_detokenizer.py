@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from common.detokenizer import IncrementalDetokenizer
-from common.model_dir import ensure_model
-from common.tokenizer import load_tokenizer
+from common.text.detokenizer import IncrementalDetokenizer
+from common.model.location import ensure_model
+from common.text.auto_tokenizer import load_tokenizer
 
 
 def test_split_utf8_characters_are_emitted_only_when_whole():

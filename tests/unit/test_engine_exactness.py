@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from common.model_dir import ensure_model
-from common.sampling_params import SamplingParams
+from common.model.location import ensure_model
+from common.engine.sampling_params import SamplingParams
 from tests.checkpoints import random_prompts, reference_greedy, write_checkpoint
 from tests.engine_helpers import checked_engine, run_staggered
 

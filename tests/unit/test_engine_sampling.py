@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.sampling_params import SamplingParams
+from common.engine.sampling_params import SamplingParams
 from tests.checkpoints import random_prompts
 from tests.engine_helpers import checked_engine
 
@@ -90,11 +90,11 @@ def test_abort_frees_the_requests_blocks_at_the_next_step():
 
 
 def test_pool_size_follows_the_memory_fraction():
-    from common.config import EngineConfig
-    from common.kv_cache import PagedKVCache
-    from common.memory import free_memory_bytes, num_kv_blocks
-    from common.model_config import load_model_config
-    from common.model_dir import ensure_model
+    from common.engine.config import EngineConfig
+    from common.model.kv_cache import PagedKVCache
+    from common.engine.kv_memory import free_memory_bytes, num_kv_blocks
+    from common.model.config import load_model_config
+    from common.model.location import ensure_model
     import torch
 
     model = load_model_config(ensure_model("tiny"))

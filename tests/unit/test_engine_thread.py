@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from common.config import EngineConfig
-from common.engine import LLMEngine
-from common.engine_thread import AsyncEngine, EngineDead, EngineThread
-from common.sampling_params import SamplingParams
+from common.engine.config import EngineConfig
+from common.engine.llm_engine import LLMEngine
+from common.engine.thread import AsyncEngine, EngineDead, EngineThread
+from common.engine.sampling_params import SamplingParams
 
 
 @pytest.fixture()

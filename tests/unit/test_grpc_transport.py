@@ -14,7 +14,7 @@ import torch
 
 from common.kv_transfer.base import LeaseExpiredError, TransferTarget
 from common.kv_transfer.grpc_stream import GrpcSender, write_chunk
-from pdserve.v1 import worker_pb2, worker_pb2_grpc
+from wire.v1 import worker_pb2, worker_pb2_grpc
 
 
 class _WriteBlocksOnly(worker_pb2_grpc.DecodeWorkerServicer):

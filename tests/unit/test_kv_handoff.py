@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from common.config import EngineConfig
-from common.engine import LLMEngine
-from common.sampling_params import SamplingParams
+from common.engine.config import EngineConfig
+from common.engine.llm_engine import LLMEngine
+from common.engine.sampling_params import SamplingParams
 from tests.checkpoints import random_prompts
 
 

@@ -7,12 +7,12 @@ import argparse
 import pytest
 import torch
 
-from common import memory
-from common.config import EngineConfig
-from common.engine_args import add_engine_args, engine_config_from_args
-from common.kv_cache import PagedKVCache
-from common.memory import DeviceMemory, kv_cache_bytes, num_kv_blocks
-from common.model_config import parse_model_config
+from common.engine import kv_memory as memory
+from common.engine.config import EngineConfig
+from common.engine.args import add_engine_args, engine_config_from_args
+from common.model.kv_cache import PagedKVCache
+from common.engine.kv_memory import DeviceMemory, kv_cache_bytes, num_kv_blocks
+from common.model.config import parse_model_config
 
 GIB = 1 << 30
 MODEL = parse_model_config({"vocab_size": 10, "hidden_size": 64, "intermediate_size": 8, "num_hidden_layers": 2,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.block_pool import BlockPool
-from common.leases import LeaseError, LeaseState, LeaseTable
+from common.engine.block_pool import BlockPool
+from common.engine.leases import LeaseError, LeaseState, LeaseTable
 
 
 def test_commit_hands_the_blocks_to_the_request_and_forgets_the_lease():

@@ -5,8 +5,8 @@ import torch
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from common.model_config import parse_model_config
-from common.rope import inverse_frequencies
+from common.model.config import parse_model_config
+from common.model.rope import inverse_frequencies
 
 BASE = {"vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
         "num_attention_heads": 4, "num_key_value_heads": 2}

@@ -8,7 +8,7 @@ import pytest
 from common.kv_transfer.pairing import TransportMismatch
 from gateway.loop_lag import LoopLag
 from gateway.registry import WorkerRegistry, transport_between
-from pdserve.v1 import worker_pb2
+from wire.v1 import worker_pb2
 
 
 def _run_loop(clock: list[float], lag: LoopLag, seconds: float) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from gateway.registry import WorkerRecord, WorkerRegistry
 from gateway.router import predicted_prefill_s, queued_ahead
-from pdserve.v1 import worker_pb2
+from wire.v1 import worker_pb2
 
 
 def _worker(queued: dict[str, tuple[float, int]], reported_tokens: int = 0, tested: bool = True) -> WorkerRecord:

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from common.batch import ScheduledSeq
-from common.sampler import Sampler
-from common.sampling_params import SamplingParams
+from common.engine.batch import ScheduledSeq
+from common.model.sampler import Sampler
+from common.engine.sampling_params import SamplingParams
 
 
 @pytest.mark.parametrize(

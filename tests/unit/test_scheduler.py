@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from common.block_pool import BlockPool
-from common.request import Request, RequestStatus
-from common.sampling_params import SamplingParams
-from common.scheduler import Scheduler, SchedulerConfig
+from common.engine.block_pool import BlockPool
+from common.engine.request import Request, RequestStatus
+from common.engine.sampling_params import SamplingParams
+from common.engine.scheduler import Scheduler, SchedulerConfig
 
 
 def _scheduler(blocks: int, policy: str = "max_utilization", batch: int = 8, tokens: int = 64) -> Scheduler:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from common.config import EngineConfig
-from common.engine import LLMEngine
-from common.sampling_params import SamplingParams
+from common.engine.config import EngineConfig
+from common.engine.llm_engine import LLMEngine
+from common.engine.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 
 BETWEEN_STEPS_S = 0.02

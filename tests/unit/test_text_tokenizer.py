@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from common.model_dir import ensure_model
-from common.text_tokenizer import TextTokenizer, load_text_tokenizer
-from common.tokenizer import load_tokenizer
+from common.model.location import ensure_model
+from common.text.text_tokenizer import TextTokenizer, load_text_tokenizer
+from common.text.auto_tokenizer import load_tokenizer
 from gateway.errors import RequestError
 from gateway.validation import ModelLimits, prompt_text, validate
-from pdserve.v1 import gateway_pb2
+from wire.v1 import gateway_pb2
 
 TEXTS = ["hello", "  leading spaces", "héllo wörld ñ", "emoji 😀 and 中文", "tabs\tand\nnewlines", "<s> looks special",
          "a" * 3000]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from common.ops.options import ProcessOptions
+from common.process.options import ProcessOptions
 from common.rpc.tls import PeerRoleInterceptor, TlsConfig
-from common.rpc.worker_process import WORKER_CALLERS
+from common.worker.process import WORKER_CALLERS
 
 
 def test_tls_flags_are_checked_together_and_must_exist(tmp_path):

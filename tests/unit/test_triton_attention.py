@@ -12,11 +12,11 @@ import torch
 
 pytest.importorskip("triton")
 
-from common.attention import decode_attention  # noqa: E402
-from common.attention_metadata import AttentionMetadata  # noqa: E402
-from common.kv_cache import PagedKVCache  # noqa: E402
-from common.model_config import parse_model_config  # noqa: E402
-from common.triton_attention import decode_attention_triton  # noqa: E402
+from common.model.attention import decode_attention  # noqa: E402
+from common.model.attention_metadata import AttentionMetadata  # noqa: E402
+from common.model.kv_cache import PagedKVCache  # noqa: E402
+from common.model.config import parse_model_config  # noqa: E402
+from common.model.triton_attention import decode_attention_triton  # noqa: E402
 
 
 def _case(heads: int, kv_heads: int, block_size: int, lens: list[int], seed: int = 0,  # type: ignore[no-untyped-def]
@@ -74,9 +74,9 @@ def test_triton_decode_rejects_sizes_that_are_not_powers_of_two(head_dim, block_
 
 
 def test_engine_with_the_triton_backend_matches_the_torch_backend():
-    from common.config import EngineConfig
-    from common.engine import LLMEngine
-    from common.sampling_params import SamplingParams
+    from common.engine.config import EngineConfig
+    from common.engine.llm_engine import LLMEngine
+    from common.engine.sampling_params import SamplingParams
 
     prompts = [[1, 2, 3], list(range(20, 45))]
     params = SamplingParams(max_tokens=4, ignore_eos=True)

@@ -1,0 +1,34 @@
+"""The plain batch description a scheduler hands to the model runner for one step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.engine.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledSeq:
+    """Run ``token_ids`` at positions ``start_pos...``; sample a token after them if ``sample``."""
+
+    request_id: str
+    token_ids: list[int]
+    start_pos: int
+    block_ids: list[int]
+    sample: bool
+    params: SamplingParams
+    num_output_tokens: int
+    uid: int = -1  # Request.uid: unique even where request ids are reused
+
+    @property
+    def is_decode(self) -> bool:
+        return len(self.token_ids) == 1
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledBatch:
+    seqs: tuple[ScheduledSeq, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.seqs)

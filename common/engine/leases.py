@@ -1,0 +1,132 @@
+"""Reservations of KV blocks on a decode worker while a prefill worker fills them.
+
+Each lease is a small state machine::
+
+    RESERVED ──commit──▶ COMMITTED      (blocks handed to the decode scheduler)
+       │
+       ├──release──────▶ FREED          (the writer is known to be done or dead)
+       └──release(unsure) / deadline ──▶ QUARANTINED ──quarantine period──▶ FREED
+
+Fail closed: when a writer might still be copying into the blocks (its RPC broke
+mid-transfer, or nobody committed before the deadline), the blocks are not reused until
+the quarantine period has passed. Writers never start a copy after a lease's deadline, so
+deadline + quarantine bounds how long stray bytes can land.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+import uuid
+from dataclasses import dataclass
+
+from common.engine.block_pool import BlockPool
+
+
+class LeaseState(enum.Enum):
+    RESERVED = "reserved"
+    COMMITTED = "committed"
+    QUARANTINED = "quarantined"
+    FREED = "freed"
+
+
+@dataclass(slots=True)
+class Lease:
+    request_id: str
+    lease_id: str
+    block_ids: list[int]
+    deadline: float
+    state: LeaseState = LeaseState.RESERVED
+
+
+class LeaseError(ValueError):
+    """The lease is unknown, expired, or does not belong to this request."""
+
+
+class LeaseTable:
+    def __init__(self, pool: BlockPool, lease_s: float = 60.0, quarantine_s: float = 10.0) -> None:
+        self.pool = pool
+        self.lease_s = lease_s
+        self.quarantine_s = quarantine_s
+        self._leases: dict[str, Lease] = {}  # by request id, RESERVED or QUARANTINED
+
+    def reserve(self, request_id: str, num_blocks: int, now: float | None = None) -> Lease | None:
+        if request_id in self._leases:
+            raise LeaseError(f"request {request_id!r} already holds a lease")
+        blocks = self.pool.allocate(num_blocks)
+        if blocks is None:
+            return None
+        lease = Lease(request_id, uuid.uuid4().hex[:16], blocks, _now(now) + self.lease_s)
+        self._leases[request_id] = lease
+        return lease
+
+    def commit(self, request_id: str, lease_id: str) -> list[int]:
+        """Hands the blocks over to their request; the table forgets the lease."""
+        lease = self._live(request_id, lease_id)
+        lease.state = LeaseState.COMMITTED
+        del self._leases[request_id]
+        return lease.block_ids
+
+    def release(self, request_id: str, lease_id: str | None, writer_may_still_write: bool,
+                now: float | None = None) -> bool:
+        lease = self._leases.get(request_id)
+        if lease is None or (lease_id and lease.lease_id != lease_id):
+            return False
+        if writer_may_still_write and lease.state == LeaseState.RESERVED:
+            self._quarantine(lease, _now(now))
+        else:
+            self._free(lease)
+        return True
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Quarantines reservations past their deadline, frees quarantines past theirs."""
+        now = _now(now)
+        expired = []
+        for lease in list(self._leases.values()):
+            if lease.deadline > now:
+                continue
+            if lease.state == LeaseState.RESERVED:
+                self._quarantine(lease, now)
+                expired.append(lease.request_id)
+            else:
+                self._free(lease)
+        return expired
+
+    def reserved_blocks(self, request_id: str, lease_id: str) -> set[int] | None:
+        """The blocks a live reservation may receive writes into, or None if there is none."""
+        lease = self._leases.get(request_id)
+        if lease is None or lease.lease_id != lease_id or lease.state != LeaseState.RESERVED:
+            return None
+        return set(lease.block_ids)
+
+    def num_reserved(self) -> int:
+        """Reservations still waiting for their commit (quarantines do not count)."""
+        return sum(lease.state == LeaseState.RESERVED for lease in self._leases.values())
+
+    def held_blocks(self) -> list[int]:
+        return [b for lease in self._leases.values() for b in lease.block_ids]
+
+    def state(self, request_id: str) -> LeaseState | None:
+        lease = self._leases.get(request_id)
+        return lease.state if lease else None
+
+    def _live(self, request_id: str, lease_id: str) -> Lease:
+        lease = self._leases.get(request_id)
+        if lease is None or lease.lease_id != lease_id:
+            raise LeaseError(f"no live lease {lease_id!r} for request {request_id!r}")
+        if lease.state != LeaseState.RESERVED:
+            raise LeaseError(f"lease for request {request_id!r} is {lease.state.value}")
+        return lease
+
+    def _quarantine(self, lease: Lease, now: float) -> None:
+        lease.state = LeaseState.QUARANTINED
+        lease.deadline = now + self.quarantine_s
+
+    def _free(self, lease: Lease) -> None:
+        self.pool.free(lease.block_ids)
+        lease.state = LeaseState.FREED
+        del self._leases[lease.request_id]
+
+
+def _now(now: float | None) -> float:
+    return time.monotonic() if now is None else now

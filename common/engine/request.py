@@ -1,0 +1,89 @@
+"""A request's state inside one engine. Only the scheduler changes it."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from common.engine.sampling_params import SamplingParams
+
+
+_UIDS = itertools.count()
+
+
+class RequestStatus(enum.IntEnum):
+    """Ordered so that every status after PREEMPTED is a finished one."""
+
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    FINISHED_STOPPED = 3
+    FINISHED_LENGTH = 4
+    FINISHED_ABORTED = 5
+    FINISHED_PREFILLED = 6  # prefill-only: first token sampled, KV held for hand-off
+
+    @property
+    def finished(self) -> bool:
+        return self > RequestStatus.PREEMPTED
+
+
+FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_PREFILLED: "prefilled",
+}
+
+
+@dataclass(slots=True, eq=False)  # identity, not field equality
+class Request:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_time: float = field(default_factory=time.monotonic)
+    output_token_ids: list[int] = field(default_factory=list)
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed_tokens: int = 0  # tokens whose KV is in the cache
+    block_ids: list[int] = field(default_factory=list)
+    num_preemptions: int = 0
+    prefill_only: bool = False  # finish after the first token and keep the KV blocks
+    # Unique per Request object, even when a request id is reused: caches keyed by it (the CPU
+    # decode stage) can never serve one request's KV to another.
+    uid: int = field(default_factory=lambda: next(_UIDS))
+    ttft_slo_ms: float = 0.0  # 0: no TTFT objective
+    tpot_slo_ms: float = 0.0  # 0: no TPOT objective
+
+    @property
+    def ttft_deadline(self) -> float:
+        return self.arrival_time + self.ttft_slo_ms / 1000 if self.ttft_slo_ms else float("inf")
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def max_total_tokens(self) -> int:
+        return len(self.prompt_token_ids) + self.params.max_tokens
+
+    def token_ids(self, start: int, end: int) -> list[int]:
+        """Tokens ``[start, end)`` of prompt + output, without copying the whole sequence."""
+        prompt_len = len(self.prompt_token_ids)
+        if end <= prompt_len:
+            return self.prompt_token_ids[start:end]
+        if start >= prompt_len:
+            return self.output_token_ids[start - prompt_len:end - prompt_len]
+        return self.prompt_token_ids[start:] + self.output_token_ids[: end - prompt_len]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutput:
+    """What one step produced for one request: its new tokens and, at the end, why it ended."""
+
+    request_id: str
+    new_token_ids: tuple[int, ...]
+    finished: bool
+    finish_reason: str | None = None
+    error: str | None = None
+    kv_block_ids: tuple[int, ...] = ()  # prefill-only: the held blocks holding the prompt's KV

@@ -1,0 +1,235 @@
+"""Iteration-level continuous batching for one engine.
+
+Each step: running requests first (decodes before prefill chunks), then waiting ones in
+arrival order, within ``max_batch_size`` requests and ``max_num_tokens`` tokens. Long
+prompts are split into chunks across steps. The scheduler alone changes request state.
+
+Memory policies (TensorRT-LLM's names):
+- ``guaranteed_no_evict``: a request is admitted only when blocks for prompt + max_tokens
+  are free, and never loses them.
+- ``max_utilization``: blocks are taken as tokens arrive; when none are left the most
+  recently admitted request is preempted (its KV dropped) and later recomputed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from common.engine.batch import ScheduledBatch, ScheduledSeq
+from common.engine.block_pool import BlockPool
+from common.engine.request import FINISH_REASONS, Request, RequestOutput, RequestStatus
+from common.slo.credit import CreditBatcher
+
+MEMORY_POLICIES = ("guaranteed_no_evict", "max_utilization")
+POLICIES = ("fcfs", "scorpio", "ttft_guard", "tpot_guard")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    max_batch_size: int
+    max_num_tokens: int
+    block_size: int
+    max_model_len: int
+    memory_policy: str
+    eos_token_ids: tuple[int, ...]
+    policy: str = "fcfs"  # fcfs | scorpio (both guards) | ttft_guard | tpot_guard
+
+    @property
+    def ttft_guard(self) -> bool:
+        return self.policy in ("scorpio", "ttft_guard")
+
+    @property
+    def tpot_guard(self) -> bool:
+        return self.policy in ("scorpio", "tpot_guard")
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, pool: BlockPool) -> None:
+        self.config = config
+        self.pool = pool
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # in admission order
+        self.requests: dict[str, Request] = {}
+        self._pending_aborts: list[str] = []
+        self.held: dict[str, list[int]] = {}  # prefill-only requests' KV, awaiting hand-off
+        self.credit = CreditBatcher()
+
+    def add(self, request: Request) -> None:
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def add_committed(self, request: Request) -> None:
+        """A request whose prompt KV already sits in ``request.block_ids`` (written by a prefill worker)."""
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def release_held(self, request_id: str) -> bool:
+        blocks = self.held.pop(request_id, None)
+        if blocks is None:
+            return False
+        self.pool.free(blocks)
+        return True
+
+    def abort(self, request_id: str) -> bool:
+        """Marks a request for abort; its blocks are freed at the start of the next step."""
+        if request_id not in self.requests:
+            return False
+        self._pending_aborts.append(request_id)
+        return True
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    def apply_aborts(self) -> list[RequestOutput]:
+        outputs = []
+        for request_id in self._pending_aborts:
+            request = self.requests.get(request_id)
+            if request is not None:
+                self._finish(request, RequestStatus.FINISHED_ABORTED)
+                outputs.append(RequestOutput(request_id, (), True, "abort"))
+        self._pending_aborts.clear()
+        return outputs
+
+    def schedule(self) -> ScheduledBatch:
+        budget = self.config.max_num_tokens
+        seqs: list[ScheduledSeq] = []
+        preempted = 0
+        decoding = self._credited_decodes()
+        # Decodes go first so a long prompt chunk never delays tokens already streaming.
+        for request in sorted(self.running, key=lambda r: r.num_tokens - r.num_computed_tokens > 1):
+            if budget == 0:
+                break
+            if request.status != RequestStatus.RUNNING or (decoding is not None and request not in decoding):
+                continue  # preempted earlier in this loop, or waiting for TPOT credit
+            n = min(request.num_tokens - request.num_computed_tokens, budget)
+            preempted += self._make_room(request, request.num_computed_tokens + n)
+            if request.status == RequestStatus.RUNNING:
+                seqs.append(self._scheduled(request, n))
+                budget -= n
+        if not preempted:
+            budget = self._admit_waiting(seqs, budget)
+        return ScheduledBatch(tuple(seqs))
+
+    def _credited_decodes(self) -> set[Request] | None:
+        """TPOT guard: the decoding requests whose credit lets them run this step (None: all run)."""
+        if not self.config.tpot_guard:
+            return None
+        decoding = {r.request_id: r for r in self.running if r.num_tokens - r.num_computed_tokens == 1}
+        # A request without a TPOT SLO counts as the tightest present: it runs every step, as under fcfs.
+        tightest = min((r.tpot_slo_ms for r in decoding.values() if r.tpot_slo_ms), default=1.0)
+        slos = {rid: r.tpot_slo_ms or tightest for rid, r in decoding.items()}
+        chosen = self.credit.select(slos)
+        return {decoding[rid] for rid in chosen} | {r for r in self.running if r.request_id not in decoding}
+
+    def _admit_waiting(self, seqs: list[ScheduledSeq], budget: int) -> int:
+        if self.config.ttft_guard and len(self.waiting) > 1:
+            # Least slack first: the request whose TTFT deadline comes soonest is prefilled first.
+            self.waiting = deque(sorted(self.waiting, key=lambda r: r.ttft_deadline))
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_batch_size:
+            request = self.waiting[0]
+            n = min(request.num_tokens - request.num_computed_tokens, budget)
+            if not self._grow_blocks(request, self._admission_tokens(request, n)):
+                break  # FCFS: nobody jumps the head of the queue
+            self.waiting.popleft()
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            seqs.append(self._scheduled(request, n))
+            budget -= n
+        return budget
+
+    def _admission_tokens(self, request: Request, n: int) -> int:
+        if self.config.memory_policy == "guaranteed_no_evict":
+            return min(request.max_total_tokens, self.config.max_model_len)
+        return request.num_computed_tokens + n
+
+    def _make_room(self, request: Request, tokens: int) -> int:
+        """Preempts the newest running requests until ``request`` has blocks for ``tokens``."""
+        count = 0
+        while not self._grow_blocks(request, tokens):
+            victim = self.running[-1]
+            self._preempt(victim)
+            count += 1
+            if victim is request:
+                break
+        return count
+
+    def _grow_blocks(self, request: Request, tokens: int) -> bool:
+        missing = -(-tokens // self.config.block_size) - len(request.block_ids)
+        if missing <= 0:
+            return True
+        blocks = self.pool.allocate(missing)
+        if blocks is None:
+            return False
+        request.block_ids.extend(blocks)
+        return True
+
+    def _preempt(self, request: Request) -> None:
+        self.running.remove(request)
+        self.pool.free(request.block_ids)
+        request.block_ids = []
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        request.status = RequestStatus.PREEMPTED
+        self.waiting.appendleft(request)
+
+    def _scheduled(self, request: Request, n: int) -> ScheduledSeq:
+        start = request.num_computed_tokens
+        return ScheduledSeq(
+            request_id=request.request_id,
+            token_ids=request.token_ids(start, start + n),
+            start_pos=start,
+            block_ids=request.block_ids,
+            sample=start + n == request.num_tokens,
+            params=request.params,
+            num_output_tokens=len(request.output_token_ids),
+            uid=request.uid,
+        )
+
+    def update_from_output(self, batch: ScheduledBatch, sampled: dict[str, int]) -> list[RequestOutput]:
+        """Records computed tokens and sampled ones; finishes requests that hit a stop condition."""
+        outputs = []
+        for seq in batch.seqs:
+            request = self.requests[seq.request_id]
+            request.num_computed_tokens += len(seq.token_ids)
+            if not seq.sample:
+                continue
+            token = sampled[seq.request_id]
+            request.output_token_ids.append(token)
+            status = self._stop_status(request, token)
+            if status is None and request.prefill_only:
+                status = RequestStatus.FINISHED_PREFILLED
+            held = tuple(request.block_ids) if request.prefill_only else ()
+            if status is not None:
+                self._finish(request, status)
+            outputs.append(RequestOutput(request.request_id, (token,), status is not None,
+                                         FINISH_REASONS.get(status) if status else None, kv_block_ids=held))
+        return outputs
+
+    def _stop_status(self, request: Request, token: int) -> RequestStatus | None:
+        params = request.params
+        if len(request.output_token_ids) >= params.min_tokens:
+            if token in params.stop_token_ids:
+                return RequestStatus.FINISHED_STOPPED
+            if not params.ignore_eos and token in self.config.eos_token_ids:
+                return RequestStatus.FINISHED_STOPPED
+        if len(request.output_token_ids) >= params.max_tokens or request.num_tokens >= self.config.max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None
+
+    def _finish(self, request: Request, status: RequestStatus) -> None:
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        if request.prefill_only and status != RequestStatus.FINISHED_ABORTED:
+            self.held[request.request_id] = request.block_ids
+        else:
+            self.pool.free(request.block_ids)
+        request.block_ids = []
+        request.status = status
+        del self.requests[request.request_id]
+
+    def owned_blocks(self) -> list[int]:
+        running = [b for r in self.requests.values() for b in r.block_ids]
+        return running + [b for blocks in self.held.values() for b in blocks]

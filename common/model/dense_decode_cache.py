@@ -1,0 +1,111 @@
+"""A persistent, contiguous copy of the decoding requests' KV for the CPU attention path.
+
+Gathering every request's blocks out of the paged pool on every step copies the whole
+batch's context each time; on a CPU that copy, not the arithmetic, is the cost of decode.
+The stage keeps each decoding request's K/V in a slot of a dense buffer::
+
+    keys[layer][slot, kv_head, position, head_dim]   (values alike)
+
+A request's slot is filled from the pool once (when it starts decoding, or after it was
+preempted, or when the batch moved on without it) and from then on receives only its new
+token per step, written beside the pool write. The pool stays the source of truth (KV
+transfer and preemption read it); the stage is a cache the runner may drop at any time.
+The Triton path on GPUs reads the pool directly and has no stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from common.model.kv_cache import PagedKVCache
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    slots: torch.Tensor  # [decodes] slot of each decode row
+    positions: torch.Tensor  # [decodes] position of each row's new token
+    fills: tuple[tuple[int, torch.Tensor, int], ...]  # (slot, block table, tokens to copy from the pool)
+    rows: int  # slots 0..rows-1 take part in the attention batch
+    width: int  # positions 0..width-1 are attended (masked per row)
+    identity: bool  # decode row i sits in slot i: no scatter/gather needed
+    hidden: torch.Tensor  # [rows, width] True past each slot's context (full attention)
+
+
+class DecodeStage:
+    def __init__(self, cache: PagedKVCache, max_slots: int, initial_width: int = 256) -> None:
+        self.cache = cache
+        self.max_slots = max_slots
+        self.width = 0
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        # Keyed by Request.uid, never by request id: a reused id must not find the old KV.
+        self._slot_of: dict[int, int] = {}
+        self._length: dict[int, int] = {}  # tokens of each request present in its slot
+        self._grow(initial_width)
+
+    def plan(self, request_ids: list[int], context_lens: list[int], block_tables: list[list[int]]) -> StagePlan:
+        """Assigns slots for this step's decodes; requests absent from the step lose theirs."""
+        present = set(request_ids)
+        for gone in [r for r in self._slot_of if r not in present]:
+            del self._slot_of[gone], self._length[gone]
+        free = sorted(set(range(self.max_slots)) - set(self._slot_of.values()), reverse=True)
+        fills = []
+        for rid, ctx, table in zip(request_ids, context_lens, block_tables):
+            if rid not in self._slot_of:
+                self._slot_of[rid] = free.pop()
+            if self._length.get(rid) != ctx - 1:  # new, or out of step with the pool: refill
+                fills.append((self._slot_of[rid], torch.tensor(table), ctx - 1))
+            self._length[rid] = ctx
+        self._grow(max(context_lens))
+        slots = [self._slot_of[r] for r in request_ids]
+        rows, width = max(slots) + 1, max(context_lens)
+        lens = torch.zeros(rows, dtype=torch.int64)
+        lens[slots] = torch.tensor(context_lens)
+        hidden = torch.arange(width)[None, :] >= lens[:, None]
+        return StagePlan(torch.tensor(slots), torch.tensor(context_lens) - 1, tuple(fills), rows, width,
+                         slots == list(range(rows)), hidden)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, plan: StagePlan,
+               scale: float, window: int | None) -> torch.Tensor:
+        """Decode attention for ``q [decodes, heads, d]`` whose new ``k``/``v`` are ``[decodes, kv_heads, d]``."""
+        keys, values = self.keys[layer], self.values[layer]
+        for slot, table, length in plan.fills:
+            if length:
+                keys[slot, :, :length] = self.cache.gather(layer, 0, table[None])[0, :, :length]
+                values[slot, :, :length] = self.cache.gather(layer, 1, table[None])[0, :, :length]
+        keys[plan.slots, :, plan.positions] = k
+        values[plan.slots, :, plan.positions] = v
+        batch, heads, d = q.shape
+        kv_heads = keys.shape[1]
+        grouped = q.view(batch, kv_heads, heads // kv_heads, d) * scale  # scale the small side
+        if not plan.identity:
+            scattered = grouped.new_zeros(plan.rows, *grouped.shape[1:])
+            scattered[plan.slots] = grouped
+            grouped = scattered
+        k_rows, v_rows = keys[: plan.rows, :, : plan.width], values[: plan.rows, :, : plan.width]
+        scores = torch.matmul(grouped, k_rows.transpose(2, 3))  # [rows, kvh, g, width]
+        scores.masked_fill_(self._mask(plan, window)[:, None, None, :], float("-inf"))
+        out = torch.matmul(torch.softmax(scores, dim=-1), v_rows)
+        return (out if plan.identity else out[plan.slots]).reshape(batch, heads, d)
+
+    @staticmethod
+    def _mask(plan: StagePlan, window: int | None) -> torch.Tensor:
+        if window is None:
+            return plan.hidden
+        lens = (~plan.hidden).sum(dim=1, keepdim=True)
+        return plan.hidden | ((lens - 1) - torch.arange(plan.width)[None, :] >= window)
+
+    def _grow(self, needed: int) -> None:
+        if needed <= self.width:
+            return
+        width = max(needed, 2 * self.width, 1)
+        width = -(-width // 64) * 64
+        data = self.cache.data
+        shape = (self.max_slots, self.cache.num_kv_heads, width, data.shape[-1])
+        grown_k = [torch.zeros(shape, dtype=data.dtype, device=data.device) for _ in range(self.cache.num_layers)]
+        grown_v = [torch.zeros(shape, dtype=data.dtype, device=data.device) for _ in range(self.cache.num_layers)]
+        for old, new in zip(self.keys + self.values, grown_k + grown_v):
+            new[:, :, : self.width] = old
+        self.keys, self.values, self.width = grown_k, grown_v, width

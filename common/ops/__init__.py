@@ -1,1 +1,0 @@
-"""What every server process does for the people who run it: health, metrics, logs, drain, TLS."""

@@ -1,0 +1,1 @@
+"""Process concerns every server has, whatever its role: health and drain, metrics, logs, shared flags."""

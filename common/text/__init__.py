@@ -1,0 +1,1 @@
+"""Text: tokenizers and incremental detokenization."""

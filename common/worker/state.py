@@ -1,0 +1,84 @@
+"""What a worker tells the gateway about itself: who it is once, its load on every heartbeat."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+
+import torch
+
+from common.engine.llm_engine import LLMEngine
+from common.worker.registration import host_id
+from common.slo.credit import virtual_batch_size
+from wire.v1 import worker_pb2
+
+log = logging.getLogger(__name__)
+
+
+def gpu_uuid(device: torch.device) -> str:
+    """The GPU's UUID (as nvidia-smi shows it), equal in every process on that GPU; "" off CUDA."""
+    if device.type != "cuda":
+        return ""
+    return str(getattr(torch.cuda.get_device_properties(device), "uuid", ""))
+
+
+def describe(engine: LLMEngine, role: str, worker_id: str, address: str, kv_transport: str = "",
+             kv_receives: Sequence[str] = ()) -> worker_pb2.WorkerDescriptor:
+    cache = engine.cache.data
+    models = engine.cost_models
+    cost = worker_pb2.CostModel()
+    if models is not None:
+        cost = worker_pb2.CostModel(
+            present=True, prefill_threshold=models.prefill.threshold, prefill_base_s=models.prefill.base_s,
+            prefill_per_token_s=models.prefill.per_token_s, decode_alpha=models.decode.alpha,
+            decode_beta=models.decode.beta, decode_gamma=models.decode.gamma, decode_delta=models.decode.delta)
+    return worker_pb2.WorkerDescriptor(cost_model=cost, policy=engine.config.policy, incarnation=uuid.uuid4().hex,
+        worker_id=worker_id, role=role, address=address, host_id=host_id(), device=str(engine.device),
+        model=str(engine.model_dir), block_size=engine.config.block_size, total_blocks=engine.pool.num_blocks,
+        max_model_len=engine.max_model_len, max_num_tokens=engine.config.max_num_tokens, vocab_size=engine.model.config.vocab_size,
+        kv_dtype=str(cache.dtype).removeprefix("torch."), block_bytes=cache[0].numel() * cache.element_size(),
+        device_kind=engine.device.type, gpu_uuid=gpu_uuid(engine.device), kv_transport=kv_transport,
+        kv_receives=list(kv_receives),
+    )
+
+
+def current_load(engine: LLMEngine, draining: bool) -> worker_pb2.WorkerLoad:
+    """Read from the event loop while the engine thread runs: plain counters, a moment stale at worst."""
+    scheduler = engine.scheduler
+    waiting, running = list(scheduler.waiting), list(scheduler.running)
+    queued = sum(r.num_tokens - r.num_computed_tokens for r in waiting)
+    load = worker_pb2.WorkerLoad(free_blocks=engine.pool.num_free, running=len(running), waiting=len(waiting),
+                                 queued_tokens=queued, draining=draining,
+                                 reserved=engine.leases.num_reserved(), steps=engine.steps_completed)
+    if engine.config.policy == "fcfs":
+        return load
+    deadlines = [r.ttft_deadline for r in waiting if r.ttft_slo_ms]
+    if deadlines:
+        load.earliest_ttft_deadline_ms = (min(deadlines) - time.monotonic()) * 1000
+    slos = engine.tpot_slos()
+    if slos:
+        load.vbs = virtual_batch_size(slos)
+        load.tightest_tpot_ms = min(slos.values()) * 1000
+    if running:
+        load.mean_len = sum(r.num_tokens for r in running) / len(running)
+    return load
+
+
+def warm_up(engine: LLMEngine, cost_model_path: str = "", cost_model_cache: str = "") -> None:
+    """One short request through the whole engine, so the first real one pays no start-up cost,
+    and the unloaded step time an idle worker admits by; then the cost models (see
+    ``common.slo.startup``)."""
+    from common.engine.sampling_params import SamplingParams
+    from common.slo.profile import unloaded_step_seconds
+    from common.slo.startup import cost_models_at_start, host_lock
+
+    with host_lock():  # workers starting together measure one after the other
+        engine.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=2, ignore_eos=True))
+        engine.unloaded_step_s = unloaded_step_seconds(engine)
+    log.info("unloaded decode step: %.2f ms", engine.unloaded_step_s * 1000)
+    engine.cost_models = cost_models_at_start(engine, cost_model_path, cost_model_cache)
+    if engine.cost_models is not None:
+        log.info("prefill cost model: %s", engine.cost_models.prefill.describe())
+        log.info("decode cost model: %s", engine.cost_models.decode.describe())

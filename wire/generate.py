@@ -1,0 +1,32 @@
+"""Regenerates the Python stubs from the .proto files: ``python wire/generate.py [OUT_ROOT]``.
+
+The .proto files and their stubs live side by side in ``wire/v1/`` (proto package
+``pdserve.v1``; Python imports ``from wire.v1 import gateway_pb2``). Stubs are committed,
+because GPU images have no grpcio-tools; ``tests/unit/test_protos.py`` fails when they drift
+from the .proto files.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+WIRE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = WIRE_DIR.parent
+PROTO_FILES = sorted(WIRE_DIR.glob("v1/*.proto"))
+
+
+def generate(out_root: Path) -> None:
+    """Writes ``out_root/wire/v1/*_pb2*.py[i]``."""
+    from grpc_tools import protoc
+
+    out_root.mkdir(parents=True, exist_ok=True)
+    args = ["protoc", f"-I{REPO_ROOT}", f"--python_out={out_root}", f"--pyi_out={out_root}",
+            f"--grpc_python_out={out_root}", *map(str, PROTO_FILES)]
+    if protoc.main(args) != 0:
+        raise RuntimeError("protoc failed")
+
+
+if __name__ == "__main__":
+    generate(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO_ROOT)
+    print(f"stubs written for {', '.join(p.name for p in PROTO_FILES)}")

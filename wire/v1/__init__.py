@@ -1,0 +1,1 @@
+"""pdserve.v1: gateway.proto (the public API), worker.proto (internal services)."""
