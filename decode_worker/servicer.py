@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import grpc
 
 from common.engine.llm_engine import AdmissionError
-from common.engine.thread import EngineThread
-from common.kv_transfer.collective import CollectiveReceiver, in_waiter_thread
-from common.kv_transfer.grpc_stream import write_chunk
+from common.engine.thread import AsyncEngine, EngineThread
+from common.kv_transfer.base import NoLiveLease, NotOffered
+from common.kv_transfer.select import DecodeReceivers
 from common.engine.leases import LeaseError
 from common.process.logs import request_id_var
 from common.process.metrics import Metrics
@@ -23,14 +23,13 @@ log = logging.getLogger(__name__)
 
 
 class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
-    def __init__(self, thread: EngineThread, hub: StreamHub, collective: CollectiveReceiver,
-                 shm_name: str | None, cuda_ipc_handle: bytes | None, metrics: Metrics | None = None) -> None:
+    def __init__(self, thread: EngineThread, hub: StreamHub, receivers: DecodeReceivers,
+                 metrics: Metrics | None = None) -> None:
         self.thread = thread
         self.engine = thread.engine
+        self.async_engine = AsyncEngine(thread)  # the typed calls that run on the engine thread
         self.hub = hub
-        self.collective = collective
-        self.shm_name = shm_name
-        self.cuda_ipc_handle = cuda_ipc_handle
+        self.receivers = receivers  # the KV transports this worker's pool offers
         self.draining = False
         self.metrics = metrics or Metrics("decode")
 
@@ -45,8 +44,8 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
         if not self.hub.has_stream(request.stream_id):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no open stream {request.stream_id!r}")
         try:
-            lease = await self.thread.run(lambda e: e.reserve(request.request_id, request.prompt_tokens,
-                                                              request.max_tokens, request.tpot_ms))
+            lease = await self.async_engine.reserve(request.request_id, request.prompt_tokens, request.max_tokens,
+                                                    request.tpot_ms)
         except AdmissionError as exc:
             self.metrics.rejected("tpot_unattainable")
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
@@ -63,22 +62,21 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
                      context: grpc.aio.ServicerContext) -> worker_pb2.CommitResponse:
         try:
             params = sampling_from_proto(request.sampling)
-            await self.thread.run(lambda e: e.commit(request.request_id, request.lease_id,
-                                                     list(request.prompt_token_ids), request.first_token, params,
-                                                     request.slo.tpot_ms))
+            await self.async_engine.commit(request.request_id, request.lease_id, list(request.prompt_token_ids),
+                                           request.first_token, params, request.slo.tpot_ms)
         except (ValueError, LeaseError) as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         return worker_pb2.CommitResponse()
 
     async def Release(self, request: worker_pb2.ReleaseRequest,
                       context: grpc.aio.ServicerContext) -> worker_pb2.ReleaseResponse:
-        await self.thread.run(lambda e: e.release_reservation(request.request_id, request.lease_id,
-                                                              request.writer_may_still_write))
+        await self.async_engine.release_reservation(request.request_id, request.lease_id,
+                                                    request.writer_may_still_write)
         return worker_pb2.ReleaseResponse()
 
     async def Abort(self, request: worker_pb2.WorkerAbortRequest,
                     context: grpc.aio.ServicerContext) -> worker_pb2.WorkerAbortResponse:
-        found = await self.thread.run(lambda e: _abort_anything(e, request.request_id))
+        found = await self.async_engine.abort(request.request_id)
         return worker_pb2.WorkerAbortResponse(found=found)
 
     async def Stream(self, request: worker_pb2.StreamRequest,
@@ -93,56 +91,41 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
             for request_id in self.hub.close(request.stream_id, queue):
                 # nobody can receive its tokens any more; a reservation not yet committed goes
                 # too (quarantined: whether its prefill still writes is unknown here)
-                self.thread.call(lambda e, rid=request_id: _abort_anything(e, rid))
+                self.async_engine.abort_soon(request_id)
             log.info("stream %s closed", request.stream_id)
 
     async def TransportInfo(self, request: worker_pb2.TransportInfoRequest,
                             context: grpc.aio.ServicerContext) -> worker_pb2.TransportInfoResponse:
+        cache = self.engine.cache
         reply = worker_pb2.TransportInfoResponse(num_blocks=self.engine.pool.num_blocks,
-                                                 block_bytes=self.engine.cache.data[0].numel()
-                                                 * self.engine.cache.data.element_size(),
-                                                 kv_dtype=str(self.engine.cache.data.dtype))
-        if request.transport == "shm":
-            if self.shm_name is None:
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this worker's pool is not in shared memory")
-            reply.shm_name = self.shm_name
-        elif request.transport == "cuda_ipc":
-            if self.cuda_ipc_handle is None:
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this worker's pool is not on a GPU")
-            reply.cuda_ipc_handle = self.cuda_ipc_handle
-        elif request.transport == "nccl":
-            reply.rendezvous = await in_waiter_thread(self.collective.open, request.peer_id)
+                                                 block_bytes=cache.block_bytes, kv_dtype=str(cache.data.dtype))
+        try:
+            receiver = self.receivers.get(request.transport)
+        except NotOffered as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        if receiver is not None:
+            await receiver.describe(cache, request, reply)
         return reply
 
     async def WriteBlocks(self, request_iterator: AsyncIterator[worker_pb2.BlockChunk],
                           context: grpc.aio.ServicerContext) -> worker_pb2.WriteBlocksResponse:
-        written = 0
-        async for chunk in request_iterator:
-            allowed = self._reserved_blocks(chunk.request_id, chunk.lease_id)
-            if allowed is None:
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no live lease for {chunk.request_id}")
-            try:
-                written += write_chunk(self.engine.cache, chunk, allowed)
-            except ValueError as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        try:
+            written = await self.receivers.stream.accept(self.engine.cache, request_iterator, self._reserved_blocks)
+        except NoLiveLease as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return worker_pb2.WriteBlocksResponse(bytes=written)
 
     async def ReceiveBlocks(self, request: worker_pb2.ReceiveBlocksRequest,
                             context: grpc.aio.ServicerContext) -> worker_pb2.ReceiveBlocksResponse:
-        allowed = self._reserved_blocks(request.request_id, request.lease_id)
-        wanted = {s + i for s, n in zip(request.run_starts, request.run_lengths) for i in range(n)}
-        if allowed is None or not wanted <= allowed:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no live lease for {request.request_id}")
-        received = await in_waiter_thread(self.collective.receive, self.engine.cache.data, request.peer_id,
-                                          list(request.run_starts), list(request.run_lengths), request.tag)
+        try:
+            received = await self.receivers.collective.accept(self.engine.cache, request, self._reserved_blocks)
+        except NoLiveLease as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         return worker_pb2.ReceiveBlocksResponse(bytes=received)
 
     def _reserved_blocks(self, request_id: str, lease_id: str) -> set[int] | None:
         # Read from the event loop: the lease table changes only on the engine thread, and a
         # reserved lease's block list is fixed until it is committed or released.
         return self.engine.leases.reserved_blocks(request_id, lease_id)
-
-
-def _abort_anything(engine, request_id: str) -> bool:  # type: ignore[no-untyped-def]
-    released = engine.release_reservation(request_id, None, writer_may_still_write=True)
-    return engine.abort_request(request_id) or released

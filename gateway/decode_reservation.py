@@ -19,7 +19,7 @@ from gateway.admission import AdmissionQueue
 from gateway.errors import RequestError, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
 from gateway.router import Router
-from gateway.ttft_guard import best_prefill_s
+from gateway.ttft_guard import best_prefill_now_s
 from gateway.validation import ValidatedRequest
 from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, call_timeout, quietly
 from wire.v1 import worker_pb2
@@ -30,12 +30,11 @@ Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 class DecodeReservations:
     def __init__(self, registry: WorkerRegistry, router: Router, stream_id: str, admission: AdmissionQueue,
-                 ttft_guard: bool, spawn: Spawn) -> None:
+                 spawn: Spawn) -> None:
         self.registry = registry
         self.router = router
         self.stream_id = stream_id  # the gateway's token stream the decode worker sends to
         self.admission = admission
-        self.ttft_guard = ttft_guard
         self.spawn = spawn  # runs clean-up calls that outlive the request
 
     async def reserve(self, req: ValidatedRequest, ttft_deadline: float, avoid: set[str]) -> Reservation:
@@ -43,7 +42,7 @@ class DecodeReservations:
         try:
             return await self._reserve_once(req, avoid)
         except RequestError as exc:
-            if not (self.ttft_guard and req.ttft_ms and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED):
+            if not (self.router.ttft_guard and req.ttft_ms and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED):
                 raise
             return await self._wait_for_admission(req, ttft_deadline, avoid, exc)
 
@@ -52,7 +51,7 @@ class DecodeReservations:
         tokens = len(req.prompt_token_ids)
 
         def last_useful_moment() -> float:  # admitted later than this, the prefill cannot finish in time
-            return deadline - best_prefill_s(self.registry, tokens, deadline)
+            return deadline - best_prefill_now_s(self.registry, tokens, deadline)
 
         async with self.admission.waiting(last_useful_moment, req.tpot_ms) as waiter:
             while True:

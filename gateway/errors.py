@@ -30,3 +30,7 @@ def invalid(message: str) -> RequestError:
 
 def unavailable(message: str) -> RequestError:
     return RequestError(grpc.StatusCode.UNAVAILABLE, message)
+
+
+# An Abort ended the request. Also the item posted to its inbox to stop its stream (compared by identity).
+ABORTED = RequestError(grpc.StatusCode.CANCELLED, "aborted")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpc
 
 from common.rpc.server import channel
 from common.kv_transfer.pairing import TRANSPORTS, PoolLocation, TransportMismatch, pair_transport
-from common.slo.calibration import Calibration
+from common.slo.cost_models import PrefillModel
+from common.slo.ttft_guard import TtftGuard
 from gateway.loop_lag import LoopLag
 from wire.v1 import worker_pb2, worker_pb2_grpc
 
@@ -32,16 +33,12 @@ class WorkerRecord:
     stub: worker_pb2_grpc.PrefillWorkerStub | worker_pb2_grpc.DecodeWorkerStub
     ready: bool = False  # decode: its token stream is open; prefill: at once
     inflight: int = 0  # requests this gateway has routed here and not yet seen finish
-    inflight_tokens: int = 0  # prefill: prompt tokens this gateway sent and awaits answers for
-    # prefill: what this gateway sent and awaits, in sending order: request id -> (TTFT deadline
-    # on this gateway's perf_counter clock, inf without one; prompt tokens)
-    queued: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # prefill: the TTFT guard's view of its queue (deadlines on this gateway's perf_counter
+    # clock), made at registration; None for a decode worker
+    ttft: TtftGuard | None = None
     suspect: bool = False  # a call to it just failed: out of routing until it heartbeats again
     stalled: bool = False  # has work and finished no step for the stall timeout: out of routing
     progress_at: float = 0.0  # LoopLag.clock() when its step count last moved (or it had no work)
-    # observed / predicted prefill calls: one call, not a mean over many, decides a TTFT
-    ttft_calibration: Calibration = field(default_factory=lambda: Calibration(quantile=0.9))
-    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def worker_id(self) -> str:
@@ -55,6 +52,12 @@ class WorkerRecord:
     def routable(self) -> bool:
         return self.ready and not self.load.draining and not self.suspect and not self.stalled
 
+    @property
+    def guard(self) -> TtftGuard:
+        """The TTFT guard of a prefill worker (every registered one has one)."""
+        if self.ttft is None:
+            raise ValueError(f"{self.role} worker {self.worker_id} has no TTFT guard")
+        return self.ttft
 
 
 class WorkerRegistry:
@@ -72,6 +75,9 @@ class WorkerRegistry:
             # the same process registering again (its heartbeats went unanswered for a while):
             # its streams and in-flight requests are intact, so keep them
             old.descriptor = descriptor
+            if old.ttft is not None:  # what it awaits stays; the model is the one just sent
+                old.ttft.model = prefill_model(descriptor.cost_model)
+                old.ttft.forward_tokens = descriptor.max_num_tokens
             self.heartbeat(descriptor.worker_id, load)
             return old
         if old is not None:
@@ -83,6 +89,9 @@ class WorkerRegistry:
         heard_at = self.loop_lag.clock(now)
         record = WorkerRecord(descriptor, load, now, heard_at, ch, stub_cls(ch), ready=descriptor.role == "prefill",
                               progress_at=heard_at)
+        if descriptor.role == "prefill":
+            record.ttft = TtftGuard(prefill_model(descriptor.cost_model), descriptor.max_num_tokens)
+            record.ttft.heard(load.queued_tokens, load.running)
         self.workers[descriptor.worker_id] = record
         log.info("%s worker %s joined at %s", descriptor.role, descriptor.worker_id, descriptor.address)
         for callback in self.on_join:
@@ -98,6 +107,8 @@ class WorkerRegistry:
         if load.steps != record.load.steps or not (load.running or load.waiting):
             record.progress_at = record.heard_at
         record.load = load
+        if record.ttft is not None:
+            record.ttft.heard(load.queued_tokens, load.running)
         record.suspect = False
         return True
 
@@ -136,6 +147,13 @@ class WorkerRegistry:
 
     def routable(self, role: str) -> list[WorkerRecord]:
         return [w for w in self.workers.values() if w.role == role and w.routable]
+
+
+def prefill_model(cost: worker_pb2.CostModel) -> PrefillModel | None:
+    """The prefill fit a worker sent with its descriptor; None when it sent none."""
+    if not cost.present:
+        return None
+    return PrefillModel(cost.prefill_threshold, cost.prefill_base_s, cost.prefill_per_token_s)
 
 
 def transport_between(prefill: worker_pb2.WorkerDescriptor, decode: worker_pb2.WorkerDescriptor) -> str:

@@ -3,6 +3,10 @@
     reserve on a decode worker → Prefill (KV written into the reservation) → first token
     → Commit on the decode worker → token events from its stream → last message
 
+The request's stages and what an early end leaves to clean up: ``gateway.request_state``;
+retries before the first token: ``gateway.retries``; the wait for a decode worker to admit it:
+``gateway.decode_reservation``.
+
 Whatever ends the flow early (client cancel or deadline, Abort, a worker lost) aborts the
 request on every worker still holding it, so no KV block outlives its request: a reservation
 whose reply comes after the end is released as soon as it arrives, and decode blocks a prefill
@@ -17,19 +21,20 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 import grpc
 
 from common.kv_transfer.pairing import TransportMismatch
 from common.rpc.convert import sampling_to_proto
 from common.process.metrics import Metrics
+from gateway import retries
 from gateway.admission import AdmissionQueue
 from gateway.decode_reservation import DecodeReservations
 from gateway.decode_streams import DecodeStreams
-from gateway.errors import RequestError, WorkerLost, unavailable
+from gateway.errors import ABORTED, RequestError, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry, transport_between
-from gateway.router import Router, predicted_prefill_s
+from gateway.request_state import EXIT_CLEAN_UP, Progress, Stage
+from gateway.router import Router
 from gateway.text_stream import TextStream
 from gateway.ttft_guard import check_ttft
 from gateway.validation import ValidatedRequest
@@ -37,46 +42,20 @@ from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, PREFILL_T
 from wire.v1 import gateway_pb2, worker_pb2
 
 log = logging.getLogger(__name__)
-ABORTED = RequestError(grpc.StatusCode.CANCELLED, "aborted")
-MAX_ATTEMPTS = 3  # reserve + prefill tries before a request fails with UNAVAILABLE
-FAILED_PEER_KEY = "pdserve-failed-peer"  # prefill workers name the decode worker that failed a transfer
-
-
-@dataclass(slots=True)
-class Progress:
-    """What the flow has done so far: drives clean-up and the final message's timings."""
-
-    started: float = field(default_factory=time.perf_counter)
-    decode: WorkerRecord | None = None
-    prefill: WorkerRecord | None = None
-    lease_id: str = ""
-    commit_sent: bool = False  # the decode worker may have started decoding
-    committed: bool = False
-    completion_tokens: int = 0
-    ttft_ms: float = 0.0
-    prefill_reply: worker_pb2.PrefillResponse | None = None
-    aborted: bool = False
-    finished: bool = False
-    cleaned: bool = False
-    owner: object = None  # the validated request of the RPC that runs this flow
-    inbox: asyncio.Queue | None = None  # type: ignore[type-arg]  # the decode worker's events for it
 
 
 class RequestFlow:
     def __init__(self, registry: WorkerRegistry, router: Router, streams: DecodeStreams, tokenizer: object,
-                 ttft_guard: bool = False, metrics: Metrics | None = None,
-                 admission: AdmissionQueue | None = None) -> None:
+                 metrics: Metrics | None = None, admission: AdmissionQueue | None = None) -> None:
         self.metrics = metrics
         self.admission = admission or AdmissionQueue()
         self.registry = registry
-        self.router = router
+        self.router = router  # also says whether the TTFT guard refuses requests
         self.streams = streams
         self.tokenizer = tokenizer
-        self.ttft_guard = ttft_guard
         self.active: dict[str, Progress] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
-        self.reservations = DecodeReservations(registry, router, streams.stream_id, self.admission, ttft_guard,
-                                               self._spawn)
+        self.reservations = DecodeReservations(registry, router, streams.stream_id, self.admission, self._spawn)
 
     async def run(self, req: ValidatedRequest) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         if req.request_id in self.active:
@@ -84,10 +63,14 @@ class RequestFlow:
         progress = self.active[req.request_id] = Progress(owner=req, started=req.received_at or time.perf_counter())
         try:
             async for message in self._stages(req, progress):
-                progress.finished = bool(message.finish_reason)
+                if message.finish_reason:
+                    progress.to(Stage.DONE)
                 yield message
+        except Exception:
+            self._end(req.request_id, progress, Stage.FAILED)
+            raise
         finally:
-            self._end(req.request_id, progress)
+            self._end(req.request_id, progress, Stage.CANCELLED)
 
     def abandon(self, req: ValidatedRequest) -> None:
         """The RPC is over (cancelled, deadline, or done): clean up if the flow has not.
@@ -97,35 +80,35 @@ class RequestFlow:
         """
         progress = self.active.get(req.request_id)
         if progress is not None and progress.owner is req:
-            self._end(req.request_id, progress)
+            self._end(req.request_id, progress, Stage.CANCELLED)
 
-    def _end(self, request_id: str, progress: Progress) -> None:
-        if progress.cleaned:
+    def _end(self, request_id: str, progress: Progress, outcome: Stage) -> None:
+        ended_in = progress.end(outcome)
+        if ended_in is None:
             return
-        progress.cleaned = True
         if self.active.get(request_id) is progress:
             del self.active[request_id]
         self.streams.unsubscribe(request_id)
         if progress.decode is not None:
             progress.decode.inflight -= 1
-        if not progress.finished:
-            self._spawn(self._clean_up(request_id, progress))
+        if ended_in is not Stage.DONE:
+            self._spawn(self._clean_up(request_id, progress, ended_in))
 
     async def abort(self, request_id: str, tenant: str | None = None) -> bool:
         """Aborts a running request (only one of ``tenant``'s when given); False if there is none."""
         progress = self.active.get(request_id)
         if progress is None or (tenant is not None and getattr(progress.owner, "tenant", None) != tenant):
             return False
-        progress.aborted = True
+        progress.abort_requested = True
         self.streams.post(request_id, ABORTED)
-        if progress.prefill is not None and progress.prefill_reply is None:
+        if progress.stage is Stage.PREFILLING:
             await self._abort_prefill(request_id, progress)
         return True
 
     async def _stages(self, req: ValidatedRequest, p: Progress) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         text = TextStream(self.tokenizer, req.stop)
         self._check_ttft(req, p)
-        reply = await self._prefill_with_retries(req, p)
+        reply = await retries.first_token(req, p, self, self.registry, self.metrics)
         inbox = p.inbox
         first = text.add([reply.first_token])
         p.completion_tokens, p.ttft_ms = 1, _ms_since(p.started)
@@ -141,64 +124,23 @@ class RequestFlow:
         async for message in self._decode_events(req, p, inbox, text):
             yield message
 
-    async def _prefill_with_retries(self, req: ValidatedRequest, p: Progress) -> worker_pb2.PrefillResponse:
-        """Reserve + prefill, retried on other workers when a worker fails before the first token
-        exists (a dead or draining prefill worker, a decode worker lost during the prefill)."""
-        avoid: dict[str, set[str]] = {"prefill": set(), "decode": set()}
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            reservation = await self._reserve(req, p, avoid["decode"])
-            assert p.decode is not None
-            p.inbox = self.streams.subscribe(req.request_id, p.decode.worker_id)
-            try:
-                reply = await self._prefill(req, p, reservation, avoid["prefill"])
-                if self.registry.workers.get(p.decode.worker_id) is not p.decode:
-                    raise WorkerLost("decode", p.decode.worker_id, "it left during the prefill")
-                return reply
-            except WorkerLost as lost:
-                if p.aborted:
-                    raise ABORTED from None
-                if attempt == MAX_ATTEMPTS:
-                    await self._forget_attempt(req, p, writer_may_still_write=lost.role == "prefill")
-                    raise unavailable(f"{lost} (after {attempt} attempts)") from None
-                log.warning("%s; retrying on other workers (attempt %d)", lost, attempt + 1)
-                if self.metrics is not None:
-                    self.metrics.retries.labels("gateway", lost.role).inc()
-                avoid[lost.role].add(lost.worker_id)
-                lost_record = self.registry.workers.get(lost.worker_id)
-                if lost_record is not None:  # no new work until it proves alive with a heartbeat
-                    lost_record.suspect = True
-                # a prefill worker that answered (the decode side failed) is no longer writing
-                await self._forget_attempt(req, p, writer_may_still_write=lost.role == "prefill")
-        raise AssertionError("unreachable")
+    # -- one attempt at the first token (``retries.Attempt``) --
 
-    async def _forget_attempt(self, req: ValidatedRequest, p: Progress, writer_may_still_write: bool) -> None:
-        """Gives up one attempt's reservation. When the writer's fate is unknown (a prefill worker
-        lost mid-call), the blocks are quarantined rather than reused (if the decode worker is
-        still there to hear it)."""
-        self.streams.unsubscribe(req.request_id)
-        await self._release(req.request_id, p, writer_may_still_write=writer_may_still_write)
-        assert p.decode is not None
-        p.decode.inflight -= 1
-        p.decode, p.lease_id, p.prefill, p.prefill_reply = None, "", None, None
-
-    def _check_ttft(self, req: ValidatedRequest, p: Progress) -> None:
-        if self.ttft_guard and req.ttft_ms:
-            check_ttft(self.registry, len(req.prompt_token_ids), req.ttft_ms, p.started)
-
-    async def _reserve(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
-        p.decode, reservation = await self.reservations.reserve(req, _deadline(req, p), avoid)
-        p.lease_id = reservation.lease_id
-        p.decode.inflight += 1
+    async def reserve(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
+        decode, reservation = await self.reservations.reserve(req, _deadline(req, p), avoid)
+        p.reserved(decode, reservation.lease_id)
+        decode.inflight += 1
         try:
             self._check_ttft(req, p)  # the wait, or the reservation itself, may have used up the slack
         except RequestError:  # nothing was written: the lease can be reused at once
             await self._release(req.request_id, p, writer_may_still_write=False)
-            p.lease_id = ""
+            p.lease_given_back()
             raise
+        p.inbox = self.streams.subscribe(req.request_id, decode.worker_id)
         return reservation
 
-    async def _prefill(self, req: ValidatedRequest, p: Progress, reservation: worker_pb2.ReserveResponse,
-                       avoid: set[str]) -> worker_pb2.PrefillResponse:
+    async def prefill(self, req: ValidatedRequest, p: Progress, reservation: worker_pb2.ReserveResponse,
+                      avoid: set[str]) -> worker_pb2.PrefillResponse:
         deadline = _deadline(req, p)
         assert p.decode is not None
         decode = p.decode
@@ -207,7 +149,8 @@ class RequestFlow:
                       if w.worker_id not in avoid and (transport := _transport(w, decode))]
         if not candidates:
             raise unavailable("no prefill worker is available")
-        p.prefill, transport = candidates[0]
+        worker, transport = candidates[0]
+        p.prefilling(worker)
         destination = worker_pb2.KVDestination(
             decode_worker_id=decode.worker_id, address=decode.descriptor.address, transport=transport,
             block_ids=reservation.block_ids, lease_id=reservation.lease_id, host_id=decode.descriptor.host_id,
@@ -215,52 +158,53 @@ class RequestFlow:
         request = worker_pb2.PrefillRequest(request_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
                                             sampling=sampling_to_proto(req.params), destination=destination,
                                             slo=_slo(req))
-        raw_s = predicted_prefill_s(p.prefill, len(req.prompt_token_ids), deadline, calibrated=False)
-        p.prefill.inflight += 1
-        p.prefill.inflight_tokens += len(req.prompt_token_ids)
-        p.prefill.queued[req.request_id] = (deadline, len(req.prompt_token_ids))
+        tokens, guard = len(req.prompt_token_ids), worker.guard
+        raw_s = guard.predict_s(tokens, deadline, calibrated=False)
+        worker.inflight += 1
+        guard.sent(req.request_id, deadline, tokens)
         sent = time.perf_counter()
         try:
-            p.prefill_reply = await p.prefill.stub.Prefill(request, timeout=call_timeout(req, PREFILL_TIMEOUT_S))
-            if raw_s:  # teach the TTFT guard what the prefill call (queue, forward, KV transfer, both
-                # RPC hops, this event loop's own lag) really takes on this worker now
-                p.prefill.ttft_calibration.observe(raw_s, time.perf_counter() - sent)
-                if self.metrics is not None:
-                    self.metrics.calibration.labels("gateway", "prefill", p.prefill.worker_id).set(
-                        p.prefill.ttft_calibration.ratio)
+            reply = await worker.stub.Prefill(request, timeout=call_timeout(req, PREFILL_TIMEOUT_S))
+            p.prefilled(reply)
+            # teach the TTFT guard what the prefill call (queue, forward, KV transfer, both RPC
+            # hops, this event loop's own lag) really takes on this worker now
+            guard.answered(req.request_id, time.perf_counter() - sent, raw_s)
+            if raw_s and self.metrics is not None:
+                self.metrics.calibration.labels("gateway", "prefill", worker.worker_id).set(guard.calibration.ratio)
         except grpc.aio.AioRpcError as exc:
-            raise self._prefill_error(exc, p) from None
+            raise retries.prefill_error(exc, p) from None
         finally:
-            p.prefill.inflight -= 1
-            p.prefill.inflight_tokens -= len(req.prompt_token_ids)
-            p.prefill.queued.pop(req.request_id, None)
-        return p.prefill_reply
+            worker.inflight -= 1
+            guard.dropped(req.request_id)
+        return reply
 
-    def _prefill_error(self, exc: grpc.aio.AioRpcError, p: Progress) -> Exception:
-        if p.aborted:
-            return ABORTED
-        assert p.prefill is not None
-        code = exc.code()
-        if code == grpc.StatusCode.UNAVAILABLE:
-            failed_peer = dict(exc.trailing_metadata() or ()).get(FAILED_PEER_KEY)
-            if failed_peer:
-                return WorkerLost("decode", str(failed_peer), exc.details() or "KV transfer failed")
-            return WorkerLost("prefill", p.prefill.worker_id, exc.details() or "unreachable")
-        if code == grpc.StatusCode.CANCELLED:
-            return unavailable(f"prefill worker {p.prefill.worker_id} cancelled the request: {exc.details()}")
-        return RequestError(code, exc.details() or "prefill failed")
+    async def forget(self, req: ValidatedRequest, p: Progress, writer_may_still_write: bool) -> None:
+        """Gives up one attempt's reservation. When the writer's fate is unknown (a prefill worker
+        lost mid-call), the blocks are quarantined rather than reused (if the decode worker is
+        still there to hear it)."""
+        self.streams.unsubscribe(req.request_id)
+        await self._release(req.request_id, p, writer_may_still_write=writer_may_still_write)
+        assert p.decode is not None
+        p.decode.inflight -= 1
+        p.attempt_forgotten()
+
+    def _check_ttft(self, req: ValidatedRequest, p: Progress) -> None:
+        if self.router.ttft_guard and req.ttft_ms:
+            check_ttft(self.registry, len(req.prompt_token_ids), req.ttft_ms, p.started)
+
+    # -- after the first token --
 
     async def _commit(self, req: ValidatedRequest, p: Progress, first_token: int) -> None:
         assert p.decode is not None
         commit = worker_pb2.CommitRequest(request_id=req.request_id, lease_id=p.lease_id,
                                           prompt_token_ids=req.prompt_token_ids, first_token=first_token,
                                           sampling=sampling_to_proto(req.params), slo=_slo(req))
-        p.commit_sent = True
+        p.to(Stage.COMMITTING)
         try:
             await p.decode.stub.Commit(commit, timeout=call_timeout(req, CONTROL_TIMEOUT_S))
         except grpc.aio.AioRpcError as exc:
             raise unavailable(f"decode worker {p.decode.worker_id} refused the commit: {exc.details()}") from None
-        p.committed = True
+        p.to(Stage.STREAMING)
 
     async def _decode_events(self, req: ValidatedRequest, p: Progress, inbox: asyncio.Queue,  # type: ignore[type-arg]
                              text: TextStream) -> AsyncIterator[gateway_pb2.GenerateResponse]:
@@ -295,8 +239,21 @@ class RequestFlow:
         return gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=token_ids, text=text,
                                             finish_reason=reason, usage=usage, timings=timings)
 
+    # -- giving back what workers hold --
+
+    async def _clean_up(self, request_id: str, p: Progress, ended_in: Stage) -> None:
+        """After an early end: what ``EXIT_CLEAN_UP`` says the stage it ended in still holds."""
+        plan = EXIT_CLEAN_UP[ended_in]
+        writes_done = True
+        if plan.abort_prefill:
+            writes_done = await self._abort_prefill(request_id, p)
+        if plan.release:  # a prefill worker that could not confirm its copy is over: quarantine, not reuse
+            await self._release(request_id, p, writer_may_still_write=not writes_done)
+        if plan.abort_decode:
+            await self._abort_decode(request_id, p)
+
     async def _release(self, request_id: str, p: Progress, writer_may_still_write: bool) -> None:
-        if p.decode is not None and p.lease_id and not p.committed:
+        if p.decode is not None and p.lease_id:
             await quietly(p.decode.stub.Release(worker_pb2.ReleaseRequest(
                 request_id=request_id, lease_id=p.lease_id, writer_may_still_write=writer_may_still_write),
                 timeout=CLEANUP_TIMEOUT_S))
@@ -319,18 +276,6 @@ class RequestFlow:
             log.debug("prefill abort failed: %s", exc.code().name)
             return False
         return reply.writes_done
-
-    async def _clean_up(self, request_id: str, p: Progress) -> None:
-        """After an early end: stop the prefill, give back or abort the decode side."""
-        writes_done = True
-        if p.prefill is not None and p.prefill_reply is None:
-            writes_done = await self._abort_prefill(request_id, p)
-        if p.decode is not None:
-            if p.commit_sent:  # either order on the worker: the lease is freed, or the request stopped
-                await self._release(request_id, p, writer_may_still_write=False)
-                await self._abort_decode(request_id, p)
-            else:  # a prefill worker that could not confirm its copy is over: quarantine, not reuse
-                await self._release(request_id, p, writer_may_still_write=not writes_done)
 
     def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
         task = asyncio.get_running_loop().create_task(coro)

@@ -21,7 +21,7 @@ from gateway.decode_streams import DecodeStreams
 from gateway.loop_lag import LoopLag
 from gateway.registry import RegistryServicer, WorkerRegistry
 from gateway.request_flow import RequestFlow
-from gateway.router import LeastLoadedRouter, SloAwareRouter
+from gateway.router import router_for
 from gateway.servicer import GatewayServicer
 from gateway.tenants import TenantTable
 from gateway.validation import ModelLimits
@@ -68,8 +68,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     registry = WorkerRegistry(config.worker_timeout_ms / 1000, loop_lag, config.worker_stall_ms / 1000)
     admission = AdmissionQueue()
     streams = DecodeStreams(f"gateway-{uuid.uuid4().hex[:8]}", registry, on_finished=admission.notify)
-    router = SloAwareRouter() if config.ttft_guard else LeastLoadedRouter()
-    flow = RequestFlow(registry, router, streams, tokenizer, ttft_guard=config.ttft_guard, metrics=metrics,
+    flow = RequestFlow(registry, router_for(config.ttft_guard), streams, tokenizer, metrics=metrics,
                        admission=admission)
     server = new_server([PeerRoleInterceptor(GATEWAY_CALLERS)] if options.tls.mutual else [])
     lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)

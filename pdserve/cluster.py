@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 
 from common.worker.cpu_plan import CoreAssignment, format_cores, plan_cores
-from common.kv_transfer.shm import unlink_shared
+from common.kv_transfer.shm import pool_segment_name, unlink_shared
 from pdserve.device_share import device_workers, worker_device
 from pdserve.mps import MpsDaemon, start_mps, stop_mps
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -208,7 +208,7 @@ class LocalCluster:
                 proc.wait()
         for name in self.processes:
             if name.startswith("decode"):
-                unlink_shared(f"pdserve-kv-{name}")
+                unlink_shared(pool_segment_name(name))
         for log in self._logs:
             log.close()  # type: ignore[attr-defined]
         if self.mps is not None:  # last: its clients (the workers) have exited

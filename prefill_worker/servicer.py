@@ -14,6 +14,7 @@ import time
 
 import grpc
 
+from common.engine.block_pool import blocks_for
 from common.engine.thread import AsyncEngine, EngineThread
 from common.process.logs import request_id_var
 from common.process.metrics import Metrics
@@ -21,12 +22,12 @@ from common.kv_transfer.base import KVSender, LeaseExpiredError, TransferStats, 
 from common.kv_transfer.select import make_sender
 from common.engine.request import RequestOutput
 from common.rpc.convert import sampling_from_proto
+from common.rpc.metadata import FAILED_PEER_KEY
 from common.rpc.server import channel
 from common.engine.sampling_params import SamplingParams
 from wire.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
-FAILED_PEER_KEY = "pdserve-failed-peer"  # trailing metadata: the worker a failure came from
 TRANSFER_WINDOW_S = 30.0  # a copy may start this long after its prefill, unless the caller's deadline is sooner
 REVOKED_KEEP_S = 300.0  # how long an aborted lease id is remembered (longer than any lease lives)
 
@@ -72,7 +73,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
                 stats = await self._transfer(out, len(prompt), request.destination, context)
                 self.metrics.transferred(stats.transport, stats.bytes, stats.seconds)
         finally:
-            await self.thread.run(lambda e: e.release_held(request.request_id))
+            await self.engine.release_held(request.request_id)
         self.metrics.prompt_tokens.labels("prefill").inc(len(prompt))
         return worker_pb2.PrefillResponse(
             first_token=out.new_token_ids[0], prefill_ms=prefill_ms, transfer_ms=stats.seconds * 1000,
@@ -93,7 +94,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
 
     async def _transfer(self, out: RequestOutput, prompt_len: int, dest: worker_pb2.KVDestination,
                         context: grpc.aio.ServicerContext) -> TransferStats:
-        n_blocks = -(-prompt_len // self.thread.engine.config.block_size)
+        n_blocks = blocks_for(prompt_len, self.thread.engine.config.block_size)
         if len(dest.block_ids) < n_blocks:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"destination has {len(dest.block_ids)} blocks, prompt needs {n_blocks}")
@@ -155,7 +156,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         if request.lease_id:
             self._revoke(request.lease_id)
         write = self._writes.get(request.request_id)  # read right after revoking: see check_may_start
-        found = await self.thread.run(lambda e: e.abort_request(request.request_id))
+        found = await self.engine.abort(request.request_id)
         if write is not None:
             await asyncio.wait([write])  # bounded: the copy's own deadline and its RPC's timeout
         return worker_pb2.WorkerAbortResponse(found=bool(found) or write is not None,

@@ -8,6 +8,11 @@ ascending, mostly consecutive ids, which keeps KV transfers to a few contiguous 
 from __future__ import annotations
 
 
+def blocks_for(tokens: int, block_size: int) -> int:
+    """How many blocks of ``block_size`` tokens hold ``tokens`` tokens (the last one partly filled)."""
+    return -(-tokens // block_size)
+
+
 class BlockPool:
     def __init__(self, num_blocks: int) -> None:
         if num_blocks < 1:
@@ -19,10 +24,6 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         return len(self._free)
-
-    @property
-    def num_used(self) -> int:
-        return self.num_blocks - len(self._free)
 
     def allocate(self, n: int) -> list[int] | None:
         """``n`` fresh blocks with reference count 1, or None (nothing taken) if too few are free."""

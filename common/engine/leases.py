@@ -37,6 +37,9 @@ class Lease:
     block_ids: list[int]
     deadline: float
     state: LeaseState = LeaseState.RESERVED
+    # The request's TPOT SLO (0: none). The TPOT guard counts it from reserve on, while the
+    # lease is in the table: the request it is reserved for will decode here.
+    tpot_slo_ms: float = 0.0
 
 
 class LeaseError(ValueError):
@@ -50,13 +53,14 @@ class LeaseTable:
         self.quarantine_s = quarantine_s
         self._leases: dict[str, Lease] = {}  # by request id, RESERVED or QUARANTINED
 
-    def reserve(self, request_id: str, num_blocks: int, now: float | None = None) -> Lease | None:
+    def reserve(self, request_id: str, num_blocks: int, now: float | None = None,
+                tpot_slo_ms: float = 0.0) -> Lease | None:
         if request_id in self._leases:
             raise LeaseError(f"request {request_id!r} already holds a lease")
         blocks = self.pool.allocate(num_blocks)
         if blocks is None:
             return None
-        lease = Lease(request_id, uuid.uuid4().hex[:16], blocks, _now(now) + self.lease_s)
+        lease = Lease(request_id, uuid.uuid4().hex[:16], blocks, _now(now) + self.lease_s, tpot_slo_ms=tpot_slo_ms)
         self._leases[request_id] = lease
         return lease
 
@@ -102,6 +106,11 @@ class LeaseTable:
     def num_reserved(self) -> int:
         """Reservations still waiting for their commit (quarantines do not count)."""
         return sum(lease.state == LeaseState.RESERVED for lease in self._leases.values())
+
+    def tpot_slos_ms(self) -> dict[str, float]:
+        """TPOT SLOs of the leases in the table that have one. Quarantined ones count too: the
+        guard errs toward refusing, and they leave the table within the quarantine period."""
+        return {lease.request_id: lease.tpot_slo_ms for lease in self._leases.values() if lease.tpot_slo_ms}
 
     def held_blocks(self) -> list[int]:
         return [b for lease in self._leases.values() for b in lease.block_ids]

@@ -1,5 +1,5 @@
 """One engine: model + paged KV cache + scheduler + runner. Single-threaded; see
-``engine_thread`` for running it beside an event loop.
+``common.engine.thread`` for running it beside an event loop.
 
     step():  aborts → schedule() → runner.execute(batch) → update_from_output(...)
 """
@@ -13,12 +13,13 @@ from collections import deque
 import torch
 
 from common.engine.batch import ScheduledBatch
-from common.engine.block_pool import BlockPool
+from common.engine.block_pool import BlockPool, blocks_for
 from common.engine.config import EngineConfig
 from common.model.dense_decode_cache import DecodeStage
 from common.model.kv_cache import PagedKVCache, StorageFactory, zeros_storage
 from common.engine.leases import Lease, LeaseTable
 from common.engine.kv_memory import num_kv_blocks
+from common.engine.load import EngineLoad, measure
 from common.model.llama import LlamaModel
 from common.model.location import resolve_model_dir
 from common.model.runner import ModelRunner
@@ -28,7 +29,7 @@ from common.engine.sampling_params import SamplingParams
 from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.slo.calibration import Calibration
 from common.slo.cost_models import CostModels
-from common.slo.credit import TPOT_MARGIN, admits
+from common.slo import tpot_guard
 
 
 class AdmissionError(ValueError):
@@ -56,15 +57,16 @@ class LLMEngine:
         self.runner = ModelRunner(self.model, self.cache, Sampler(mcfg.eos_token_ids), stage)
         self.leases = LeaseTable(self.pool, config.lease_timeout_s, config.quarantine_s)
         self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
-        self._pending_tpot: dict[str, float] = {}  # reserved, not yet committed: counted by admission
         self.step_calibration = Calibration()  # decode step periods as observed vs the fitted model
         self.unloaded_step_s: float | None = None  # one request's step, measured alone at warm-up
         self.steps_completed = 0  # forwards run since start: heartbeats carry it as proof of progress
-        # Written by the engine thread after each observed step, read by metrics: plain floats.
         self.step_calibration_ratio = 1.0  # calibrated prediction / model's prediction
         self.step_prediction_error = 1.0  # median over recent steps of calibrated prediction / observed
         self._prediction_errors: deque[float] = deque(maxlen=32)
         self._last_step_end: float | None = None  # end of the previous step, if it led straight here
+        # What other threads read of this engine (``common.engine.load``): replaced, never
+        # changed, after every step and every call below that changes requests, leases or blocks.
+        self.load: EngineLoad = self._measure()
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     prefill_only: bool = False, ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0) -> None:
@@ -76,9 +78,12 @@ class LLMEngine:
         self._validate(request_id, prompt_token_ids, params)
         self.scheduler.add(Request(request_id, list(prompt_token_ids), params, prefill_only=prefill_only,
                                    ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms))
+        self.load = self._measure()
 
     def release_held(self, request_id: str) -> bool:
-        return self.scheduler.release_held(request_id)
+        released = self.scheduler.release_held(request_id)
+        self.load = self._measure()
+        return released
 
     # Decode side of a KV hand-off: reserve -> (a prefill worker writes) -> commit.
 
@@ -90,46 +95,36 @@ class LLMEngine:
         if not self.tpot_admits(tpot_slo_ms, prompt_len):
             raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here")
         tokens = prompt_len + (max_tokens if self.config.memory_policy == "guaranteed_no_evict" else 1)
-        lease = self.leases.reserve(request_id, -(-min(tokens, self.max_model_len) // self.config.block_size))
-        if lease is not None and tpot_slo_ms:
-            self._pending_tpot[request_id] = tpot_slo_ms
+        lease = self.leases.reserve(request_id, blocks_for(min(tokens, self.max_model_len), self.config.block_size),
+                                    tpot_slo_ms=tpot_slo_ms)
+        self.load = self._measure()
         return lease
 
-    def tpot_slos(self) -> dict[str, float]:
-        """TPOT SLOs (seconds) of the running requests and of those reserved, awaiting commit.
-        Read-only, so the event loop may call it for heartbeats while the engine thread runs."""
-        running = {r.request_id: r.tpot_slo_ms / 1000 for r in list(self.scheduler.running) if r.tpot_slo_ms}
-        pending = {r: t / 1000 for r, t in list(self._pending_tpot.items()) if self.leases.state(r) is not None}
-        return {**running, **pending}
-
     def tpot_admits(self, tpot_slo_ms: float, prompt_len: int) -> bool:
-        """VBS admission: running + reserved + this request within the tightest TPOT SLO (× ε).
-
-        An idle worker never refuses on a model's word alone: with nothing running or reserved,
-        the request is admitted when the step measured alone at warm-up meets its SLO (× ε),
-        and its steps then correct the model."""
-        if not self.scheduler.config.tpot_guard or self.cost_models is None or not tpot_slo_ms:
+        """The TPOT guard (``common.slo.tpot_guard``) on the requests running here and those
+        reserved (their leases carry their SLOs); always true under a policy without it, or
+        before the worker has a cost model."""
+        if not self.scheduler.config.tpot_guard or self.cost_models is None:
             return True
-        self._pending_tpot = {r: t for r, t in self._pending_tpot.items() if self.leases.state(r) is not None}
-        slos = self.tpot_slos()
-        if not slos and not self.scheduler.running and self.unloaded_step_s is not None:
-            return self.unloaded_step_s * TPOT_MARGIN <= tpot_slo_ms / 1000
-        lengths = [r.num_tokens for r in self.scheduler.running] + [prompt_len]
-        return admits(slos, tpot_slo_ms / 1000, sum(lengths) / len(lengths), self.cost_models.decode,
-                      calibration=self.step_calibration.scale)
+        running = self.scheduler.running
+        slos = tpot_guard.guarded_slos({r.request_id: r.tpot_slo_ms for r in running}, self.leases.tpot_slos_ms())
+        return tpot_guard.admits_request(tpot_slo_ms, prompt_len, slos, [r.num_tokens for r in running],
+                                         self.cost_models.decode, self.unloaded_step_s, self.step_calibration.scale)
 
     def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
                params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:
         """Starts decoding a request whose prompt KV is in its reserved blocks."""
         self._validate(request_id, prompt_token_ids, params)
         blocks = self.leases.commit(request_id, lease_id)
-        self._pending_tpot.pop(request_id, None)
         request = Request(request_id, list(prompt_token_ids), params, output_token_ids=[first_token],
                           num_computed_tokens=len(prompt_token_ids), block_ids=blocks, tpot_slo_ms=tpot_slo_ms)
-        self.scheduler.add_committed(request)
+        self.scheduler.add(request)
+        self.load = self._measure()
 
     def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:
-        return self.leases.release(request_id, lease_id, writer_may_still_write)
+        released = self.leases.release(request_id, lease_id, writer_may_still_write)
+        self.load = self._measure()
+        return released
 
     def _validate(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
         if request_id in self.scheduler.requests:
@@ -143,17 +138,36 @@ class LLMEngine:
         if total > self.max_model_len:
             raise ValueError(f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
                              f"model's limit of {self.max_model_len} tokens")
-        if -(-total // self.config.block_size) > self.pool.num_blocks:
+        if blocks_for(total, self.config.block_size) > self.pool.num_blocks:
             raise ValueError(f"prompt + max_tokens needs more KV blocks than the pool has ({self.pool.num_blocks})")
 
     def abort_request(self, request_id: str) -> bool:
         """Aborts at the next step (blocks freed then). False if the id is unknown or finished."""
         return self.scheduler.abort(request_id)
 
-    def num_in_flight(self) -> int:
-        """Requests this engine still owes an answer: queued, running, held for a KV transfer,
-        or reserved and awaiting their commit. Draining waits for this to reach 0."""
-        return len(self.scheduler.requests) + self.leases.num_reserved()
+    def abort(self, request_id: str) -> bool:
+        """Ends whatever this engine holds for the request: its reservation (quarantined, since
+        whether a prefill worker still writes into it is unknown here) and the request itself
+        (at the next step). False if it held neither."""
+        released = self.leases.release(request_id, None, writer_may_still_write=True)
+        aborted = self.scheduler.abort(request_id)
+        self.load = self._measure()
+        return aborted or released
+
+    def abort_all(self) -> list[str]:
+        """Aborts every request now, not at the next step (their callers are failed by the
+        caller); returns their ids."""
+        request_ids = list(self.scheduler.requests)
+        for request_id in request_ids:
+            self.scheduler.abort(request_id)
+        self.scheduler.apply_aborts()
+        self.load = self._measure()
+        return request_ids
+
+    def expire_leases(self) -> None:
+        """What ``step`` does first; an idle engine's thread calls it on its own."""
+        self.leases.expire()
+        self.load = self._measure()
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -162,17 +176,26 @@ class LLMEngine:
         self.leases.expire()
         outputs = self.scheduler.apply_aborts()
         batch = self.scheduler.schedule()
-        if not batch.seqs:
+        if batch.seqs:
+            outputs += self._execute(batch)
+        else:
             self._last_step_end = None
-            return outputs
+        self.load = self._measure()
+        return outputs
+
+    def _execute(self, batch: ScheduledBatch) -> list[RequestOutput]:
         started = time.perf_counter()
         sampled = self.runner.execute(batch)
         ended = time.perf_counter()
         self.steps_completed += 1
         self._observe_step(batch, ended - (self._last_step_end or started))
-        outputs += self.scheduler.update_from_output(batch, sampled)
+        outputs = self.scheduler.update_from_output(batch, sampled)
         self._last_step_end = ended if self.has_unfinished_requests() else None
         return outputs
+
+    def _measure(self) -> EngineLoad:
+        return measure(self.scheduler, self.pool, self.leases, self.steps_completed,
+                       self.step_calibration_ratio, self.step_prediction_error)
 
     def _observe_step(self, batch: ScheduledBatch, seconds: float) -> None:
         """Feeds decode-only steps to the calibration of the decode cost model.

@@ -14,8 +14,6 @@ _UIDS = itertools.count()
 
 
 class RequestStatus(enum.IntEnum):
-    """Ordered so that every status after PREEMPTED is a finished one."""
-
     WAITING = 0
     RUNNING = 1
     PREEMPTED = 2
@@ -23,10 +21,6 @@ class RequestStatus(enum.IntEnum):
     FINISHED_LENGTH = 4
     FINISHED_ABORTED = 5
     FINISHED_PREFILLED = 6  # prefill-only: first token sampled, KV held for hand-off
-
-    @property
-    def finished(self) -> bool:
-        return self > RequestStatus.PREEMPTED
 
 
 FINISH_REASONS = {

@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from common.engine.batch import ScheduledBatch, ScheduledSeq
-from common.engine.block_pool import BlockPool
+from common.engine.block_pool import BlockPool, blocks_for
 from common.engine.request import FINISH_REASONS, Request, RequestOutput, RequestStatus
 from common.slo.credit import CreditBatcher
 
@@ -56,11 +56,8 @@ class Scheduler:
         self.credit = CreditBatcher()
 
     def add(self, request: Request) -> None:
-        self.requests[request.request_id] = request
-        self.waiting.append(request)
-
-    def add_committed(self, request: Request) -> None:
-        """A request whose prompt KV already sits in ``request.block_ids`` (written by a prefill worker)."""
+        """Queues a request, fresh or committed: a committed one's prompt KV already sits in
+        ``request.block_ids`` (written by a prefill worker) and ``num_computed_tokens`` says so."""
         self.requests[request.request_id] = request
         self.waiting.append(request)
 
@@ -155,7 +152,7 @@ class Scheduler:
         return count
 
     def _grow_blocks(self, request: Request, tokens: int) -> bool:
-        missing = -(-tokens // self.config.block_size) - len(request.block_ids)
+        missing = blocks_for(tokens, self.config.block_size) - len(request.block_ids)
         if missing <= 0:
             return True
         blocks = self.pool.allocate(missing)

@@ -1,8 +1,10 @@
 """Runs an ``LLMEngine`` in its own thread, so no forward pass ever blocks an event loop.
 
-Other threads talk to it only through ``submit``/``abort`` (an inbox drained between
-steps) and through each request's ``on_output`` callback, called on the engine thread.
-``AsyncEngine`` turns those callbacks into one asyncio queue per request.
+Other threads talk to it only through ``submit``/``abort``/``call`` (an inbox drained
+between steps), through each request's ``on_output`` callback, called on the engine
+thread, and by reading ``LLMEngine.load`` (a frozen snapshot, ``common.engine.load``).
+``AsyncEngine`` is an event loop's typed face of it: one asyncio queue per request, and one
+awaitable method per engine call a server makes.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from common.engine.leases import Lease
 from common.engine.llm_engine import LLMEngine
 from common.worker.faults import InjectedFault
 from common.engine.request import RequestOutput
@@ -23,6 +26,7 @@ from common.engine.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
 OutputCallback = Callable[[RequestOutput], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +95,9 @@ class EngineThread:
     def abort(self, request_id: str) -> None:
         self._put(_Abort(request_id))
 
-    def call(self, fn: Callable[[LLMEngine], Any]) -> concurrent.futures.Future[Any]:
+    def call(self, fn: Callable[[LLMEngine], T]) -> concurrent.futures.Future[T]:
         """Runs ``fn(engine)`` on the engine thread between steps; the future holds its result."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
         if not self._put(_Call(fn, future)):
             future.set_exception(EngineDead(self.death))
         return future
@@ -105,7 +109,7 @@ class EngineThread:
             self._inbox.put(item)
             return True
 
-    async def run(self, fn: Callable[[LLMEngine], Any]) -> Any:
+    async def run(self, fn: Callable[[LLMEngine], T]) -> T:
         return await asyncio.wrap_future(self.call(fn))
 
     def _run(self) -> None:
@@ -120,8 +124,8 @@ class EngineThread:
         first_step = self.engine.steps_completed  # warm-up and profiling ran steps before the thread
         while not self._stopped:
             self._drain_inbox(block=not self.engine.has_unfinished_requests())
-            self.engine.leases.expire()
             if self._stopped or not self.engine.has_unfinished_requests():
+                self.engine.expire_leases()  # a step does it first thing
                 continue
             try:
                 self._deliver(self.engine.step())
@@ -185,10 +189,7 @@ class EngineThread:
                 callback(out)
 
     def _fail_all(self, reason: str) -> None:
-        request_ids = set(self.engine.scheduler.requests) | set(self._callbacks)
-        for request_id in list(self.engine.scheduler.requests):
-            self.engine.abort_request(request_id)
-        self.engine.scheduler.apply_aborts()
+        request_ids = set(self.engine.abort_all()) | set(self._callbacks)
         failed = [RequestOutput(request_id, (), True, "error", reason) for request_id in sorted(request_ids)]
         if self.step_listener is not None and failed:
             self.step_listener(failed)
@@ -217,10 +218,41 @@ def _run_call(item: _Call, engine: LLMEngine) -> None:
 
 
 class AsyncEngine:
-    """asyncio face of an ``EngineThread``: ``generate`` yields each step's output."""
+    """asyncio face of an ``EngineThread``: ``generate`` yields each step's output, and every
+    call a server makes into the engine is a typed method here (the one home of those calls;
+    ``EngineThread`` only carries them). Each runs on the engine thread between steps; its
+    exceptions (``AdmissionError``, ``LeaseError``, ``ValueError``) reach the awaiting caller.
+    A call handed over runs even if its caller is cancelled meanwhile."""
 
     def __init__(self, thread: EngineThread) -> None:
         self.thread = thread
+
+    async def reserve(self, request_id: str, prompt_len: int, max_tokens: int,
+                      tpot_slo_ms: float = 0.0) -> Lease | None:
+        return await self.thread.run(lambda e: e.reserve(request_id, prompt_len, max_tokens, tpot_slo_ms))
+
+    async def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
+                     params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:
+        await self.thread.run(lambda e: e.commit(request_id, lease_id, prompt_token_ids, first_token, params,
+                                                 tpot_slo_ms))
+
+    async def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:
+        return await self.thread.run(lambda e: e.release_reservation(request_id, lease_id, writer_may_still_write))
+
+    async def abort(self, request_id: str) -> bool:
+        """``LLMEngine.abort``: the request's reservation and the request itself."""
+        return await self.thread.run(lambda e: e.abort(request_id))
+
+    def abort_soon(self, request_id: str) -> None:
+        """``abort`` for a caller that cannot wait (a ``finally`` as its stream closes)."""
+        self.thread.call(lambda e: e.abort(request_id))
+
+    async def release_held(self, request_id: str) -> bool:
+        return await self.thread.run(lambda e: e.release_held(request_id))
+
+    def release_held_soon(self, request_id: str) -> None:
+        """``release_held`` for a caller that cannot wait."""
+        self.thread.call(lambda e: e.release_held(request_id))
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                        prefill_only: bool = False, ttft_slo_ms: float = 0.0) -> AsyncIterator[RequestOutput]:
@@ -240,4 +272,4 @@ class AsyncEngine:
             if not finished:  # the consumer went away (cancel, deadline): free the request's blocks
                 self.thread.abort(request_id)
                 if prefill_only:  # it may have finished (KV held) before the abort got there
-                    self.thread.call(lambda e: e.release_held(request_id))
+                    self.release_held_soon(request_id)

@@ -1,13 +1,17 @@
-"""The prefill side's view of a transport."""
+"""A transport's two halves: ``KVSender`` on the prefill side, ``KVReceiver`` on the decode side."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from common.model.kv_cache import PagedKVCache
+
+if TYPE_CHECKING:
+    from wire.v1 import worker_pb2
+    from wire.v1.worker_pb2_grpc import DecodeWorkerStub
 
 
 COPY_GRACE_S = 30.0  # a copy started just before its deadline finishes within this
@@ -51,14 +55,13 @@ class LeaseExpiredError(RuntimeError):
     """The lease's deadline passed before the copy could start; nothing was written."""
 
 
-DecodeStub = Any  # worker_pb2_grpc.DecodeWorkerStub on a grpc.aio channel
-
-
 class KVSender(Protocol):
+    """Prefill side. A prefill worker keeps one per transport (``select.make_sender``)."""
+
     name: str
 
     async def send(self, cache: PagedKVCache, src_blocks: list[int], target: TransferTarget,
-                   decode: DecodeStub) -> TransferStats:
+                   decode: DecodeWorkerStub) -> TransferStats:
         """Copies ``cache`` blocks ``src_blocks`` into ``target.block_ids`` on the decode worker.
 
         Setup a transport needs per decode worker (mapping its pool, a process group) is done
@@ -71,3 +74,44 @@ class KVSender(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+# (request id, lease id) -> the blocks reserved under that live lease; None when there is none.
+# Read on the event loop (see DecodeServicer._reserved_blocks).
+ReservedBlocks = Callable[[str, str], set[int] | None]
+
+
+class NoLiveLease(Exception):
+    """A write names a lease that is not live (for ``ReceiveBlocks``, also: blocks outside
+    it); nothing was written. The decode servicer answers it with FAILED_PRECONDITION."""
+
+
+class NotOffered(Exception):
+    """``TransportInfo`` asked for a transport this decode worker's pool cannot receive by; the
+    message says why. The decode servicer answers it with FAILED_PRECONDITION."""
+
+
+class KVReceiver(Protocol):
+    """Decode side. A decode worker builds the receivers its pool can offer once, at start
+    (``select.decode_receivers``), and its servicer delegates to them. The pool is passed in
+    (as ``KVSender.send`` is given it) since some receivers exist before the pool does.
+
+    How a receiver accepts a write is its own: shm and cuda_ipc accept nothing (the sender
+    copies straight into the mapped pool), grpc takes ``WriteBlocks`` chunks, the collective
+    one posts receives for ``ReceiveBlocks``.
+    """
+
+    name: str  # its entry in the worker's kv_receives and in TransportInfoRequest.transport
+    # Why a pool that does not offer this transport cannot receive by it (TransportInfo's
+    # FAILED_PRECONDITION detail there); "" for transports every pool offers.
+    not_offered: str
+
+    async def describe(self, cache: PagedKVCache, request: worker_pb2.TransportInfoRequest,
+                       reply: worker_pb2.TransportInfoResponse) -> None:
+        """Fills this transport's fields of ``reply`` (the common ones are filled already)."""
+        ...
+
+    def close(self) -> None:
+        """Releases what the transport holds for the pool (a shared-memory file, collective
+        groups); called once, when the worker stops."""
+        ...

@@ -24,9 +24,9 @@ import torch
 import torch.distributed as dist
 
 from common.model.kv_cache import PagedKVCache
-from common.kv_transfer.base import DecodeStub, TransferStats, TransferTarget
+from common.kv_transfer.base import NoLiveLease, ReservedBlocks, TransferStats, TransferTarget
 from common.kv_transfer.runs import block_runs
-from wire.v1 import worker_pb2
+from wire.v1 import worker_pb2, worker_pb2_grpc
 
 PREFILL_RANK, DECODE_RANK = 0, 1
 TIMEOUT = datetime.timedelta(seconds=60)
@@ -51,6 +51,9 @@ def make_group(store: dist.Store, rank: int, device: torch.device) -> dist.Proce
 class CollectiveReceiver:
     """Decode side: one TCP store for all peers, one group per prefill worker."""
 
+    name = "nccl"
+    not_offered = ""  # every pool can join a group (whether the pair can is for pairing.why_not)
+
     def __init__(self, host: str, device: torch.device) -> None:
         self.host = host
         self.device = device
@@ -59,21 +62,37 @@ class CollectiveReceiver:
         self._ready: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
+    async def describe(self, cache: PagedKVCache, request: worker_pb2.TransportInfoRequest,
+                       reply: worker_pb2.TransportInfoResponse) -> None:
+        reply.rendezvous = await in_waiter_thread(self.open, request.peer_id)
+
+    async def accept(self, cache: PagedKVCache, request: worker_pb2.ReceiveBlocksRequest,
+                     reserved: ReservedBlocks) -> int:
+        """Receives the request's runs into the pool; returns the bytes received. Raises
+        ``NoLiveLease`` (before posting any receive) unless every block is in its live lease."""
+        allowed = reserved(request.request_id, request.lease_id)
+        wanted = {s + i for s, n in zip(request.run_starts, request.run_lengths) for i in range(n)}
+        if allowed is None or not wanted <= allowed:
+            raise NoLiveLease(f"no live lease for {request.request_id}")
+        return await in_waiter_thread(self.receive, cache.data, request.peer_id, list(request.run_starts),
+                                      list(request.run_lengths), request.tag)
+
     def open(self, peer_id: str) -> str:
         """Starts joining the pair's group in the background; returns the rendezvous address."""
         with self._lock:
             if self._store is None:
                 self._store = dist.TCPStore(self.host, 0, 2, True, TIMEOUT, wait_for_workers=False)
             if peer_id not in self._ready:
-                self._ready[peer_id] = threading.Event()
-                threading.Thread(target=self._join, args=(peer_id,), daemon=True).start()
+                ready = self._ready[peer_id] = threading.Event()
+                threading.Thread(target=self._join, args=(peer_id, ready), daemon=True).start()
             return f"{self.host}:{self._store.port}"
 
-    def _join(self, peer_id: str) -> None:
+    def _join(self, peer_id: str, ready: threading.Event) -> None:
+        # ``ready`` is passed in rather than looked up: the peer may be forgotten meanwhile
         assert self._store is not None
         store = dist.PrefixStore(f"pair/{peer_id}", self._store)
         self._groups[peer_id] = make_group(store, DECODE_RANK, self.device)
-        self._ready[peer_id].set()
+        ready.set()
 
     def receive(self, pool: torch.Tensor, peer_id: str, starts: list[int], lengths: list[int], tag: int) -> int:
         """Blocking: receives each run straight into ``pool[start:start+length]``."""
@@ -90,6 +109,13 @@ class CollectiveReceiver:
         self._groups.pop(peer_id, None)
         self._ready.pop(peer_id, None)
 
+    def close(self) -> None:
+        """Drops every pair's group. A receive still waiting holds its own reference to its
+        group, so it ends as it would have; the store stays up for it (it goes with the process)."""
+        with self._lock:
+            for peer_id in list(self._ready):
+                self.forget(peer_id)
+
 
 class CollectiveSender:
     """Prefill side."""
@@ -103,7 +129,7 @@ class CollectiveSender:
         self._tags = itertools.count(1)
 
     async def send(self, cache: PagedKVCache, src_blocks: list[int], target: TransferTarget,
-                   decode: DecodeStub) -> TransferStats:
+                   decode: worker_pb2_grpc.DecodeWorkerStub) -> TransferStats:
         group = await self._group(target.decode_worker_id, decode, cache.data.device)
         target.check_may_start()
         runs = block_runs(src_blocks, target.block_ids)
@@ -117,14 +143,15 @@ class CollectiveSender:
         reply, _ = await asyncio.gather(receiving, sending)
         return TransferStats(self.name, reply.bytes, time.perf_counter() - started)
 
-    async def _group(self, decode_worker_id: str, decode: DecodeStub, device: torch.device) -> dist.ProcessGroup:
+    async def _group(self, decode_worker_id: str, decode: worker_pb2_grpc.DecodeWorkerStub,
+                     device: torch.device) -> dist.ProcessGroup:
         task = self._groups.get(decode_worker_id)
         if task is None or (task.done() and task.exception() is not None):
             task = asyncio.get_running_loop().create_task(self._join(decode, device))
             self._groups[decode_worker_id] = task
         return await asyncio.shield(task)
 
-    async def _join(self, decode: DecodeStub, device: torch.device) -> dist.ProcessGroup:
+    async def _join(self, decode: worker_pb2_grpc.DecodeWorkerStub, device: torch.device) -> dist.ProcessGroup:
         info = await decode.TransportInfo(worker_pb2.TransportInfoRequest(transport="nccl", peer_id=self.worker_id),
                                           timeout=TIMEOUT.total_seconds())
         return await in_waiter_thread(_join_group, info.rendezvous, self.worker_id, device)

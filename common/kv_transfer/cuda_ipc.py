@@ -17,9 +17,9 @@ import torch
 import torch.multiprocessing  # noqa: F401  registers the CUDA tensor reductions
 
 from common.model.kv_cache import PagedKVCache
-from common.kv_transfer.base import DecodeStub, TransferStats, TransferTarget
+from common.kv_transfer.base import TransferStats, TransferTarget
 from common.kv_transfer.runs import block_runs
-from wire.v1 import worker_pb2
+from wire.v1 import worker_pb2, worker_pb2_grpc
 
 
 def export_pool(pool: torch.Tensor) -> bytes:
@@ -34,6 +34,27 @@ def import_pool(handle: bytes) -> torch.Tensor:
     return ForkingPickler.loads(handle)  # type: ignore[no-any-return]
 
 
+class CudaIpcReceiver:
+    """Decode side: hands out the pool's IPC handle; senders copy into the pool directly, so
+    writes need nothing from this worker. The pool goes with the process."""
+
+    name = "cuda_ipc"
+    not_offered = "this worker's pool is not on a GPU"
+
+    def __init__(self) -> None:
+        self._handle: bytes | None = None
+
+    async def describe(self, cache: PagedKVCache, request: worker_pb2.TransportInfoRequest,
+                       reply: worker_pb2.TransportInfoResponse) -> None:
+        # Exported once: the pool tensor lives as long as the process, so one handle serves all.
+        if self._handle is None:
+            self._handle = export_pool(cache.data)
+        reply.cuda_ipc_handle = self._handle
+
+    def close(self) -> None:
+        pass
+
+
 class CudaIpcSender:
     name = "cuda_ipc"
 
@@ -42,7 +63,7 @@ class CudaIpcSender:
         self._stream: torch.cuda.Stream | None = None
 
     async def send(self, cache: PagedKVCache, src_blocks: list[int], target: TransferTarget,
-                   decode: DecodeStub) -> TransferStats:
+                   decode: worker_pb2_grpc.DecodeWorkerStub) -> TransferStats:
         pool = self._pools.get(target.decode_worker_id)
         if pool is None:
             info = await decode.TransportInfo(worker_pb2.TransportInfoRequest(transport="cuda_ipc"),

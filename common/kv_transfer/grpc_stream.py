@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import torch
 
 from common.model.kv_cache import PagedKVCache
-from common.kv_transfer.base import DecodeStub, TransferStats, TransferTarget
+from common.kv_transfer.base import NoLiveLease, ReservedBlocks, TransferStats, TransferTarget
 from common.kv_transfer.runs import block_runs
-from wire.v1 import worker_pb2
+from wire.v1 import worker_pb2, worker_pb2_grpc
 
 CHUNK_BYTES = 4 << 20  # per message; servers accept up to common.rpc.server.MAX_MESSAGE_BYTES
 
@@ -33,6 +33,34 @@ def write_chunk(cache: PagedKVCache, chunk: worker_pb2.BlockChunk, allowed: set[
     return len(chunk.data)
 
 
+class GrpcReceiver:
+    """Decode side: stores each ``WriteBlocks`` chunk into the blocks its lease reserved."""
+
+    name = "grpc"
+    not_offered = ""  # every pool can be written this way
+
+    async def describe(self, cache: PagedKVCache, request: worker_pb2.TransportInfoRequest,
+                       reply: worker_pb2.TransportInfoResponse) -> None:
+        pass  # nothing beyond the common fields
+
+    async def accept(self, cache: PagedKVCache, chunks: AsyncIterator[worker_pb2.BlockChunk],
+                     reserved: ReservedBlocks) -> int:
+        """Stores the stream's chunks as they come (on the event loop); returns the bytes stored.
+        Raises ``NoLiveLease`` for a chunk whose lease is not live, ``ValueError`` for one that
+        writes outside its lease or carries the wrong number of bytes; the stream is not read
+        any further then."""
+        written = 0
+        async for chunk in chunks:
+            allowed = reserved(chunk.request_id, chunk.lease_id)
+            if allowed is None:
+                raise NoLiveLease(f"no live lease for {chunk.request_id}")
+            written += write_chunk(cache, chunk, allowed)
+        return written
+
+    def close(self) -> None:
+        pass
+
+
 class GrpcSender:
     """Streams the blocks as chunks. Whatever fails while producing a chunk (reading device
     memory, an abort) ends the stream early and is raised here: the call never waits on a
@@ -41,7 +69,7 @@ class GrpcSender:
     name = "grpc"
 
     async def send(self, cache: PagedKVCache, src_blocks: list[int], target: TransferTarget,
-                   decode: DecodeStub) -> TransferStats:
+                   decode: worker_pb2_grpc.DecodeWorkerStub) -> TransferStats:
         target.check_may_start()
         started = time.perf_counter()
         failure: list[BaseException] = []
@@ -69,13 +97,13 @@ class GrpcSender:
         except Exception as exc:  # noqa: BLE001 - handed to send(), which raises it
             failure.append(exc)
 
+    def forget(self, decode_worker_id: str) -> None:
+        pass  # nothing is cached per decode worker
+
+    async def close(self) -> None:
+        pass
+
 
 def host_bytes(chunk: torch.Tensor) -> bytes:
     """The bytes of a (possibly device) tensor: device memory is copied to the host first."""
     return chunk.cpu().numpy().tobytes()
-
-    def forget(self, decode_worker_id: str) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass

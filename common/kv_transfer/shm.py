@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from common.model.kv_cache import PagedKVCache
-from wire.v1 import worker_pb2
-from common.kv_transfer.base import DecodeStub, TransferStats, TransferTarget
+from wire.v1 import worker_pb2, worker_pb2_grpc
+from common.kv_transfer.base import TransferStats, TransferTarget
 from common.kv_transfer.runs import block_runs
 
 SHM_DIR = Path("/dev/shm")
@@ -25,6 +25,12 @@ SHM_DIR = Path("/dev/shm")
 
 def shm_available() -> bool:
     return SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK)
+
+
+def pool_segment_name(decode_worker_id: str) -> str:
+    """The /dev/shm file holding a decode worker's pool (also removed by ``LocalCluster.stop``
+    after a worker that could not unlink it itself)."""
+    return f"pdserve-kv-{decode_worker_id}"
 
 
 def create_shared_tensor(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -46,6 +52,28 @@ def unlink_shared(name: str) -> None:
     (SHM_DIR / name).unlink(missing_ok=True)
 
 
+class ShmReceiver:
+    """Decode side: the pool is allocated in a /dev/shm file (``storage``), which senders map
+    by name; writes need nothing from this worker. The file is removed at stop."""
+
+    name = "shm"
+    not_offered = "this worker's pool is not in shared memory"
+
+    def __init__(self, segment: str) -> None:
+        self.segment = segment
+
+    def storage(self, shape: tuple[int, ...], dtype: torch.dtype, _device: torch.device) -> torch.Tensor:
+        """A ``StorageFactory`` for the pool (CPU only: the file is host memory)."""
+        return create_shared_tensor(self.segment, shape, dtype)
+
+    async def describe(self, cache: PagedKVCache, request: worker_pb2.TransportInfoRequest,
+                       reply: worker_pb2.TransportInfoResponse) -> None:
+        reply.shm_name = self.segment
+
+    def close(self) -> None:
+        unlink_shared(self.segment)
+
+
 class ShmSender:
     """Maps each decode worker's pool once (asking it for the segment name) and copies into it."""
 
@@ -55,7 +83,7 @@ class ShmSender:
         self._pools: dict[str, torch.Tensor] = {}
 
     async def send(self, cache: PagedKVCache, src_blocks: list[int], target: TransferTarget,
-                   decode: DecodeStub) -> TransferStats:
+                   decode: worker_pb2_grpc.DecodeWorkerStub) -> TransferStats:
         pool = self._pools.get(target.decode_worker_id)
         if pool is None:
             info = await decode.TransportInfo(worker_pb2.TransportInfoRequest(transport="shm"),

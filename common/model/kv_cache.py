@@ -36,14 +36,22 @@ class PagedKVCache:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.model = model
         shape = (num_blocks, model.num_layers, 2, model.num_kv_heads, block_size, model.head_dim)
         self.data = storage(shape, dtype, device)
         self.num_layers, self.num_kv_heads = model.num_layers, model.num_kv_heads
 
     @staticmethod
     def bytes_per_block(model: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+        """Bytes of one block (every layer's K and V for ``block_size`` tokens); usable before
+        a pool exists, to size one."""
         elem = torch.empty((), dtype=dtype).element_size()
         return model.num_layers * 2 * block_size * model.num_kv_heads * model.head_dim * elem
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block of this pool: what a worker advertises and a transport moves per block."""
+        return self.bytes_per_block(self.model, self.block_size, self.data.dtype)
 
     def write(self, layer: int, blocks: torch.Tensor, offsets: torch.Tensor, k: torch.Tensor,
               v: torch.Tensor) -> None:

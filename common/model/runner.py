@@ -6,6 +6,7 @@ import torch
 
 from common.model.attention_metadata import AttentionMetadata, PrefillChunk
 from common.engine.batch import ScheduledBatch, ScheduledSeq
+from common.engine.block_pool import blocks_for
 from common.model.dense_decode_cache import DecodeStage
 from common.model.kv_cache import PagedKVCache
 from common.model.llama import LlamaModel
@@ -50,7 +51,7 @@ class ModelRunner:
         slot_blocks = padded[owner, positions.cpu() // bs].to(self.device)
         chunks, row = [], 0
         for seq, table in zip(prefills, padded):
-            n_blocks = -(-(seq.start_pos + len(seq.token_ids)) // bs)
+            n_blocks = blocks_for(seq.start_pos + len(seq.token_ids), bs)
             chunks.append(PrefillChunk(row, len(seq.token_ids), seq.start_pos, table[:n_blocks].to(self.device)))
             row += len(seq.token_ids)
         decode_lens = [s.start_pos + 1 for s in decodes]
@@ -64,7 +65,7 @@ class ModelRunner:
             slot_offsets=positions % bs,
             prefills=tuple(chunks),
             num_prefill_rows=row,
-            decode_block_tables=padded[len(prefills):, : -(-max_ctx // bs)].to(self.device),
+            decode_block_tables=padded[len(prefills):, : blocks_for(max_ctx, bs)].to(self.device),
             decode_context_lens=torch.tensor(decode_lens, dtype=torch.int64, device=self.device),
             stage=stage,
         )

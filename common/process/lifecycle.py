@@ -56,9 +56,6 @@ class Lifecycle:
     async def not_serving(self, service: str) -> None:
         await self.health.set(service, NOT_SERVING)
 
-    def request_stop(self) -> None:
-        self._stop.set()
-
     def fail(self, reason: str) -> None:
         """Stops at once, without draining (the work in flight cannot finish here)."""
         if not self.failure:

@@ -1,4 +1,5 @@
-"""Credit-based batching and virtual-batch-size admission for decode (SCORPIO's TPOT guard).
+"""Credit-based batching for decode (SCORPIO's TPOT guard, in the scheduler; its admission
+side is ``common.slo.tpot_guard``).
 
 Each step every running request ``r`` earns ``TRP(r) = min_{r'} TPOT_SLO(r') / TPOT_SLO(r)``
 credit and runs in the step when its credit reaches 1, paying 1. The tightest requests run
@@ -8,19 +9,15 @@ every step; a request with twice the TPOT budget runs every other step, freeing 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from common.slo.cost_models import DecodeModel
-
-TPOT_MARGIN = 1.3  # ε: a step predicted this much slower must still meet the tightest TPOT SLO
+from collections.abc import Mapping
 
 
-def trp(tpot_slos: dict[str, float]) -> dict[str, float]:
+def trp(tpot_slos: Mapping[str, float]) -> dict[str, float]:
     tightest = min(tpot_slos.values())
     return {rid: tightest / slo for rid, slo in tpot_slos.items()}
 
 
-def virtual_batch_size(tpot_slos: dict[str, float]) -> float:
+def virtual_batch_size(tpot_slos: Mapping[str, float]) -> float:
     return sum(trp(tpot_slos).values()) if tpot_slos else 0.0
 
 
@@ -44,11 +41,3 @@ class CreditBatcher:
             self._credit[rid] = credit
         return chosen
 
-
-def admits(tpot_slos: dict[str, float], new_slo: float, mean_len: float, model: DecodeModel,
-           epsilon: float = TPOT_MARGIN, calibration: Callable[[float], float] = lambda s: s) -> bool:
-    """Whether adding a request with TPOT SLO ``new_slo`` keeps the predicted step time, with
-    margin ``epsilon``, within the tightest TPOT SLO of the resulting set (all in seconds).
-    ``calibration`` corrects the model's prediction by what steps have been taking."""
-    slos = {**tpot_slos, "__new__": new_slo}
-    return calibration(model.predict(virtual_batch_size(slos), mean_len)) * epsilon <= min(slos.values())

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common.engine.block_pool import blocks_for
 from common.engine.llm_engine import LLMEngine
 from common.engine.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
@@ -77,7 +78,7 @@ def measure(engine: LLMEngine, prefill_tokens: tuple[int, ...] = QUICK_PREFILL_T
     for wanted, length in decode_points:
         # as many requests as the pool holds whole (a request waiting for blocks would mix its
         # prefill into the steps timed)
-        batch = min(wanted, engine.config.max_batch_size, engine.pool.num_blocks // -(-(length + 26) // engine.config.block_size))
+        batch = min(wanted, engine.config.max_batch_size, engine.pool.num_blocks // blocks_for(length + 26, engine.config.block_size))
         if length + 24 <= engine.max_model_len and batch >= 1 and (batch, length + 10) not in zip(batches, lengths):
             batches.append(batch)
             lengths.append(length + 10)  # the mean length over the steps timed

@@ -77,16 +77,15 @@ class WorkerProcess:
         address = self.worker.advertised(int(bound.rsplit(":", 1)[1]))
         await self.server.start()
         engine = self.engine
-        self.metrics.watch(running=lambda: len(engine.scheduler.running),
-                           waiting=lambda: len(engine.scheduler.waiting),
-                           kv_usage=lambda: 1 - engine.pool.num_free / engine.pool.num_blocks,
-                           draining=lambda: float(self.draining))
+        self.metrics.watch(running=lambda: engine.load.running, waiting=lambda: engine.load.waiting,
+                           kv_usage=lambda: engine.load.kv_usage, draining=lambda: float(self.draining))
         models = engine.cost_models
         if models is not None:
             # (prefill predictions are calibrated at the gateway, which exports that calibration)
             self.metrics.watch_cost_model("prefill", self.worker_id, models.prefill.r2, models.prefill.worst_ratio)
             self.metrics.watch_cost_model("decode", self.worker_id, models.decode.r2, models.decode.worst_ratio,
-                                          lambda: engine.step_calibration_ratio, lambda: engine.step_prediction_error)
+                                          lambda: engine.load.step_calibration_ratio,
+                                          lambda: engine.load.step_prediction_error)
         self.metrics.serve(self.options.metrics_port, self.options.metrics_host)
         await self.lifecycle.serving()
         descriptor = describe(engine, self.role, self.worker_id, address,
@@ -102,7 +101,7 @@ class WorkerProcess:
             await on_stop()
             self.metrics.close()
 
-        await self.lifecycle.run(engine.num_in_flight, self._announce_draining, stop)
+        await self.lifecycle.run(lambda: engine.load.in_flight, self._announce_draining, stop)
 
     async def _announce_draining(self) -> None:
         for hook in self.on_drain:

@@ -38,31 +38,28 @@ def describe(engine: LLMEngine, role: str, worker_id: str, address: str, kv_tran
         worker_id=worker_id, role=role, address=address, host_id=host_id(), device=str(engine.device),
         model=str(engine.model_dir), block_size=engine.config.block_size, total_blocks=engine.pool.num_blocks,
         max_model_len=engine.max_model_len, max_num_tokens=engine.config.max_num_tokens, vocab_size=engine.model.config.vocab_size,
-        kv_dtype=str(cache.dtype).removeprefix("torch."), block_bytes=cache[0].numel() * cache.element_size(),
+        kv_dtype=str(cache.dtype).removeprefix("torch."), block_bytes=engine.cache.block_bytes,
         device_kind=engine.device.type, gpu_uuid=gpu_uuid(engine.device), kv_transport=kv_transport,
         kv_receives=list(kv_receives),
     )
 
 
 def current_load(engine: LLMEngine, draining: bool) -> worker_pb2.WorkerLoad:
-    """Read from the event loop while the engine thread runs: plain counters, a moment stale at worst."""
-    scheduler = engine.scheduler
-    waiting, running = list(scheduler.waiting), list(scheduler.running)
-    queued = sum(r.num_tokens - r.num_computed_tokens for r in waiting)
-    load = worker_pb2.WorkerLoad(free_blocks=engine.pool.num_free, running=len(running), waiting=len(waiting),
-                                 queued_tokens=queued, draining=draining,
-                                 reserved=engine.leases.num_reserved(), steps=engine.steps_completed)
+    """Read from the event loop while the engine thread runs: the engine's latest snapshot
+    (``LLMEngine.load``), as of its last step or call."""
+    snapshot = engine.load
+    load = worker_pb2.WorkerLoad(free_blocks=snapshot.free_blocks, running=snapshot.running,
+                                 waiting=snapshot.waiting, queued_tokens=snapshot.queued_tokens, draining=draining,
+                                 reserved=snapshot.reserved, steps=snapshot.steps)
     if engine.config.policy == "fcfs":
         return load
-    deadlines = [r.ttft_deadline for r in waiting if r.ttft_slo_ms]
-    if deadlines:
-        load.earliest_ttft_deadline_ms = (min(deadlines) - time.monotonic()) * 1000
-    slos = engine.tpot_slos()
-    if slos:
-        load.vbs = virtual_batch_size(slos)
-        load.tightest_tpot_ms = min(slos.values()) * 1000
-    if running:
-        load.mean_len = sum(r.num_tokens for r in running) / len(running)
+    if snapshot.earliest_ttft_deadline is not None:
+        load.earliest_ttft_deadline_ms = (snapshot.earliest_ttft_deadline - time.monotonic()) * 1000
+    if snapshot.tpot_slos:
+        load.vbs = virtual_batch_size(snapshot.tpot_slos)
+        load.tightest_tpot_ms = min(snapshot.tpot_slos.values()) * 1000
+    if snapshot.running:
+        load.mean_len = snapshot.mean_len
     return load
 
 

@@ -47,3 +47,17 @@ def test_commit_with_a_wrong_lease_id_is_refused():
     table.reserve("a", 1)
     with pytest.raises(LeaseError):
         table.commit("a", "not-the-lease")
+
+
+def test_a_lease_carries_its_tpot_slo_until_it_leaves_the_table():
+    table = LeaseTable(BlockPool(8), quarantine_s=3)
+    a = table.reserve("a", 1, now=0, tpot_slo_ms=50.0)
+    b = table.reserve("b", 1, now=0, tpot_slo_ms=80.0)
+    table.reserve("c", 1, now=0)  # no TPOT SLO
+    assert a is not None and a.tpot_slo_ms == 50.0
+    assert table.tpot_slos_ms() == {"a": 50.0, "b": 80.0}
+    table.commit("a", a.lease_id)  # the request now counts as running, not reserved
+    assert b is not None and table.release("b", b.lease_id, writer_may_still_write=True, now=1)
+    assert table.tpot_slos_ms() == {"b": 80.0}  # quarantined: still in the table
+    table.expire(now=4)
+    assert table.tpot_slos_ms() == {}

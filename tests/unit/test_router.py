@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.registry import WorkerRecord, WorkerRegistry
-from gateway.router import predicted_prefill_s, queued_ahead
+from common.slo.ttft_guard import TtftGuard
+from gateway.registry import WorkerRecord, WorkerRegistry, prefill_model
+from gateway.ttft_guard import best_prefill_now_s
 from wire.v1 import worker_pb2
 
 
 def _worker(queued: dict[str, tuple[float, int]], reported_tokens: int = 0, tested: bool = True) -> WorkerRecord:
     """A prefill worker with a fitted model; ``tested``: one call observed, exactly as predicted."""
     cost = worker_pb2.CostModel(present=True, prefill_threshold=100, prefill_base_s=0.010, prefill_per_token_s=1e-4)
-    record = WorkerRecord(worker_pb2.WorkerDescriptor(cost_model=cost), worker_pb2.WorkerLoad(queued_tokens=reported_tokens),
-                          0.0, 0.0, None, None)  # type: ignore[arg-type]
-    record.queued.update(queued)
+    descriptor = worker_pb2.WorkerDescriptor(cost_model=cost)
+    load = worker_pb2.WorkerLoad(queued_tokens=reported_tokens)
+    record = WorkerRecord(descriptor, load, 0.0, 0.0, None, None,  # type: ignore[arg-type]
+                          ttft=TtftGuard(prefill_model(descriptor.cost_model), descriptor.max_num_tokens))
+    record.guard.heard(load.queued_tokens, load.running)
+    record.guard.queued.update(queued)
     if tested:
-        record.ttft_calibration.observe(0.010, 0.010)
+        record.guard.calibration.observe(0.010, 0.010)
     return record
 
 
@@ -24,37 +28,33 @@ def test_only_earlier_deadlines_and_the_request_in_its_forward_are_ahead():
     worker = _worker({"oldest": (5.0, 300), "urgent": (1.0, 200), "loose": (9.0, 400)})
     # brute force over the queue as the worker's scheduler orders it (least slack first),
     # with the oldest request possibly already running
-    assert queued_ahead(worker, deadline=2.0) == 200 + 300  # urgent, plus oldest in its forward
-    assert queued_ahead(worker, deadline=6.0) == 200 + 300
-    assert queued_ahead(worker, deadline=0.5) == 300  # only the one that may be running
-    assert queued_ahead(worker, deadline=float("inf")) == 900
+    assert worker.guard.queued_ahead(deadline=2.0) == 200 + 300  # urgent, plus oldest in its forward
+    assert worker.guard.queued_ahead(deadline=6.0) == 200 + 300
+    assert worker.guard.queued_ahead(deadline=0.5) == 300  # only the one that may be running
+    assert worker.guard.queued_ahead(deadline=float("inf")) == 900
 
 
 def test_work_from_other_gateways_counts_as_ahead_and_predictions_use_the_fit():
     worker = _worker({"mine": (1.0, 200)}, reported_tokens=700)
-    assert queued_ahead(worker, deadline=0.5) == 200 + 500
+    assert worker.guard.queued_ahead(deadline=0.5) == 200 + 500
     # 700 ahead + 50 of its own through 10 ms + 0.1 ms/token above 100 tokens
-    assert predicted_prefill_s(worker, 50, deadline=0.5, calibrated=False) == pytest.approx(0.010 + 1e-4 * 650)
+    assert worker.guard.predict_s(50, deadline=0.5, calibrated=False) == pytest.approx(0.010 + 1e-4 * 650)
 
 
 def test_a_newcomer_is_not_sent_where_it_would_make_a_queued_request_late():
-    from gateway.router import pushes_queued_past_deadline
-
     # "queued" alone: 10 ms + 0.1 ms x (300 - 100) = 30 ms, due at 50 ms: on time
     worker = _worker({"queued": (0.050, 300)})
     # an earlier deadline goes ahead of it: 200 more tokens -> 50 ms, still on time
-    assert not pushes_queued_past_deadline(worker, 200, deadline=0.020, now=0.0)
+    assert not worker.guard.pushes_queued_past(200, deadline=0.020, now=0.0)
     # 250 more tokens -> 55 ms: it would be late
-    assert pushes_queued_past_deadline(worker, 250, deadline=0.020, now=0.0)
+    assert worker.guard.pushes_queued_past(250, deadline=0.020, now=0.0)
     # a later deadline queues behind it and delays nobody
-    assert not pushes_queued_past_deadline(worker, 5000, deadline=0.060, now=0.0)
+    assert not worker.guard.pushes_queued_past(5000, deadline=0.060, now=0.0)
 
 
 def test_a_queued_request_already_predicted_late_does_not_block_newcomers():
-    from gateway.router import pushes_queued_past_deadline
-
     worker = _worker({"doomed": (0.020, 300)})  # predicted 30 ms, due at 20 ms
-    assert not pushes_queued_past_deadline(worker, 250, deadline=0.010, now=0.0)
+    assert not worker.guard.pushes_queued_past(250, deadline=0.010, now=0.0)
 
 
 def _registry(*workers: WorkerRecord) -> WorkerRegistry:
@@ -72,20 +72,20 @@ def test_the_ttft_guard_refuses_when_every_worker_would_make_a_queued_request_la
     import grpc
 
     from gateway.errors import RequestError
-    from gateway.ttft_guard import best_prefill_s, check_ttft
+    from gateway.ttft_guard import check_ttft
 
     now = time.perf_counter()
     crowded = _worker({"queued": (now + 0.050, 300)})  # predicted 30 ms, due in 50 ms
     registry = _registry(crowded)
     # 250 tokens ahead of it would make it late (55 ms): no worker is usable
-    assert best_prefill_s(registry, 250, deadline=now + 0.020) == float("inf")
+    assert best_prefill_now_s(registry, 250, deadline=now + 0.020) == float("inf")
     with pytest.raises(RequestError) as refused:
         check_ttft(registry, 250, ttft_ms=20, started=now)
     assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and refused.value.reason == "ttft_unattainable"
     assert "queued requests" in refused.value.message
     # a second, idle worker serves it: 10 ms + 0.1 ms x 150 = 25 ms (uncalibrated)
     registry = _registry(crowded, _worker({}))
-    assert best_prefill_s(registry, 250, deadline=now + 0.020) == pytest.approx(0.025)
+    assert best_prefill_now_s(registry, 250, deadline=now + 0.020) == pytest.approx(0.025)
 
 
 def test_the_ttft_guard_refuses_what_the_best_worker_is_predicted_to_serve_too_late():
@@ -106,11 +106,29 @@ def test_the_ttft_guard_refuses_what_the_best_worker_is_predicted_to_serve_too_l
 def test_an_idle_worker_no_call_has_tested_yet_never_refuses_on_its_model_alone():
     import time
 
-    from gateway.ttft_guard import best_prefill_s, check_ttft
+    from gateway.ttft_guard import check_ttft
 
     now = time.perf_counter()
     untested = _worker({}, tested=False)
-    assert best_prefill_s(_registry(untested), 250, deadline=now + 0.001) == 0.0
+    assert best_prefill_now_s(_registry(untested), 250, deadline=now + 0.001) == 0.0
     check_ttft(_registry(untested), 250, ttft_ms=1, started=now)  # the first call teaches the calibration
     busy = _worker({"queued": (now + 5.0, 300)}, tested=False)
-    assert best_prefill_s(_registry(busy), 250, deadline=now + 0.001) > 0.0  # busy: the model decides
+    assert best_prefill_now_s(_registry(busy), 250, deadline=now + 0.001) > 0.0  # busy: the model decides
+
+
+async def test_a_prefill_worker_gets_its_guard_at_registration_and_heartbeats_update_it():
+    registry = WorkerRegistry(timeout_s=60)
+    cost = worker_pb2.CostModel(present=True, prefill_threshold=100, prefill_base_s=0.010, prefill_per_token_s=1e-4)
+    prefill = registry.register(worker_pb2.WorkerDescriptor(worker_id="p", role="prefill", cost_model=cost,
+                                                            max_num_tokens=256, address="127.0.0.1:1"),
+                                worker_pb2.WorkerLoad(queued_tokens=50))
+    decode = registry.register(worker_pb2.WorkerDescriptor(worker_id="d", role="decode", address="127.0.0.1:2"),
+                               worker_pb2.WorkerLoad())
+    assert decode.ttft is None and prefill.ttft is not None
+    assert prefill.guard.model is not None and prefill.guard.model.predict(300) == pytest.approx(0.030)
+    assert prefill.guard.forward_tokens == 256 and prefill.guard.queued_ahead(float("inf")) == 50
+    registry.heartbeat("p", worker_pb2.WorkerLoad(queued_tokens=0, running=1))
+    assert prefill.guard.queued_ahead(float("inf")) == 0 and not prefill.guard.idle_and_untested()
+    fcfs = registry.register(worker_pb2.WorkerDescriptor(worker_id="q", role="prefill", address="127.0.0.1:3"),
+                             worker_pb2.WorkerLoad())
+    assert fcfs.guard.model is None and fcfs.guard.predict_s(100) is None

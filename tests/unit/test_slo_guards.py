@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from common.slo.cost_models import DecodeModel, PrefillModel
-from common.slo.credit import CreditBatcher, admits, trp, virtual_batch_size
+from common.slo.credit import CreditBatcher, trp, virtual_batch_size
+from common.slo.tpot_guard import admits
 
 
 def _runs(batcher: CreditBatcher, slos: dict[str, float], steps: int) -> dict[str, list[int]]:
@@ -185,3 +186,39 @@ def test_the_prefill_fit_reproduces_small_prompts_too():
     fit = PrefillModel.fit(tokens, seconds)
     assert fit.sound, fit.describe()
     assert all(1 / 1.5 <= fit.predict(n) / t <= 1.5 for n, t in zip(tokens, seconds))
+
+
+
+def test_tpot_guard_admits_an_idle_worker_by_its_unloaded_step_and_a_busy_one_by_the_model():
+    from common.slo.tpot_guard import TPOT_MARGIN, admits_request
+
+    model = DecodeModel(alpha=0.0, beta=0.010, gamma=0.0, delta=0.0)  # 10 ms per virtual request
+    step = 0.005  # one request alone, measured: half what the model says
+    assert admits_request(0.0, 8, {"r": 0.001}, [8], model, step)  # no TPOT SLO: never refused
+    # idle: the measured step x ε decides (6.5 ms), whatever the model would say (13 ms)
+    assert admits_request(step * TPOT_MARGIN * 1000 * 1.01, 8, {}, [], model, step)
+    assert not admits_request(step * TPOT_MARGIN * 1000 * 0.99, 8, {}, [], model, step)
+    # a reservation alone makes the worker busy: the model decides (VBS 1 + 10/30 -> 17.3 ms > 10 ms)
+    assert admits_request(10.0, 8, {}, [], model, step)
+    assert not admits_request(10.0, 8, {"r": 0.030}, [], model, step)
+    assert admits_request(30.0, 8, {"r": 0.030}, [], model, step)  # VBS 2: 26 ms
+    assert not admits_request(30.0, 8, {"r": 0.030, "s": 0.030}, [], model, step)  # VBS 3: 39 ms
+    # nothing measured: the model decides even when idle (10 ms x 1.3 = 13 ms)
+    assert admits_request(13.1, 8, {}, [], model, None) and not admits_request(12.9, 8, {}, [], model, None)
+
+
+def test_tpot_guard_means_the_running_lengths_with_the_new_prompt_and_applies_the_calibration():
+    from common.slo.tpot_guard import admits_request
+
+    model = DecodeModel(alpha=0.0, beta=0.0, gamma=0.001, delta=0.0)  # 1 ms per token of mean length
+    # mean of (10, 40) and the new 40 tokens: 30 ms x 1.3 = 39 ms (without the new prompt: 32.5 ms)
+    assert admits_request(39.1, 40, {"a": 0.1}, [10, 40], model, 0.001)
+    assert not admits_request(38.9, 40, {"a": 0.1}, [10, 40], model, 0.001)
+    assert not admits_request(39.1, 40, {"a": 0.1}, [10, 40], model, 0.001, calibration=lambda s: 1.1 * s)
+
+
+def test_the_slos_the_tpot_guard_keeps_are_the_running_and_reserved_ones_with_an_slo():
+    from common.slo.tpot_guard import guarded_slos
+
+    assert guarded_slos({"a": 50.0, "b": 0.0}, {"c": 100.0}) == {"a": 0.05, "c": 0.1}
+    assert guarded_slos({}, {}) == {}

@@ -1,0 +1,115 @@
+"""The TTFT guard's view of one prefill worker's queue, and the best first token over workers.
+
+A ``TtftGuard`` belongs to one prefill worker. It knows the worker's fitted prefill model, how
+wrong that model has been lately (``Calibration`` of whole prefill calls), what this gateway
+sent there and still awaits, and what the worker last reported it holds (heartbeats), and
+predicts from those how soon a new prompt's prefill would be over.
+
+Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
+reads the clock it is given), so a simulator can drive it on a virtual clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from common.slo.calibration import Calibration
+from common.slo.cost_models import PrefillModel
+
+Queued = tuple[float, int]  # (TTFT deadline, inf without one; prompt tokens)
+
+
+def prefill_calibration() -> Calibration:
+    """Observed / predicted prefill calls: one call, not a mean over many, decides a TTFT."""
+    return Calibration(quantile=0.9)
+
+
+@dataclass(slots=True, eq=False)
+class TtftGuard:
+    model: PrefillModel | None  # the worker's fit; None when it has none (no guard asked for one)
+    forward_tokens: int = 0  # prompt tokens per forward (the worker's max_num_tokens); 0: all in one
+    calibration: Calibration = field(default_factory=prefill_calibration)
+    # what this gateway sent and awaits, in sending order: request id -> (deadline, tokens);
+    # deadlines are on the clock ``now`` is read from
+    queued: dict[str, Queued] = field(default_factory=dict)
+    reported_tokens: int = 0  # prompt tokens the worker last said it has queued (all gateways')
+    reported_running: int = 0  # requests the worker last said it is running
+
+    def heard(self, queued_tokens: int, running: int) -> None:
+        """The worker's own account of its load (registration, heartbeat)."""
+        self.reported_tokens, self.reported_running = queued_tokens, running
+
+    def sent(self, request_id: str, deadline: float, tokens: int) -> None:
+        self.queued[request_id] = (deadline, tokens)
+
+    def answered(self, request_id: str, observed_s: float, predicted_s: float | None) -> None:
+        """The worker returned the request's first token after ``observed_s``: its tokens leave
+        the queue, and the call teaches the calibration what ``predicted_s`` (uncalibrated;
+        None or 0: no prediction was made) really took."""
+        self.queued.pop(request_id, None)
+        if predicted_s:
+            self.calibration.observe(predicted_s, observed_s)
+
+    def dropped(self, request_id: str) -> None:
+        """The call ended without an answer (failed, cancelled): its tokens leave the queue and
+        nothing is learnt. Idempotent."""
+        self.queued.pop(request_id, None)
+
+    def queued_ahead(self, deadline: float) -> int:
+        """Prompt tokens the worker will compute before a request with this deadline.
+
+        Prefill queues run least slack first, so only queued requests with an earlier deadline
+        are ahead, plus the oldest one, which may already be in its (non-preemptible) forward.
+        Work the worker reports beyond what this gateway sent (other gateways') counts as ahead.
+        """
+        mine = list(self.queued.values())
+        ahead = sum(tokens for d, tokens in mine if d <= deadline)
+        if mine and mine[0][0] > deadline:
+            ahead += mine[0][1]
+        others = max(0, self.reported_tokens - sum(tokens for _, tokens in mine))
+        return ahead + others
+
+    def predict_s(self, prompt_tokens: int, deadline: float = float("inf"), calibrated: bool = True) -> float | None:
+        """The queue ahead plus this prompt through the fitted model, one forward per
+        ``forward_tokens`` (scaled by what calls have been taking when ``calibrated``); None
+        without a model."""
+        if self.model is None:
+            return None
+        raw = self.model.predict_forwards(self.queued_ahead(deadline) + prompt_tokens, self.forward_tokens)
+        return self.calibration.scale(raw) if calibrated else raw
+
+    def pushes_queued_past(self, prompt_tokens: int, deadline: float, now: float) -> bool:
+        """Whether sending a request with this deadline here would make a request already
+        queued, predicted to be on time, late.
+
+        Least slack first puts the newcomer ahead of every queued request with a later deadline,
+        so each of those waits for its tokens too. Admitting it anyway would trade a request that
+        was promised its SLO for one that was not, and make the promises worth less.
+        """
+        for queued_deadline, _ in list(self.queued.values()):
+            if queued_deadline < deadline or queued_deadline == float("inf"):
+                continue
+            on_time_now = now + (self.predict_s(0, queued_deadline) or 0.0) <= queued_deadline
+            if on_time_now and now + (self.predict_s(prompt_tokens, queued_deadline) or 0.0) > queued_deadline:
+                return True
+        return False
+
+    def idle_and_untested(self) -> bool:
+        """Nothing to do and no call observed yet: its model alone must not refuse a request."""
+        return (self.calibration.num_samples == 0 and not self.queued and self.reported_tokens == 0
+                and self.reported_running == 0)
+
+
+def best_prefill_s(guards: Collection[TtftGuard], prompt_tokens: int, deadline: float, now: float) -> float:
+    """The least predicted prefill call (seconds) over the workers where the request makes no
+    queued request late; inf when there is none; 0 when no worker has a model, or when one is
+    idle and no call to it has been observed yet: a worker with nothing to do never refuses on
+    a model's word alone, and its first call teaches the calibration."""
+    if any(g.idle_and_untested() for g in guards):
+        return 0.0
+    predictions = [g.predict_s(prompt_tokens, deadline) for g in guards
+                   if not g.pushes_queued_past(prompt_tokens, deadline, now)]
+    if not predictions:
+        return float("inf") if guards else 0.0
+    return min((s for s in predictions if s is not None), default=0.0)

@@ -1,0 +1,93 @@
+"""Retrying a request on other workers while nothing has reached the client yet.
+
+Until the first token exists, a failed worker costs the request nothing but time: the attempt
+(a decode reservation and a prefill into it) is given back and made again elsewhere, up to
+``MAX_ATTEMPTS`` times. The worker that failed leaves routing (``suspect``) until it
+heartbeats again. Which worker failed is read from the error: a prefill worker that names a
+decode worker in ``FAILED_PEER_KEY`` answered, its KV transfer to that decode worker failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import grpc
+
+from common.process.metrics import Metrics
+from common.rpc.metadata import FAILED_PEER_KEY
+from gateway.errors import ABORTED, RequestError, WorkerLost, unavailable
+from gateway.registry import WorkerRegistry
+from gateway.request_state import Progress
+from gateway.validation import ValidatedRequest
+from wire.v1 import worker_pb2
+
+log = logging.getLogger(__name__)
+MAX_ATTEMPTS = 3  # reserve + prefill tries before a request fails with UNAVAILABLE
+
+
+class Attempt(Protocol):
+    """One try at a first token: the request flow's steps, as the retry loop drives them."""
+
+    async def reserve(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
+        """A lease on a decode worker not in ``avoid`` (RESERVING → RESERVED)."""
+        ...
+
+    async def prefill(self, req: ValidatedRequest, p: Progress, reservation: worker_pb2.ReserveResponse,
+                      avoid: set[str]) -> worker_pb2.PrefillResponse:
+        """The prefill into it on a worker not in ``avoid`` (RESERVED → PREFILLING → PREFILLED);
+        a failure a retry may cure raises WorkerLost."""
+        ...
+
+    async def forget(self, req: ValidatedRequest, p: Progress, writer_may_still_write: bool) -> None:
+        """Gives the attempt's lease back (→ RESERVING)."""
+        ...
+
+
+async def first_token(req: ValidatedRequest, p: Progress, attempt: Attempt, registry: WorkerRegistry,
+                      metrics: Metrics | None) -> worker_pb2.PrefillResponse:
+    """Reserve + prefill, retried on other workers when a worker fails before the first token
+    exists (a dead or draining prefill worker, a decode worker lost during the prefill)."""
+    avoid: dict[str, set[str]] = {"prefill": set(), "decode": set()}
+    for n in range(1, MAX_ATTEMPTS + 1):
+        reservation = await attempt.reserve(req, p, avoid["decode"])
+        assert p.decode is not None
+        try:
+            reply = await attempt.prefill(req, p, reservation, avoid["prefill"])
+            if registry.workers.get(p.decode.worker_id) is not p.decode:
+                raise WorkerLost("decode", p.decode.worker_id, "it left during the prefill")
+            return reply
+        except WorkerLost as lost:
+            if p.abort_requested:
+                raise ABORTED from None
+            # a prefill worker that answered (the decode side failed) is no longer writing
+            writer_may_still_write = lost.role == "prefill"
+            if n == MAX_ATTEMPTS:
+                await attempt.forget(req, p, writer_may_still_write)
+                raise unavailable(f"{lost} (after {n} attempts)") from None
+            log.warning("%s; retrying on other workers (attempt %d)", lost, n + 1)
+            if metrics is not None:
+                metrics.retries.labels("gateway", lost.role).inc()
+            avoid[lost.role].add(lost.worker_id)
+            lost_record = registry.workers.get(lost.worker_id)
+            if lost_record is not None:  # no new work until it proves alive with a heartbeat
+                lost_record.suspect = True
+            await attempt.forget(req, p, writer_may_still_write)
+    raise AssertionError("unreachable")
+
+
+def prefill_error(exc: grpc.aio.AioRpcError, p: Progress) -> Exception:
+    """What a failed Prefill call means for the request: WorkerLost when another worker may
+    succeed, else the error that ends it."""
+    if p.abort_requested:
+        return ABORTED
+    assert p.prefill is not None
+    code = exc.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        failed_peer = dict(exc.trailing_metadata() or ()).get(FAILED_PEER_KEY)
+        if failed_peer:
+            return WorkerLost("decode", str(failed_peer), exc.details() or "KV transfer failed")
+        return WorkerLost("prefill", p.prefill.worker_id, exc.details() or "unreachable")
+    if code == grpc.StatusCode.CANCELLED:
+        return unavailable(f"prefill worker {p.prefill.worker_id} cancelled the request: {exc.details()}")
+    return RequestError(code, exc.details() or "prefill failed")

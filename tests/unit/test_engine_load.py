@@ -1,0 +1,80 @@
+"""What other threads read of a live engine (``LLMEngine.load``), and the typed calls an event
+loop makes into it (``AsyncEngine``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from common.engine.config import EngineConfig
+from common.engine.leases import LeaseError
+from common.engine.llm_engine import AdmissionError, LLMEngine
+from common.engine.sampling_params import SamplingParams
+from common.engine.thread import AsyncEngine, EngineThread
+from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
+
+PARAMS = SamplingParams(max_tokens=3, ignore_eos=True)
+
+
+def test_the_load_snapshot_is_replaced_after_every_call_and_step_and_never_changed():
+    engine = LLMEngine(EngineConfig(num_kv_blocks=64, quarantine_s=0.0))
+    idle = engine.load
+    assert (idle.running, idle.waiting, idle.reserved, idle.in_flight, idle.free_blocks) == (0, 0, 0, 0, 64)
+    lease = engine.reserve("b", 3, 3, tpot_slo_ms=50.0)
+    assert lease is not None
+    reserved = engine.load
+    assert (reserved.reserved, reserved.in_flight, reserved.free_blocks) == (1, 1, 63)
+    assert dict(reserved.tpot_slos) == {"b": 0.05}  # the lease's SLO counts before its commit
+    assert idle.reserved == 0 and idle.free_blocks == 64  # a snapshot already read stays as it was
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        reserved.running = 5  # type: ignore[misc]
+    engine.commit("b", lease.lease_id, [1, 2, 3], 7, PARAMS, tpot_slo_ms=50.0)
+    engine.add_request("a", [1, 2, 3, 4, 5], PARAMS, ttft_slo_ms=1000.0)
+    queued = engine.load
+    assert (queued.reserved, queued.waiting, queued.in_flight) == (0, 2, 2)
+    assert queued.queued_tokens == 5 + 1  # a's prompt; b's first token, its prompt KV written already
+    assert queued.earliest_ttft_deadline is not None
+    engine.step()
+    running = engine.load
+    assert (running.running, running.waiting, running.steps) == (2, 0, engine.steps_completed)
+    assert dict(running.tpot_slos) == {"b": 0.05}
+    assert running.mean_len == pytest.approx((5 + 1 + 4 + 1) / 2) and running.earliest_ttft_deadline is None
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert (engine.load.running, engine.load.in_flight, engine.load.free_blocks) == (0, 0, 64)
+    assert not engine.load.tpot_slos and engine.load.kv_usage == 0.0
+    # an abort takes the reservation (quarantined: its writer may still write) and the request
+    assert engine.reserve("c", 3, 3) is not None and engine.abort("c") and not engine.abort("unknown")
+    assert (engine.load.reserved, engine.load.in_flight, engine.load.free_blocks) == (0, 0, 63)
+    engine.expire_leases()  # past the quarantine
+    assert engine.load.free_blocks == 64
+    engine.check_integrity()
+
+
+async def test_typed_engine_calls_return_their_results_and_raise_the_engines_errors():
+    engine = LLMEngine(EngineConfig(num_kv_blocks=64, policy="scorpio"))
+    engine.cost_models = CostModels(PrefillModel(0, 0.001, 0.0), DecodeModel(0.0, 0.0, 0.0, 1.0))  # 1 s a step
+    thread = EngineThread(engine)
+    thread.start()
+    calls = AsyncEngine(thread)
+    try:
+        with pytest.raises(AdmissionError):
+            await calls.reserve("slow", 3, 3, tpot_slo_ms=10.0)
+        with pytest.raises(ValueError, match="prompt is empty"):
+            await calls.reserve("empty", 0, 3)
+        lease = await calls.reserve("a", 3, 3)
+        assert lease is not None
+        with pytest.raises(LeaseError):
+            await calls.commit("a", "not-the-lease", [1, 2, 3], 7, PARAMS)
+        assert not await calls.release_reservation("a", "not-the-lease", writer_may_still_write=False)
+        assert await calls.release_reservation("a", lease.lease_id, writer_may_still_write=False)
+        lease = await calls.reserve("b", 3, 3)
+        assert lease is not None
+        await calls.commit("b", lease.lease_id, [1, 2, 3], 7, PARAMS)
+        assert await calls.abort("b") and not await calls.abort("unknown")
+        assert not await calls.release_held("unknown")
+    finally:
+        thread.stop()
+    assert engine.load.in_flight == 0 and engine.load.free_blocks == 64
+    engine.check_integrity()

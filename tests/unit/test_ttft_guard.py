@@ -1,0 +1,108 @@
+"""The TTFT guard of one prefill worker, driven on a virtual clock as a simulator drives it."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.slo.calibration import Calibration
+from common.slo.cost_models import PrefillModel
+from common.slo.ttft_guard import TtftGuard, best_prefill_s
+
+MODEL = PrefillModel(threshold=100, base_s=0.010, per_token_s=1e-4)  # 10 ms + 0.1 ms per token above 100
+INF = float("inf")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _guard(clock: Clock, model: PrefillModel | None = MODEL, forward_tokens: int = 0) -> TtftGuard:
+    return TtftGuard(model, forward_tokens, Calibration(quantile=0.9, clock=clock))
+
+
+def test_a_queued_request_with_an_earlier_deadline_is_ahead_and_a_later_one_is_not():
+    clock = Clock()
+    guard = _guard(clock)
+    guard.sent("first", deadline=1.0, tokens=300)  # the oldest: may be in its forward whatever its deadline
+    guard.sent("early", deadline=2.0, tokens=200)
+    guard.sent("late", deadline=4.0, tokens=400)
+    assert guard.queued_ahead(3.0) == 300 + 200
+    assert guard.queued_ahead(1.5) == 300
+    assert guard.queued_ahead(0.5) == 300  # not earlier, but already running
+    assert guard.queued_ahead(INF) == 900
+    # the prediction counts what is ahead, not what queues behind: 500 + 100 through the fit
+    assert guard.predict_s(100, deadline=3.0) == pytest.approx(0.010 + 1e-4 * 500)
+    guard.dropped("first")
+    assert guard.queued_ahead(1.5) == 200  # now "early" is the oldest, possibly running
+    guard.dropped("first")  # twice: no harm
+    assert guard.queued_ahead(3.0) == 200
+
+
+def test_work_the_worker_reports_beyond_what_was_sent_counts_as_ahead():
+    guard = _guard(Clock())
+    guard.sent("mine", deadline=1.0, tokens=200)
+    guard.heard(queued_tokens=700, running=1)
+    assert guard.queued_ahead(0.5) == 200 + 500
+    guard.heard(queued_tokens=100, running=1)  # the worker already computed some of mine
+    assert guard.queued_ahead(0.5) == 200
+
+
+def test_a_long_queue_takes_one_forward_per_budget():
+    guard = _guard(Clock(), forward_tokens=256)
+    guard.sent("a", deadline=INF, tokens=600)
+    # 600 + 40 tokens: two full forwards of 256, then 128
+    assert guard.predict_s(40, calibrated=False) == pytest.approx(2 * (0.010 + 1e-4 * 156) + 0.010 + 1e-4 * 28)
+
+
+def test_a_newcomer_that_would_make_a_queued_on_time_request_late_is_reported():
+    clock = Clock()
+    guard = _guard(clock)
+    guard.sent("queued", deadline=0.050, tokens=300)  # 30 ms alone, due at 50 ms: on time
+    assert not guard.pushes_queued_past(200, deadline=0.020, now=clock.now)  # 50 ms: just in time
+    assert guard.pushes_queued_past(250, deadline=0.020, now=clock.now)  # 55 ms: late
+    assert not guard.pushes_queued_past(5000, deadline=0.060, now=clock.now)  # behind it: delays nobody
+    clock.now = 0.015  # time passes: now even 200 tokens ahead of it make it late
+    assert guard.pushes_queued_past(200, deadline=0.020, now=clock.now)
+    clock.now = 0.030  # it is already predicted late: no newcomer is blamed for it
+    assert not guard.pushes_queued_past(250, deadline=0.020, now=clock.now)
+
+
+def test_answers_teach_the_calibration_and_leave_the_queue():
+    clock = Clock()
+    guard = _guard(clock)
+    assert guard.idle_and_untested()
+    guard.sent("a", deadline=1.0, tokens=300)
+    assert not guard.idle_and_untested()
+    predicted = guard.predict_s(0, deadline=1.0, calibrated=False)
+    assert predicted == pytest.approx(0.030)
+    clock.now = 0.060
+    guard.answered("a", observed_s=0.060, predicted_s=predicted)  # took twice the fit
+    assert not guard.queued and guard.calibration.num_samples == 1
+    assert guard.predict_s(300) == pytest.approx(0.060)
+    assert not guard.idle_and_untested()  # tested now
+    guard.answered("b", observed_s=1.0, predicted_s=None)  # no prediction made: nothing learnt
+    assert guard.calibration.num_samples == 1
+
+
+def test_a_worker_busy_by_its_own_report_is_not_idle():
+    guard = _guard(Clock())
+    guard.heard(queued_tokens=0, running=1)
+    assert not guard.idle_and_untested()
+
+
+def test_best_prefill_over_workers_skips_those_it_would_make_late():
+    clock = Clock()
+    crowded, idle = _guard(clock), _guard(clock)
+    for guard in (crowded, idle):
+        guard.calibration.observe(0.010, 0.010)  # tested, exactly as predicted
+    crowded.sent("queued", deadline=0.050, tokens=300)
+    assert best_prefill_s([crowded], 250, deadline=0.020, now=clock.now) == INF
+    assert best_prefill_s([crowded, idle], 250, deadline=0.020, now=clock.now) == pytest.approx(0.025)
+    assert best_prefill_s([], 250, deadline=0.020, now=clock.now) == 0.0
+    assert best_prefill_s([_guard(clock, model=None)], 250, deadline=0.020, now=clock.now) == 0.0
+    # an idle worker no call has tested never refuses on its model alone
+    assert best_prefill_s([crowded, _guard(clock)], 250, deadline=0.020, now=clock.now) == 0.0
