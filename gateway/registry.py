@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import grpc
 
+from common.rpc.convert import prefill_model_from_proto
 from common.rpc.server import channel
 from common.kv_transfer.pairing import TRANSPORTS, PoolLocation, TransportMismatch, pair_transport
-from common.slo.cost_models import PrefillModel
 from common.slo.ttft_guard import TtftGuard
 from gateway.loop_lag import LoopLag
 from wire.v1 import worker_pb2, worker_pb2_grpc
@@ -76,7 +76,7 @@ class WorkerRegistry:
             # its streams and in-flight requests are intact, so keep them
             old.descriptor = descriptor
             if old.ttft is not None:  # what it awaits stays; the model is the one just sent
-                old.ttft.model = prefill_model(descriptor.cost_model)
+                old.ttft.model = prefill_model_from_proto(descriptor.cost_model)
                 old.ttft.forward_tokens = descriptor.max_num_tokens
             self.heartbeat(descriptor.worker_id, load)
             return old
@@ -90,7 +90,7 @@ class WorkerRegistry:
         record = WorkerRecord(descriptor, load, now, heard_at, ch, stub_cls(ch), ready=descriptor.role == "prefill",
                               progress_at=heard_at)
         if descriptor.role == "prefill":
-            record.ttft = TtftGuard(prefill_model(descriptor.cost_model), descriptor.max_num_tokens)
+            record.ttft = TtftGuard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens)
             record.ttft.heard(load.queued_tokens, load.running)
         self.workers[descriptor.worker_id] = record
         log.info("%s worker %s joined at %s", descriptor.role, descriptor.worker_id, descriptor.address)
@@ -147,13 +147,6 @@ class WorkerRegistry:
 
     def routable(self, role: str) -> list[WorkerRecord]:
         return [w for w in self.workers.values() if w.role == role and w.routable]
-
-
-def prefill_model(cost: worker_pb2.CostModel) -> PrefillModel | None:
-    """The prefill fit a worker sent with its descriptor; None when it sent none."""
-    if not cost.present:
-        return None
-    return PrefillModel(cost.prefill_threshold, cost.prefill_base_s, cost.prefill_per_token_s)
 
 
 def transport_between(prefill: worker_pb2.WorkerDescriptor, decode: worker_pb2.WorkerDescriptor) -> str:

@@ -13,7 +13,6 @@ gateway's event loop thread, so none of it needs a lock.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import time
 from collections.abc import Callable, Sequence

@@ -137,8 +137,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
             log.info("decode worker %s restarted; dropping its cached transport state", dest.decode_worker_id)
             for sender in self._senders.values():
                 sender.forget(dest.decode_worker_id)
-            stub = self._stubs.pop(dest.address, None)
-            del stub
+            self._stubs.pop(dest.address, None)
         self._incarnations[dest.decode_worker_id] = dest.incarnation
 
     def _sender(self, name: str) -> KVSender:

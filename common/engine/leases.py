@@ -76,10 +76,11 @@ class LeaseTable:
         lease = self._leases.get(request_id)
         if lease is None or (lease_id and lease.lease_id != lease_id):
             return False
-        if writer_may_still_write and lease.state == LeaseState.RESERVED:
-            self._quarantine(lease, _now(now))
-        else:
+        if not writer_may_still_write:
             self._free(lease)
+        elif lease.state == LeaseState.RESERVED:
+            self._quarantine(lease, _now(now))
+        # else: quarantined already, and still unsure: it stays until its quarantine ends
         return True
 
     def expire(self, now: float | None = None) -> list[str]:

@@ -106,9 +106,9 @@ class LLMEngine:
         before the worker has a cost model."""
         if not self.scheduler.config.tpot_guard or self.cost_models is None:
             return True
-        running = self.scheduler.running
-        slos = tpot_guard.guarded_slos({r.request_id: r.tpot_slo_ms for r in running}, self.leases.tpot_slos_ms())
-        return tpot_guard.admits_request(tpot_slo_ms, prompt_len, slos, [r.num_tokens for r in running],
+        # ``self.load`` is current here: every change to requests or leases republishes it
+        return tpot_guard.admits_request(tpot_slo_ms, prompt_len, self.load.tpot_slos,
+                                         [r.num_tokens for r in self.scheduler.running],
                                          self.cost_models.decode, self.unloaded_step_s, self.step_calibration.scale)
 
     def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,

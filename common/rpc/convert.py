@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from common.engine.sampling_params import SamplingParams
-from wire.v1 import gateway_pb2
+from common.slo.cost_models import CostModels, PrefillModel
+from wire.v1 import gateway_pb2, worker_pb2
 
 DEFAULT_MAX_TOKENS = 16
 
@@ -30,3 +31,20 @@ def sampling_to_proto(params: SamplingParams) -> gateway_pb2.SamplingParams:
     if params.seed is not None:
         msg.seed = params.seed
     return msg
+
+
+def cost_models_to_proto(models: CostModels | None) -> worker_pb2.CostModel:
+    """A worker's fitted cost models as its descriptor carries them (``present`` false: none)."""
+    if models is None:
+        return worker_pb2.CostModel()
+    return worker_pb2.CostModel(
+        present=True, prefill_threshold=models.prefill.threshold, prefill_base_s=models.prefill.base_s,
+        prefill_per_token_s=models.prefill.per_token_s, decode_alpha=models.decode.alpha,
+        decode_beta=models.decode.beta, decode_gamma=models.decode.gamma, decode_delta=models.decode.delta)
+
+
+def prefill_model_from_proto(cost: worker_pb2.CostModel) -> PrefillModel | None:
+    """The prefill fit a worker sent with its descriptor; None when it sent none."""
+    if not cost.present:
+        return None
+    return PrefillModel(cost.prefill_threshold, cost.prefill_base_s, cost.prefill_per_token_s)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import torch
 
 from common.engine.llm_engine import LLMEngine
+from common.rpc.convert import cost_models_to_proto
 from common.worker.registration import host_id
 from common.slo.credit import virtual_batch_size
 from wire.v1 import worker_pb2
@@ -27,14 +28,8 @@ def gpu_uuid(device: torch.device) -> str:
 def describe(engine: LLMEngine, role: str, worker_id: str, address: str, kv_transport: str = "",
              kv_receives: Sequence[str] = ()) -> worker_pb2.WorkerDescriptor:
     cache = engine.cache.data
-    models = engine.cost_models
-    cost = worker_pb2.CostModel()
-    if models is not None:
-        cost = worker_pb2.CostModel(
-            present=True, prefill_threshold=models.prefill.threshold, prefill_base_s=models.prefill.base_s,
-            prefill_per_token_s=models.prefill.per_token_s, decode_alpha=models.decode.alpha,
-            decode_beta=models.decode.beta, decode_gamma=models.decode.gamma, decode_delta=models.decode.delta)
-    return worker_pb2.WorkerDescriptor(cost_model=cost, policy=engine.config.policy, incarnation=uuid.uuid4().hex,
+    return worker_pb2.WorkerDescriptor(
+        cost_model=cost_models_to_proto(engine.cost_models), policy=engine.config.policy, incarnation=uuid.uuid4().hex,
         worker_id=worker_id, role=role, address=address, host_id=host_id(), device=str(engine.device),
         model=str(engine.model_dir), block_size=engine.config.block_size, total_blocks=engine.pool.num_blocks,
         max_model_len=engine.max_model_len, max_num_tokens=engine.config.max_num_tokens, vocab_size=engine.model.config.vocab_size,

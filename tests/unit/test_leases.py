@@ -61,3 +61,16 @@ def test_a_lease_carries_its_tpot_slo_until_it_leaves_the_table():
     assert table.tpot_slos_ms() == {"b": 80.0}  # quarantined: still in the table
     table.expire(now=4)
     assert table.tpot_slos_ms() == {}
+
+
+def test_a_quarantine_ends_early_only_when_the_writer_is_known_done():
+    table = LeaseTable(BlockPool(8), quarantine_s=3)
+    lease = table.reserve("a", 2, now=0)
+    table.release("a", None, writer_may_still_write=True, now=1)  # e.g. its stream closed
+    # a second caller, still unsure whether the writer is done, must not free the blocks
+    assert table.release("a", lease.lease_id, writer_may_still_write=True, now=2)
+    assert table.state("a") == LeaseState.QUARANTINED and table.pool.num_free == 6
+    # the writer's worker confirms no copy runs: the blocks come back at once
+    assert table.release("a", lease.lease_id, writer_may_still_write=False, now=2)
+    assert table.state("a") is None and table.pool.num_free == 8
+    table.pool.check_integrity()
