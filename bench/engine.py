@@ -5,9 +5,13 @@ new tokens each, EOS ignored. pdserve runs them through one ``LLMEngine`` built 
 whole run; the prefill phase lasts until every request has its first token, the decode phase
 is the rest. Decode tokens/s = B·(output_len − 1) / decode seconds; prefill tokens/s =
 B·prompt_len / prefill seconds. transformers: prefill is one forward of the batch, decode is
-``generate()`` minus that forward. Runs are interleaved and the best of ``--repeats`` is kept.
-The machine's matmul FLOP/s and copy bandwidth are measured in the same run, and give a
-roofline bound for pdserve's decode at batch 32.
+``generate()`` minus that forward, with its default (dynamic) cache and with a static cache
+(which transformers compiles into CUDA graphs on a GPU; on a CPU it runs eagerly). Runs are
+interleaved and the best of ``--repeats`` is kept. Then: prefill of ``--long-prompts`` prompts
+of ``--long-prompt-len`` ids (``prefill_long``), and the bandwidth of the engine's decode
+attention at batch 32 × 600 and batch 1 × 8,000 tokens of context (``kernels``). The machine's
+matmul FLOP/s and copy bandwidth are measured in the same run, and give a roofline bound for
+pdserve's decode at batch 32 and the fraction of memory bandwidth the attention reaches.
 
     python bench/engine.py [--preset tiny|small|1b | --model DIR] [--dtype bfloat16] [--device cuda]
 """
@@ -26,7 +30,8 @@ import torch  # noqa: E402
 
 from bench.common import device_name, emit, progress  # noqa: E402
 from bench.engine_runs import (  # noqa: E402
-    Timing, engine_config, load_transformers, make_prompts, time_pdserve, time_transformers)
+    Timing, engine_config, load_transformers, make_prompts, time_pdserve, time_prefill, time_transformers)
+from bench.kernel_figures import decode_attention_figures  # noqa: E402
 from bench.roofline import decode_roofline, machine_figures  # noqa: E402
 from common.engine.llm_engine import LLMEngine  # noqa: E402
 
@@ -44,9 +49,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per batch size; best is kept")
     parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--long-prompt-len", type=int, default=1400)
+    parser.add_argument("--long-prompts", type=int, default=None, help="default: 100 on a GPU, 16 on a CPU")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     args = parser.parse_args(argv)
     args.batch_sizes = [int(b) for b in args.batches.split(",") if b.strip()]
+    if args.long_prompts is None:
+        args.long_prompts = 100 if args.device.startswith("cuda") else 16
     if not args.batch_sizes or min(args.batch_sizes) < 1 or args.output_len < 2 or args.prompt_len < 1:
         parser.error("--batches must be positive integers, --output-len >= 2, --prompt-len >= 1")
     return args
@@ -58,30 +67,37 @@ def warm_up(engine: LLMEngine, hf: Any, args: argparse.Namespace) -> None:
     time_pdserve(engine, make_prompts(2, args.prompt_len, seed=1), args.output_len, args.device)
     if hf is not None:
         time_transformers(hf, make_prompts(2, 32, seed=1), 4, args.device)
+        time_transformers(hf, make_prompts(2, 32, seed=1), 4, args.device, cache="static")
 
 
 def best(timings: list[Timing]) -> Timing:
     return Timing(min(t.prefill_s for t in timings), min(t.decode_s for t in timings))
 
 
-def measure_batch(engine: LLMEngine, hf: Any, batch: int, args: argparse.Namespace) -> tuple[Timing, Timing | None]:
+def measure_batch(engine: LLMEngine, hf: Any, batch: int,
+                  args: argparse.Namespace) -> tuple[Timing, Timing | None, Timing | None]:
     prompts = make_prompts(batch, args.prompt_len)
     ours: list[Timing] = []
     theirs: list[Timing] = []
+    static: list[Timing] = []
     for _ in range(args.repeats):  # interleaved: drift on a shared machine hits both sides alike
         ours.append(time_pdserve(engine, prompts, args.output_len, args.device))
         if hf is not None:
             theirs.append(time_transformers(hf, prompts, args.output_len, args.device))
-    return best(ours), (best(theirs) if theirs else None)
+            static.append(time_transformers(hf, prompts, args.output_len, args.device, cache="static"))
+    return best(ours), (best(theirs) if theirs else None), (best(static) if static else None)
 
 
-def rates(batch: int, args: argparse.Namespace, ours: Timing, theirs: Timing | None) -> tuple[dict, dict]:
+def rates(batch: int, args: argparse.Namespace, ours: Timing, theirs: Timing | None,
+          static: Timing | None) -> tuple[dict, dict]:
     generated, prompt_tokens = batch * (args.output_len - 1), batch * args.prompt_len
     ours_dec, ours_pre = generated / ours.decode_s, prompt_tokens / ours.prefill_s
     theirs_dec = generated / theirs.decode_s if theirs else None
     theirs_pre = prompt_tokens / theirs.prefill_s if theirs else None
+    static_dec = generated / static.decode_s if static else None
     decode = {"batch": batch, "pdserve_tok_s": ours_dec, "transformers_tok_s": theirs_dec,
-              "ratio": ours_dec / theirs_dec if theirs_dec else None}
+              "ratio": ours_dec / theirs_dec if theirs_dec else None, "transformers_static_tok_s": static_dec,
+              "ratio_to_static": ours_dec / static_dec if static_dec else None}
     prefill = {"batch": batch, "pdserve_tok_s": ours_pre, "transformers_tok_s": theirs_pre}
     return decode, prefill
 
@@ -92,8 +108,19 @@ def report(decode: dict, prefill: dict) -> None:
 
     ratio = "" if decode["ratio"] is None else f" ({decode['ratio']:.2f}x)"
     progress(f"[batch {decode['batch']}] decode: pdserve {fmt(decode['pdserve_tok_s'])} tok/s, transformers "
-             f"{fmt(decode['transformers_tok_s'])} tok/s{ratio}; prefill: pdserve {fmt(prefill['pdserve_tok_s'])}"
+             f"{fmt(decode['transformers_tok_s'])} tok/s{ratio}, static cache "
+             f"{fmt(decode['transformers_static_tok_s'])} tok/s; prefill: pdserve {fmt(prefill['pdserve_tok_s'])}"
              f" tok/s, transformers {fmt(prefill['transformers_tok_s'])} tok/s")
+
+
+def prefill_long(engine: LLMEngine, args: argparse.Namespace) -> dict:
+    prompts = make_prompts(args.long_prompts, args.long_prompt_len, seed=2)
+    seconds = min(time_prefill(engine, prompts, args.device) for _ in range(args.repeats))
+    result = {"prompt_len": args.long_prompt_len, "num_prompts": args.long_prompts,
+              "pdserve_tok_s": args.long_prompts * args.long_prompt_len / seconds}
+    progress(f"[prefill long] {args.long_prompts} prompts of {args.long_prompt_len} ids: "
+             f"{result['pdserve_tok_s']:.0f} tok/s")
+    return result
 
 
 def roofline_for(engine: LLMEngine, args: argparse.Namespace, machine: dict, decode: list[dict]) -> dict:
@@ -110,7 +137,7 @@ def roofline_for(engine: LLMEngine, args: argparse.Namespace, machine: dict, dec
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
-    engine = LLMEngine(engine_config(args, max(args.batch_sizes)))
+    engine = LLMEngine(engine_config(args, max(args.batch_sizes), args.long_prompts * (args.long_prompt_len + 1)))
     hf = None if args.skip_transformers else load_transformers(engine.model_dir, engine.config.torch_dtype,
                                                                  args.device)
     warm_up(engine, hf, args)
@@ -121,15 +148,21 @@ def main(argv: list[str] | None = None) -> None:
         report(d, p)
         decode.append(d)
         prefill.append(p)
+    long = prefill_long(engine, args)
     engine.check_integrity()
     machine = machine_figures(args.device, args.dtype)
     progress(f"[machine] {machine['matmul_gflops']:.0f} GFLOP/s float32 matmul, {machine['mem_bw_gb_s']:.1f} GB/s "
              f"copy (read + write), {machine['cpu_threads']} threads")
     roofline = roofline_for(engine, args, machine, decode)
+    kernels = {"decode_attention": decode_attention_figures(engine, machine["mem_bw_gb_s"])}
+    for k in kernels["decode_attention"]:
+        progress(f"[decode attention] batch {k['batch']} x {k['context']} tokens: {k['gb_s']:.1f} GB/s, "
+                 f"{k['fraction_of_hbm']:.0%} of copy bandwidth ({engine.backend} kernels)")
     progress(f"[done] {time.perf_counter() - started:.1f} s")
     emit({"device": device_name(args.device), "model": args.model or args.preset, "dtype": args.dtype,
           "prompt_len": args.prompt_len, "output_len": args.output_len, "machine": machine, "decode": decode,
-          "prefill": prefill, "roofline": roofline}, args.out)
+          "prefill": prefill, "prefill_long": long, "roofline": roofline, "kernels": kernels,
+          "kernel_backend": engine.backend, "cuda_graphs": engine.runner.graphs is not None}, args.out)
 
 
 if __name__ == "__main__":

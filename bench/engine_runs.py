@@ -37,11 +37,13 @@ def make_prompts(batch: int, length: int, seed: int = 0) -> list[list[int]]:
     return torch.randint(0, 256, (batch, length), generator=gen).tolist()
 
 
-def engine_config(args: Any, max_batch: int) -> EngineConfig:
-    """One engine for the whole run: KV for ``max_batch`` full-length requests, all in one batch."""
+def engine_config(args: Any, max_batch: int, prefill_tokens: int = 0) -> EngineConfig:
+    """One engine for the whole run: KV for ``max_batch`` full-length requests, all in one batch,
+    or for ``prefill_tokens`` of prompts prefilled together."""
     blocks_per_request = -(-(args.prompt_len + args.output_len) // BLOCK_SIZE)
+    blocks = max(max_batch * blocks_per_request, -(-prefill_tokens // BLOCK_SIZE) + max_batch)
     return EngineConfig(model=args.model, preset=args.preset, dtype=args.dtype, device=args.device,
-                        block_size=BLOCK_SIZE, num_kv_blocks=max_batch * blocks_per_request + 1,
+                        block_size=BLOCK_SIZE, num_kv_blocks=blocks + 1,
                         max_batch_size=max_batch, max_num_tokens=max(MAX_NUM_TOKENS, args.prompt_len))
 
 
@@ -84,9 +86,11 @@ def load_transformers(model_dir: Path, dtype: torch.dtype, device: str) -> Any:
     return model
 
 
-def time_transformers(model: Any, prompts: list[list[int]], output_len: int, device: str) -> Timing:
+def time_transformers(model: Any, prompts: list[list[int]], output_len: int, device: str,
+                      cache: str = "dynamic") -> Timing:
     """Prefill: one forward of the batch (last position's logits, as generate() computes).
-    Decode: the whole ``generate()`` minus that prefill."""
+    Decode: the whole ``generate()`` minus that prefill. ``cache="static"``: generate() with a
+    static cache, which transformers compiles (CUDA graphs) on a GPU and runs eagerly on a CPU."""
     input_ids = torch.tensor(prompts, dtype=torch.int64, device=device)
     mask = torch.ones_like(input_ids)
     with torch.inference_mode():
@@ -97,9 +101,15 @@ def time_transformers(model: Any, prompts: list[list[int]], output_len: int, dev
         prefill = time.perf_counter() - started
         started = time.perf_counter()
         out = model.generate(input_ids, attention_mask=mask, max_new_tokens=output_len, min_new_tokens=output_len,
-                             do_sample=False, pad_token_id=model.generation_config.pad_token_id)
+                             do_sample=False, pad_token_id=model.generation_config.pad_token_id,
+                             cache_implementation=None if cache == "dynamic" else cache)
         sync(device)
         total = time.perf_counter() - started
     if out.shape[1] != input_ids.shape[1] + output_len:
         raise RuntimeError(f"transformers generated {out.shape[1] - input_ids.shape[1]} tokens, expected {output_len}")
     return Timing(prefill, max(total - prefill, 1e-9))
+
+
+def time_prefill(engine: LLMEngine, prompts: list[list[int]], device: str) -> float:
+    """Seconds until every prompt has its first token (prefill only: one output token each)."""
+    return time_pdserve(engine, prompts, 1, device).prefill_s

@@ -20,7 +20,7 @@ MATMUL_N = 2048
 COPY_BYTES = 512 << 20
 
 
-def _best_seconds(fn: Callable[[], object], device: str, repeats: int) -> float:
+def best_seconds(fn: Callable[[], object], device: str, repeats: int) -> float:
     """Fastest of ``repeats`` timed calls, after one untimed call."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     fn()
@@ -38,7 +38,7 @@ def matmul_gflops(device: str, dtype: torch.dtype = torch.float32, repeats: int 
     a = torch.randn(MATMUL_N, MATMUL_N, device=device).to(dtype)
     b = torch.randn(MATMUL_N, MATMUL_N, device=device).to(dtype)
     out = torch.empty(MATMUL_N, MATMUL_N, device=device, dtype=dtype)
-    seconds = _best_seconds(lambda: torch.matmul(a, b, out=out), device, repeats)
+    seconds = best_seconds(lambda: torch.matmul(a, b, out=out), device, repeats)
     return 2 * MATMUL_N**3 / seconds / 1e9
 
 
@@ -46,7 +46,7 @@ def copy_gb_s(device: str, repeats: int = 5) -> float:
     """Bytes read plus bytes written per second by one large tensor copy."""
     src = torch.ones(COPY_BYTES // 4, device=device, dtype=torch.float32)
     dst = torch.zeros_like(src)
-    seconds = _best_seconds(lambda: dst.copy_(src), device, repeats)
+    seconds = best_seconds(lambda: dst.copy_(src), device, repeats)
     return 2 * COPY_BYTES / seconds / 1e9
 
 

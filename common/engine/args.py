@@ -24,6 +24,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engine")
     hints = get_type_hints(EngineConfig)
     for field in dataclasses.fields(EngineConfig):
+        if hints[field.name] is bool:  # a switch, off by default: --enforce-eager
+            group.add_argument("--" + field.name.replace("_", "-"), action="store_true", default=field.default)
+            continue
         group.add_argument(
             "--" + field.name.replace("_", "-"),
             type=_scalar_type(hints[field.name]),

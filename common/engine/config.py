@@ -31,7 +31,8 @@ class EngineConfig:
     max_num_tokens: int = 4096
     max_model_len: int | None = None  # None = the model's max_position_embeddings
     memory_policy: str = "guaranteed_no_evict"
-    attention_backend: str = "auto"
+    attention_backend: str = "auto"  # kernels: triton (fused ops, paged attention; GPU) | torch (CPU) | auto
+    enforce_eager: bool = False  # GPU: launch every decode step op by op instead of replaying CUDA graphs
     policy: str = "scorpio"  # scheduling: scorpio (both SLO guards) | fcfs (the baseline) | ttft_guard | tpot_guard
     lease_timeout_s: float = 60.0  # decode: a reservation neither committed nor released returns its blocks
     quarantine_s: float = 10.0  # decode: blocks a writer may still be writing stay unused this long

@@ -57,14 +57,15 @@ def free_memory_bytes(device: torch.device) -> int:
     return device_memory(device).free
 
 
-def num_kv_blocks(config: EngineConfig, model: ModelConfig, device: torch.device) -> int:
+def num_kv_blocks(config: EngineConfig, model: ModelConfig, device: torch.device, reserved_bytes: int = 0) -> int:
+    """``reserved_bytes``: what the worker will still allocate after the pool (its decode graphs)."""
     if config.num_kv_blocks is not None:
         return config.num_kv_blocks
     fraction = config.kv_cache_memory_fraction or (CUDA_FRACTION if device.type == "cuda" else CPU_FRACTION)
     # On the CPU a worker sizes from what is available, shared or not: there is no total to split.
     workers = config.device_workers if device.type == "cuda" else 1
     per_block = PagedKVCache.bytes_per_block(model, config.block_size, config.torch_dtype)
-    blocks = kv_cache_bytes(device_memory(device), fraction, workers) // per_block
+    blocks = max(0, kv_cache_bytes(device_memory(device), fraction, workers) - reserved_bytes) // per_block
     if blocks < 1:
         where = f"this worker's share (1/{workers}) of the GPU" if workers > 1 else "free memory"
         raise ValueError(f"not enough {where} for one KV block; use a smaller model or --block-size, "

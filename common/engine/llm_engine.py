@@ -15,6 +15,7 @@ import torch
 from common.engine.batch import ScheduledBatch
 from common.engine.block_pool import BlockPool, blocks_for
 from common.engine.config import EngineConfig
+from common.model.decode_graphs import DecodeGraphs, capture_memory_bytes
 from common.model.dense_decode_cache import DecodeStage
 from common.model.kv_cache import PagedKVCache, StorageFactory, zeros_storage
 from common.engine.leases import Lease, LeaseTable
@@ -42,10 +43,15 @@ class LLMEngine:
         self.device = torch.device(config.device)
         self.model_dir = resolve_model_dir(config.model, config.preset)
         self.model = LlamaModel.load(self.model_dir, config.torch_dtype, self.device)
-        self.model.attention, self.uses_torch_attention = _attention_fn(config, self.device)
+        self.backend = kernel_backend(config, self.device)
+        self.model.attention, self.model.ops = _kernels(self.backend)
         mcfg = self.model.config
         self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
-        blocks = num_kv_blocks(config, mcfg, self.device)
+        graphs_wanted = self.device.type == "cuda" and self.backend == "triton" and not config.enforce_eager
+        reserve = 0  # device bytes the decode graphs will hold, kept out of the KV pool
+        if graphs_wanted:
+            reserve = capture_memory_bytes(self.model, config.block_size, config.max_batch_size, self.max_model_len)
+        blocks = num_kv_blocks(config, mcfg, self.device, reserve)
         self.cache = PagedKVCache(mcfg, blocks, config.block_size, config.torch_dtype, self.device, kv_storage)
         self.pool = BlockPool(blocks)
         self.scheduler = Scheduler(
@@ -53,8 +59,12 @@ class LLMEngine:
                             self.max_model_len, config.memory_policy, mcfg.eos_token_ids, config.policy),
             self.pool,
         )
-        stage = DecodeStage(self.cache, config.max_batch_size) if self.uses_torch_attention else None
-        self.runner = ModelRunner(self.model, self.cache, Sampler(mcfg.eos_token_ids), stage)
+        stage = DecodeStage(self.cache, config.max_batch_size) if self.backend == "torch" else None
+        graphs = None
+        if graphs_wanted:
+            graphs = DecodeGraphs(self.model, self.cache, config.max_batch_size, self.max_model_len, capture=True)
+            graphs.capture_all()
+        self.runner = ModelRunner(self.model, self.cache, Sampler(mcfg.eos_token_ids, self.device), stage, graphs)
         self.leases = LeaseTable(self.pool, config.lease_timeout_s, config.quarantine_s)
         self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
         self.step_calibration = Calibration()  # decode step periods as observed vs the fitted model
@@ -238,15 +248,21 @@ class LLMEngine:
                                      f"held by {holders.get(block, 0)} requests")
 
 
-def _attention_fn(config: EngineConfig, device: torch.device):  # type: ignore[no-untyped-def]
-    """The attention function for the configured backend, and whether it is the torch path."""
-    backend = config.attention_backend
-    if backend == "auto":
-        backend = "triton" if device.type == "cuda" else "torch"
+def kernel_backend(config: EngineConfig, device: torch.device) -> str:
+    """``attention_backend`` resolved: Triton kernels on a GPU, the torch path elsewhere."""
+    if config.attention_backend == "auto":
+        return "triton" if device.type == "cuda" else "torch"
+    return config.attention_backend
+
+
+def _kernels(backend: str):  # type: ignore[no-untyped-def]
+    """The attention function and the layer ops of a kernel backend."""
     if backend == "triton":
+        from common.model.ops import triton_ops
         from common.model.triton_attention import paged_attention_triton
 
-        return paged_attention_triton, False
+        return paged_attention_triton, triton_ops()
     from common.model.attention import paged_attention
+    from common.model.ops import TORCH_OPS
 
-    return paged_attention, True
+    return paged_attention, TORCH_OPS

@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from common.model.attention_metadata import AttentionMetadata, PrefillChunk
 from common.model.kv_cache import PagedKVCache
 
 
-DecodeFn = Callable[[torch.Tensor, PagedKVCache, int, AttentionMetadata, float, "int | None"], torch.Tensor]
+GPU_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: PagedKVCache, layer: int,
-                    meta: AttentionMetadata, scale: float, window: int | None,
-                    decode_fn: DecodeFn | None = None) -> torch.Tensor:
+                    meta: AttentionMetadata, scale: float, window: int | None) -> torch.Tensor:
     """``q [rows, heads, d]``, new ``k``/``v`` ``[rows, kv_heads, d]`` -> ``[rows, heads, d]``.
 
     The new K/V are written to the cache first, so every query sees its own token.
-    Prefill chunks use SDPA; decode rows use ``decode_fn`` (the torch path by default).
+    Prefill chunks use SDPA; decode rows read the dense decode stage where the runner keeps one
+    (the CPU), else gather their context from the pool.
     """
     cache.write(layer, meta.slot_blocks, meta.slot_offsets, k, v)
     out = torch.empty_like(q)
@@ -29,11 +30,11 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pa
         out[rows] = _prefill_chunk(q[rows], k[rows], v[rows], cache, layer, chunk, scale, window)
     if meta.num_decodes:
         rows = slice(meta.num_prefill_rows, None)
-        if decode_fn is None and meta.stage is not None:
+        if meta.stage is not None:
             stage, plan = meta.stage
             out[rows] = stage.attend(q[rows], k[rows], v[rows], layer, plan, scale, window)
         else:
-            out[rows] = (decode_fn or decode_attention)(q[rows], cache, layer, meta, scale, window)
+            out[rows] = decode_attention(q[rows], cache, layer, meta, scale, window)
     return out
 
 
@@ -47,9 +48,18 @@ def _prefill_chunk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pag
     mask = None
     if chunk.context_start > 0 or window is not None:
         mask = _causal_mask(chunk.query_len, chunk.context_start, window, q.device)
-    out = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), keys, values,
-                                         attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True)
+    with _sdpa_backends(q.device):
+        out = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), keys, values,
+                                             attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True)
     return out.squeeze(0).transpose(0, 1)
+
+
+def _sdpa_backends(device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """On a GPU, SDPA without cuDNN: its cuDNN backend builds a plan for every new sequence
+    length (milliseconds of host time per call when prompt lengths vary)."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return sdpa_kernel(GPU_SDPA_BACKENDS)
 
 
 def _causal_mask(query_len: int, context_start: int, window: int | None, device: torch.device) -> torch.Tensor:

@@ -2,6 +2,9 @@
 
 One packed batch of variable-length prefill chunks and single-token decodes runs through
 every layer together; only attention looks at request boundaries (``AttentionMetadata``).
+The residual stream is one tensor updated in place; each norm after the first adds the
+previous block's output to it first (``ModelOps.add_rms_norm``), so the GPU path runs the add
+and the norm as one kernel.
 """
 
 from __future__ import annotations
@@ -16,22 +19,16 @@ from common.model.attention import paged_attention
 from common.model.attention_metadata import AttentionMetadata
 from common.model.kv_cache import PagedKVCache
 from common.model.config import ModelConfig, load_model_config
+from common.model.ops import TORCH_OPS, ModelOps, Rotary
 from common.model.rope import RotaryTable
 from common.model.weights import LayerWeights, ModelWeights, load_weights
 
 AttentionFn = Callable[..., torch.Tensor]
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Normalises in float32 and casts back before scaling, as the reference models do."""
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
-
-
 class LlamaModel:
     def __init__(self, config: ModelConfig, weights: ModelWeights, device: torch.device,
-                 attention: AttentionFn = paged_attention) -> None:
+                 attention: AttentionFn = paged_attention, ops: ModelOps = TORCH_OPS) -> None:
         self.config = config
         self.weights = weights
         self.device = device
@@ -39,6 +36,7 @@ class LlamaModel:
         self.rotary = RotaryTable(config.rope, config.head_dim, config.max_position_embeddings, device)
         self.scale = config.head_dim**-0.5
         self.attention = attention
+        self.ops = ops
 
     @classmethod
     def load(cls, model_dir: str | Path, dtype: torch.dtype, device: torch.device) -> LlamaModel:
@@ -49,23 +47,27 @@ class LlamaModel:
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
                 meta: AttentionMetadata, logits_rows: torch.Tensor) -> torch.Tensor:
         """Runs the packed batch and returns float32 logits for the rows in ``logits_rows``."""
-        hidden = self.weights.embed[input_ids]
-        rotary = self.rotary.lookup(positions, self.dtype)
+        residual = self.weights.embed[input_ids]  # a fresh tensor: the stream is updated in place
+        rotary = self.ops.rotary(self.rotary, positions, self.dtype)
+        delta: torch.Tensor | None = None
         for index, layer in enumerate(self.weights.layers):
-            hidden = self._layer(index, layer, hidden, rotary, cache, meta)
-        hidden = rms_norm(hidden[logits_rows], self.weights.final_norm, self.config.rms_norm_eps)
-        return F.linear(hidden, self.weights.lm_head).float()
+            delta = self._layer(index, layer, residual, delta, rotary, cache, meta)
+        assert delta is not None
+        final = self.ops.add_rms_norm(delta[logits_rows], residual[logits_rows], self.weights.final_norm,
+                                      self.config.rms_norm_eps)
+        return F.linear(final, self.weights.lm_head).float()
 
-    def _layer(self, index: int, w: LayerWeights, hidden: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
-               cache: PagedKVCache, meta: AttentionMetadata) -> torch.Tensor:
-        cfg = self.config
-        x = rms_norm(hidden, w.input_norm, cfg.rms_norm_eps)
+    def _layer(self, index: int, w: LayerWeights, residual: torch.Tensor, delta: torch.Tensor | None,
+               rotary: Rotary, cache: PagedKVCache, meta: AttentionMetadata) -> torch.Tensor:
+        """Adds the previous layer's ``delta`` to ``residual`` and returns this layer's."""
+        cfg, ops = self.config, self.ops
+        if delta is None:
+            x = ops.rms_norm(residual, w.input_norm, cfg.rms_norm_eps)
+        else:
+            x = ops.add_rms_norm(delta, residual, w.input_norm, cfg.rms_norm_eps)
         q, k, v = F.linear(x, w.qkv, w.qkv_bias).split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
-        q = RotaryTable.apply(q.view(-1, cfg.num_heads, cfg.head_dim), *rotary)
-        k = RotaryTable.apply(k.view(-1, cfg.num_kv_heads, cfg.head_dim), *rotary)
+        q, k = rotary.apply(q.view(-1, cfg.num_heads, cfg.head_dim), k.view(-1, cfg.num_kv_heads, cfg.head_dim))
         v = v.view(-1, cfg.num_kv_heads, cfg.head_dim)
         attn = self.attention(q, k, v, cache, index, meta, self.scale, cfg.sliding_windows[index])
-        hidden = hidden + F.linear(attn.flatten(1), w.o, w.o_bias)
-        x = rms_norm(hidden, w.post_norm, cfg.rms_norm_eps)
-        gate, up = F.linear(x, w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
-        return hidden + F.linear(F.silu(gate) * up, w.down, w.down_bias)
+        x = ops.add_rms_norm(F.linear(attn.flatten(1), w.o, w.o_bias), residual, w.post_norm, cfg.rms_norm_eps)
+        return F.linear(ops.silu_mul(F.linear(x, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)

@@ -1,85 +1,139 @@
-"""Reads a ``ScheduledBatch``, runs the forward, returns sampled tokens. Owns no request state."""
+"""Reads a ``ScheduledBatch``, runs the forward, returns sampled tokens. Owns no request state.
+
+A step's inputs are built on the host from the batch's plain numbers and reach the device in
+one copy (``common.model.staging``); nothing waits for the device until the sampled tokens are
+read back. A decode-only batch that a captured CUDA graph covers replays it
+(``common.model.decode_graphs``) instead of launching the forward op by op.
+"""
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
+
 import torch
 
-from common.model.attention_metadata import AttentionMetadata, PrefillChunk
 from common.engine.batch import ScheduledBatch, ScheduledSeq
 from common.engine.block_pool import blocks_for
+from common.model.attention_metadata import AttentionMetadata, PrefillChunk
+from common.model.decode_graphs import DecodeGraphs
 from common.model.dense_decode_cache import DecodeStage
 from common.model.kv_cache import PagedKVCache
 from common.model.llama import LlamaModel
 from common.model.sampler import Sampler
+from common.model.staging import Staging, pad_rows
+
+
+@dataclass(frozen=True, slots=True)
+class HostStep:
+    """The step's inputs on the host, int64; rows packed prefill chunks first, then decodes."""
+
+    input_ids: torch.Tensor  # [rows]
+    positions: torch.Tensor  # [rows]
+    tables: torch.Tensor  # [seqs, longest block table]
+    slot_blocks: torch.Tensor  # [rows]
+    slot_offsets: torch.Tensor  # [rows]
+    logits_rows: torch.Tensor  # [sampled seqs]: each one's last row
+
+    @classmethod
+    def build(cls, seqs: list[ScheduledSeq], block_size: int) -> HostStep:
+        lengths = torch.tensor([len(s.token_ids) for s in seqs], dtype=torch.int64)
+        ends = lengths.cumsum(0)
+        owner = torch.repeat_interleave(torch.arange(len(seqs)), lengths)
+        starts = torch.tensor([s.start_pos for s in seqs], dtype=torch.int64)
+        positions = starts[owner] + torch.arange(int(ends[-1])) - (ends - lengths)[owner]
+        tables = pad_rows([s.block_ids for s in seqs])
+        rows = [int(end) - 1 for seq, end in zip(seqs, ends) if seq.sample]
+        return cls(torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.int64), positions, tables,
+                   tables[owner, positions // block_size], positions % block_size,
+                   torch.tensor(rows, dtype=torch.int64))
 
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, cache: PagedKVCache, sampler: Sampler,
-                 stage: DecodeStage | None = None) -> None:
-        """``stage``: the dense decode KV copy used by the torch attention path (None: read the pool)."""
+                 stage: DecodeStage | None = None, graphs: DecodeGraphs | None = None) -> None:
+        """``stage``: the dense decode KV copy used by the torch attention path (None: read the pool);
+        ``graphs``: captured decode steps (None: every step runs eagerly)."""
         self.model = model
         self.cache = cache
         self.sampler = sampler
         self.stage = stage
+        self.graphs = graphs
         self.device = model.device
+        self.triton = model.ops.name == "triton"
+        self.staging = Staging(self.device)
+        self._target_programs = 0
+        if self.triton:
+            from common.kernels.decode_attention import target_programs
+
+            self._target_programs = target_programs(self.device)
 
     def execute(self, batch: ScheduledBatch) -> dict[str, int]:
         """Returns ``{request_id: token}`` for every sequence with ``sample`` set."""
         prefills = [s for s in batch.seqs if not s.is_decode]
         decodes = [s for s in batch.seqs if s.is_decode]
-        ordered = prefills + decodes
-        input_ids, positions = self._tokens_and_positions(ordered)
-        meta = self._metadata(prefills, decodes, positions)
-        rows, sampled_seqs = self._logits_rows(ordered)
-        logits = self.model.forward(input_ids, positions, self.cache, meta, rows)
-        tokens = self.sampler(logits, sampled_seqs)
-        return {seq.request_id: token for seq, token in zip(sampled_seqs, tokens)}
+        sampled = [s for s in prefills + decodes if s.sample]
+        if not prefills and self.graphs is not None and self.graphs.covers(len(decodes)):
+            logits = self.graphs.run(decodes)
+            if len(sampled) < len(decodes):  # a one-token prompt chunk that is not the prompt's last
+                logits = logits[torch.tensor([i for i, s in enumerate(decodes) if s.sample], device=self.device)]
+        else:
+            logits = self._forward(prefills, decodes)
+        tokens = self.sampler(logits, sampled)
+        return {seq.request_id: token for seq, token in zip(sampled, tokens)}
 
-    def _tokens_and_positions(self, seqs: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = [t for s in seqs for t in s.token_ids]
-        positions = [p for s in seqs for p in range(s.start_pos, s.start_pos + len(s.token_ids))]
-        return (torch.tensor(ids, dtype=torch.int64, device=self.device),
-                torch.tensor(positions, dtype=torch.int64, device=self.device))
+    def _forward(self, prefills: list[ScheduledSeq], decodes: list[ScheduledSeq]) -> torch.Tensor:
+        host = HostStep.build(prefills + decodes, self.cache.block_size)
+        decode_lens = torch.tensor([s.start_pos + 1 for s in decodes], dtype=torch.int64)
+        max_ctx = max((s.start_pos + 1 for s in decodes), default=0)
+        decode_tables = host.tables[len(prefills):, : blocks_for(max_ctx, self.cache.block_size)]
+        extra = self._prefill_tiles(prefills) if self.triton and prefills else ()
+        ids, positions, tables, slot_blocks, slot_offsets, rows, d_tables, d_lens, *packed = self.staging.to_device(
+            host.input_ids, host.positions, host.tables, host.slot_blocks, host.slot_offsets, host.logits_rows,
+            decode_tables, decode_lens, *extra)
+        meta = AttentionMetadata(
+            slot_blocks=slot_blocks, slot_offsets=slot_offsets, prefills=self._chunks(prefills, tables),
+            num_prefill_rows=sum(len(s.token_ids) for s in prefills), decode_block_tables=d_tables,
+            decode_context_lens=d_lens, stage=self._stage_plan(decodes),
+            packed=self._packed(packed, tables, len(prefills)), decode_splits=self._splits(len(decodes), max_ctx))
+        return self.model.forward(ids, positions, self.cache, meta, rows)
 
-    def _metadata(self, prefills: list[ScheduledSeq], decodes: list[ScheduledSeq],
-                  positions: torch.Tensor) -> AttentionMetadata:
-        bs = self.cache.block_size
-        tables = [s.block_ids for s in prefills + decodes]
-        lengths = [len(s.token_ids) for s in prefills + decodes]
-        owner = torch.repeat_interleave(torch.arange(len(tables)), torch.tensor(lengths))
-        padded = _pad_tables(tables)
-        slot_blocks = padded[owner, positions.cpu() // bs].to(self.device)
+    def _chunks(self, prefills: list[ScheduledSeq], tables: torch.Tensor) -> tuple[PrefillChunk, ...]:
+        if self.triton:
+            return ()
         chunks, row = [], 0
-        for seq, table in zip(prefills, padded):
-            n_blocks = blocks_for(seq.start_pos + len(seq.token_ids), bs)
-            chunks.append(PrefillChunk(row, len(seq.token_ids), seq.start_pos, table[:n_blocks].to(self.device)))
+        for i, seq in enumerate(prefills):
+            n_blocks = blocks_for(seq.start_pos + len(seq.token_ids), self.cache.block_size)
+            chunks.append(PrefillChunk(row, len(seq.token_ids), seq.start_pos, tables[i, :n_blocks]))
             row += len(seq.token_ids)
-        decode_lens = [s.start_pos + 1 for s in decodes]
-        max_ctx = max(decode_lens, default=0)
-        stage = None
-        if self.stage is not None and decodes:
-            stage = (self.stage, self.stage.plan([s.uid for s in decodes], decode_lens,
-                                                 [s.block_ids for s in decodes]))
-        return AttentionMetadata(
-            slot_blocks=slot_blocks,
-            slot_offsets=positions % bs,
-            prefills=tuple(chunks),
-            num_prefill_rows=row,
-            decode_block_tables=padded[len(prefills):, : blocks_for(max_ctx, bs)].to(self.device),
-            decode_context_lens=torch.tensor(decode_lens, dtype=torch.int64, device=self.device),
-            stage=stage,
-        )
+        return tuple(chunks)
 
-    def _logits_rows(self, seqs: list[ScheduledSeq]) -> tuple[torch.Tensor, list[ScheduledSeq]]:
-        rows, sampled, end = [], [], 0
-        for seq in seqs:
-            end += len(seq.token_ids)
-            if seq.sample:
-                rows.append(end - 1)
-                sampled.append(seq)
-        return torch.tensor(rows, dtype=torch.int64, device=self.device), sampled
+    @staticmethod
+    def _prefill_tiles(prefills: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor]:
+        from common.kernels.prefill_attention import prefill_tiles
 
+        lens = [len(s.token_ids) for s in prefills]
+        row_starts = [0, *itertools.accumulate(lens)][:-1]
+        chunks = torch.tensor([(r, n, s.start_pos) for r, n, s in zip(row_starts, lens, prefills)], dtype=torch.int64)
+        return prefill_tiles(lens), chunks
 
-def _pad_tables(tables: list[list[int]]) -> torch.Tensor:
-    width = max((len(t) for t in tables), default=0)
-    return torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int64).reshape(len(tables), width)
+    @staticmethod
+    def _packed(packed: list[torch.Tensor], tables: torch.Tensor, num_prefills: int):  # type: ignore[no-untyped-def]
+        if not packed:
+            return None
+        from common.kernels.prefill_attention import PackedPrefill
+
+        return PackedPrefill(packed[0], packed[1], tables[:num_prefills])
+
+    def _splits(self, batch: int, max_ctx: int) -> int:
+        if not self.triton or not batch:
+            return 1
+        from common.kernels.decode_attention import num_splits
+
+        return num_splits(batch, self.model.config.num_kv_heads, self._target_programs, max_ctx)
+
+    def _stage_plan(self, decodes: list[ScheduledSeq]):  # type: ignore[no-untyped-def]
+        if self.stage is None or not decodes:
+            return None
+        return self.stage, self.stage.plan([s.uid for s in decodes], [s.start_pos + 1 for s in decodes],
+                                           [s.block_ids for s in decodes])

@@ -74,3 +74,89 @@ def test_bfloat16_engine_on_gpu_tracks_transformers():
     assert all(o[0] == r[0] for o, r in zip(ours, refs)), "first tokens differ"
     common = [next((i for i, (a, b) in enumerate(zip(o, r)) if a != b), len(o)) for o, r in zip(ours, refs)]
     assert sum(common) / len(common) >= 8, f"common prefixes too short: {common}"
+
+
+def test_split_context_decode_matches_torch_at_long_contexts_on_gpu():
+    from common.kernels.decode_attention import num_splits, paged_decode, target_programs
+    from common.model.attention import decode_attention
+
+    for lens in ([600] * 32, [8000]):
+        q, cache, meta = _case(32, 8, 128, torch.bfloat16, lens)
+        splits = num_splits(len(lens), 8, target_programs(q.device), max(lens))
+        got = paged_decode(q, cache.data, 1, meta.decode_block_tables, meta.decode_context_lens, 16, 128**-0.5,
+                           None, splits)
+        expected = decode_attention(q, cache, 1, meta, 128**-0.5, None)
+        assert torch.allclose(got.float(), expected.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_layer_kernels_round_as_torch_does_on_gpu(dtype):
+    """On the GPU float32 -> half conversions round to nearest, as torch's do (the CPU
+    interpreter truncates, so only here is the rounding checked exactly)."""
+    from common.kernels.activation import silu_mul as silu_mul_triton
+    from common.kernels.norm import add_rms_norm as add_rms_norm_triton
+    from common.model.ops import add_rms_norm, silu_mul
+
+    gate_up = torch.randn(64, 2 * 8192, device="cuda", dtype=dtype)
+    assert torch.equal(silu_mul_triton(gate_up), silu_mul(gate_up))
+    delta, residual = (torch.randn(64, 2048, device="cuda", dtype=dtype) for _ in range(2))
+    w = torch.randn(2048, device="cuda", dtype=dtype)
+    expected_residual = residual.clone()
+    expected = add_rms_norm(delta, expected_residual, w, 1e-5)
+    got = add_rms_norm_triton(delta, residual, w, 1e-5)
+    assert torch.equal(residual, expected_residual)
+    assert torch.allclose(got.float(), expected.float(), atol=4 * torch.finfo(dtype).eps * expected.abs().max().item())
+
+
+def test_cuda_graph_decode_equals_eager_token_for_token_in_float32():
+    from common.engine.config import EngineConfig
+    from common.engine.llm_engine import LLMEngine
+    from tests.checkpoints import random_prompts
+    from tests.engine_helpers import run_staggered
+
+    prompts = random_prompts([1, 7, 30, 64, 100, 170, 250, 300, 9, 44], seed=22)
+    max_tokens, joins = [24, 5, 17, 30, 8, 12, 20, 3, 28, 16], [0, 0, 1, 1, 2, 5, 9, 9, 14, 20]
+    results = {}
+    for eager in (True, False):
+        engine = LLMEngine(EngineConfig(device="cuda", dtype="float32", num_kv_blocks=512, max_batch_size=16,
+                                        enforce_eager=eager))
+        assert (engine.runner.graphs is None) == eager
+        results[eager] = run_staggered(engine, prompts, max_tokens, joins)
+    assert results[False] == results[True]
+
+
+def test_one_launch_prefill_matches_sdpa_on_gpu_for_long_and_continued_chunks():
+    import copy
+
+    from common.kernels.prefill_attention import PackedPrefill, prefill_tiles
+    from common.model.attention import paged_attention
+    from common.model.attention_metadata import AttentionMetadata, PrefillChunk
+    from common.model.triton_attention import paged_attention_triton
+
+    chunks = [(1400, 0), (700, 700), (37, 5)]  # (query rows, cached tokens before them)
+    q_rows = sum(n for n, _ in chunks)
+    _, cache, _ = _case(32, 8, 128, torch.bfloat16, [s + n for n, s in chunks])
+    widths = [-(-(s + n) // 16) for n, s in chunks]
+    order = torch.randperm(cache.num_blocks).tolist()
+    rows, at = [], 0
+    for w in widths:
+        rows.append(order[at:at + w] + [0] * (max(widths) - w))
+        at += w
+    tables = torch.tensor(rows, device="cuda")
+    positions = torch.cat([torch.arange(s, s + n) for n, s in chunks]).cuda()
+    owner = torch.repeat_interleave(torch.arange(len(chunks)), torch.tensor([n for n, _ in chunks])).cuda()
+    slot_blocks, slot_offsets = tables[owner, positions // 16], positions % 16
+    starts = [0, chunks[0][0], chunks[0][0] + chunks[1][0]]
+    torch_meta = AttentionMetadata(slot_blocks, slot_offsets, tuple(
+        PrefillChunk(r, n, s, tables[i, : widths[i]]) for i, (r, (n, s)) in enumerate(zip(starts, chunks))), q_rows,
+        torch.zeros(0, 1, dtype=torch.long, device="cuda"), torch.zeros(0, dtype=torch.long, device="cuda"))
+    packed = PackedPrefill(prefill_tiles([n for n, _ in chunks]).cuda(),
+                           torch.tensor([(r, n, s) for r, (n, s) in zip(starts, chunks)], device="cuda"), tables)
+    triton_meta = AttentionMetadata(slot_blocks, slot_offsets, (), q_rows, torch_meta.decode_block_tables,
+                                    torch_meta.decode_context_lens, packed=packed)
+    q, k, v = (torch.randn(q_rows, h, 128, device="cuda", dtype=torch.bfloat16) for h in (32, 8, 8))
+    triton_cache = copy.deepcopy(cache)
+    expected = paged_attention(q, k, v, cache, 1, torch_meta, 128**-0.5, None)
+    got = paged_attention_triton(q, k, v, triton_cache, 1, triton_meta, 128**-0.5, None)
+    assert torch.equal(triton_cache.data, cache.data)
+    assert torch.allclose(got.float(), expected.float(), atol=2e-2, rtol=2e-2)
