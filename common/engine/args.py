@@ -25,7 +25,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     hints = get_type_hints(EngineConfig)
     for field in dataclasses.fields(EngineConfig):
         if hints[field.name] is bool:  # a switch, off by default: --enforce-eager
-            group.add_argument("--" + field.name.replace("_", "-"), action="store_true", default=field.default)
+            group.add_argument("--" + field.name.replace("_", "-"), action="store_true", default=field.default,
+                               help="(default: off)")
             continue
         group.add_argument(
             "--" + field.name.replace("_", "-"),
