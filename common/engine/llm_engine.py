@@ -1,228 +1,61 @@
-"""One engine: model + paged KV cache + scheduler + runner. Single-threaded; see
-``common.engine.thread`` for running it beside an event loop.
+"""One engine: the model, its paged KV cache and runner around an ``EngineCore`` (requests,
+blocks, leases, the TPOT guard). Single-threaded; see ``common.engine.thread`` for running it
+beside an event loop.
 
     step():  aborts → schedule() → runner.execute(batch) → update_from_output(...)
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections import deque
-
 import torch
 
-from common.engine.batch import ScheduledBatch
-from common.engine.block_pool import BlockPool, blocks_for
 from common.engine.config import EngineConfig
+from common.engine.core import AdmissionError, EngineCore
 from common.model.decode_graphs import DecodeGraphs, capture_memory_bytes
 from common.model.dense_decode_cache import DecodeStage
 from common.model.kv_cache import PagedKVCache, StorageFactory, zeros_storage
-from common.engine.leases import Lease, LeaseTable
 from common.engine.kv_memory import num_kv_blocks
-from common.engine.load import EngineLoad, measure
 from common.model.llama import LlamaModel
 from common.model.location import resolve_model_dir
 from common.model.runner import ModelRunner
-from common.engine.request import Request, RequestOutput
+from common.engine.request import RequestOutput
 from common.model.sampler import Sampler
 from common.engine.sampling_params import SamplingParams
-from common.engine.scheduler import Scheduler, SchedulerConfig
-from common.slo.calibration import Calibration
-from common.slo.cost_models import CostModels
-from common.slo import tpot_guard
 
 
-class AdmissionError(ValueError):
-    """The request's SLO cannot be met here (the caller answers RESOURCE_EXHAUSTED)."""
+class LLMEngine(EngineCore):
+    """An ``EngineCore`` with the model: weights, the paged KV cache, the runner (and on a GPU
+    its decode graphs)."""
 
-
-class LLMEngine:
     def __init__(self, config: EngineConfig, kv_storage: StorageFactory = zeros_storage) -> None:
-        self.config = config
         self.device = torch.device(config.device)
         self.model_dir = resolve_model_dir(config.model, config.preset)
         self.model = LlamaModel.load(self.model_dir, config.torch_dtype, self.device)
         self.backend = kernel_backend(config, self.device)
         self.model.attention, self.model.ops = _kernels(self.backend)
         mcfg = self.model.config
-        self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
+        max_model_len = min(config.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
         graphs_wanted = self.device.type == "cuda" and self.backend == "triton" and not config.enforce_eager
         reserve = 0  # device bytes the decode graphs will hold, kept out of the KV pool
         if graphs_wanted:
-            reserve = capture_memory_bytes(self.model, config.block_size, config.max_batch_size, self.max_model_len)
+            reserve = capture_memory_bytes(self.model, config.block_size, config.max_batch_size, max_model_len)
         blocks = num_kv_blocks(config, mcfg, self.device, reserve)
+        super().__init__(config, blocks, max_model_len, mcfg.vocab_size, mcfg.eos_token_ids)
         self.cache = PagedKVCache(mcfg, blocks, config.block_size, config.torch_dtype, self.device, kv_storage)
-        self.pool = BlockPool(blocks)
-        self.scheduler = Scheduler(
-            SchedulerConfig(config.max_batch_size, config.max_num_tokens, config.block_size,
-                            self.max_model_len, config.memory_policy, mcfg.eos_token_ids, config.policy),
-            self.pool,
-        )
         stage = DecodeStage(self.cache, config.max_batch_size) if self.backend == "torch" else None
         graphs = None
         if graphs_wanted:
-            graphs = DecodeGraphs(self.model, self.cache, config.max_batch_size, self.max_model_len, capture=True)
+            graphs = DecodeGraphs(self.model, self.cache, config.max_batch_size, max_model_len, capture=True)
             graphs.capture_all()
         self.runner = ModelRunner(self.model, self.cache, Sampler(mcfg.eos_token_ids, self.device), stage, graphs)
-        self.leases = LeaseTable(self.pool, config.lease_timeout_s, config.quarantine_s)
-        self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
-        self.step_calibration = Calibration()  # decode step periods as observed vs the fitted model
-        self.unloaded_step_s: float | None = None  # one request's step, measured alone at warm-up
-        self.steps_completed = 0  # forwards run since start: heartbeats carry it as proof of progress
-        self.step_calibration_ratio = 1.0  # calibrated prediction / model's prediction
-        self.step_prediction_error = 1.0  # median over recent steps of calibrated prediction / observed
-        self._prediction_errors: deque[float] = deque(maxlen=32)
-        self._last_step_end: float | None = None  # end of the previous step, if it led straight here
-        # What other threads read of this engine (``common.engine.load``): replaced, never
-        # changed, after every step and every call below that changes requests, leases or blocks.
-        self.load: EngineLoad = self._measure()
-
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    prefill_only: bool = False, ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0) -> None:
-        """Queues a request; raises ValueError naming the field when it cannot be served.
-
-        A ``prefill_only`` request ends after its first token with reason ``prefilled`` and
-        its KV blocks held (``RequestOutput.kv_block_ids``) until ``release_held``.
-        """
-        self._validate(request_id, prompt_token_ids, params)
-        self.scheduler.add(Request(request_id, list(prompt_token_ids), params, prefill_only=prefill_only,
-                                   ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms))
-        self.load = self._measure()
-
-    def release_held(self, request_id: str) -> bool:
-        released = self.scheduler.release_held(request_id)
-        self.load = self._measure()
-        return released
-
-    # Decode side of a KV hand-off: reserve -> (a prefill worker writes) -> commit.
-
-    def reserve(self, request_id: str, prompt_len: int, max_tokens: int, tpot_slo_ms: float = 0.0) -> Lease | None:
-        """Blocks for the prompt's KV (and, under guaranteed_no_evict, all output); None if full.
-
-        Raises ``AdmissionError`` when the TPOT guard predicts the SLOs could not all be met."""
-        self._validate(request_id, [0] * prompt_len, SamplingParams(max_tokens=max_tokens))
-        if not self.tpot_admits(tpot_slo_ms, prompt_len):
-            raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here")
-        tokens = prompt_len + (max_tokens if self.config.memory_policy == "guaranteed_no_evict" else 1)
-        lease = self.leases.reserve(request_id, blocks_for(min(tokens, self.max_model_len), self.config.block_size),
-                                    tpot_slo_ms=tpot_slo_ms)
-        self.load = self._measure()
-        return lease
-
-    def tpot_admits(self, tpot_slo_ms: float, prompt_len: int) -> bool:
-        """The TPOT guard (``common.slo.tpot_guard``) on the requests running here and those
-        reserved (their leases carry their SLOs); always true under a policy without it, or
-        before the worker has a cost model."""
-        if not self.scheduler.config.tpot_guard or self.cost_models is None:
-            return True
-        # ``self.load`` is current here: every change to requests or leases republishes it
-        return tpot_guard.admits_request(tpot_slo_ms, prompt_len, self.load.tpot_slos,
-                                         [r.num_tokens for r in self.scheduler.running],
-                                         self.cost_models.decode, self.unloaded_step_s, self.step_calibration.scale)
-
-    def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
-               params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:
-        """Starts decoding a request whose prompt KV is in its reserved blocks."""
-        self._validate(request_id, prompt_token_ids, params)
-        blocks = self.leases.commit(request_id, lease_id)
-        request = Request(request_id, list(prompt_token_ids), params, output_token_ids=[first_token],
-                          num_computed_tokens=len(prompt_token_ids), block_ids=blocks, tpot_slo_ms=tpot_slo_ms)
-        self.scheduler.add(request)
-        self.load = self._measure()
-
-    def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:
-        released = self.leases.release(request_id, lease_id, writer_may_still_write)
-        self.load = self._measure()
-        return released
-
-    def _validate(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
-        if request_id in self.scheduler.requests:
-            raise ValueError(f"request_id {request_id!r} is already running")
-        if not prompt:
-            raise ValueError("prompt is empty")
-        vocab = self.model.config.vocab_size
-        if min(prompt) < 0 or max(prompt) >= vocab:
-            raise ValueError(f"prompt token ids must be in [0, {vocab})")
-        total = len(prompt) + params.max_tokens
-        if total > self.max_model_len:
-            raise ValueError(f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
-                             f"model's limit of {self.max_model_len} tokens")
-        if blocks_for(total, self.config.block_size) > self.pool.num_blocks:
-            raise ValueError(f"prompt + max_tokens needs more KV blocks than the pool has ({self.pool.num_blocks})")
-
-    def abort_request(self, request_id: str) -> bool:
-        """Aborts at the next step (blocks freed then). False if the id is unknown or finished."""
-        return self.scheduler.abort(request_id)
-
-    def abort(self, request_id: str) -> bool:
-        """Ends whatever this engine holds for the request: its reservation (quarantined, since
-        whether a prefill worker still writes into it is unknown here) and the request itself
-        (at the next step). False if it held neither."""
-        released = self.leases.release(request_id, None, writer_may_still_write=True)
-        aborted = self.scheduler.abort(request_id)
-        self.load = self._measure()
-        return aborted or released
-
-    def abort_all(self) -> list[str]:
-        """Aborts every request now, not at the next step (their callers are failed by the
-        caller); returns their ids."""
-        request_ids = list(self.scheduler.requests)
-        for request_id in request_ids:
-            self.scheduler.abort(request_id)
-        self.scheduler.apply_aborts()
-        self.load = self._measure()
-        return request_ids
-
-    def expire_leases(self) -> None:
-        """What ``step`` does first; an idle engine's thread calls it on its own."""
-        self.leases.expire()
-        self.load = self._measure()
-
-    def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished()
 
     def step(self) -> list[RequestOutput]:
-        self.leases.expire()
-        outputs = self.scheduler.apply_aborts()
-        batch = self.scheduler.schedule()
-        if batch.seqs:
-            outputs += self._execute(batch)
-        else:
-            self._last_step_end = None
-        self.load = self._measure()
-        return outputs
-
-    def _execute(self, batch: ScheduledBatch) -> list[RequestOutput]:
-        started = time.perf_counter()
+        aborted, batch = self.schedule_step()
+        if not batch.seqs:
+            return aborted
+        started = self.clock()
         sampled = self.runner.execute(batch)
-        ended = time.perf_counter()
-        self.steps_completed += 1
-        self._observe_step(batch, ended - (self._last_step_end or started))
-        outputs = self.scheduler.update_from_output(batch, sampled)
-        self._last_step_end = ended if self.has_unfinished_requests() else None
-        return outputs
-
-    def _measure(self) -> EngineLoad:
-        return measure(self.scheduler, self.pool, self.leases, self.steps_completed,
-                       self.step_calibration_ratio, self.step_prediction_error)
-
-    def _observe_step(self, batch: ScheduledBatch, seconds: float) -> None:
-        """Feeds decode-only steps to the calibration of the decode cost model.
-
-        ``seconds`` is the step's period (previous step's end to this one's) when steps ran
-        back to back: what a request in every step waits per token, including the scheduler,
-        the hand-off of outputs, calls handled between steps and whatever else shares the CPU.
-        """
-        if self.cost_models is None or not self.cost_models.calibrate or not all(s.is_decode for s in batch.seqs):
-            return
-        mean_len = sum(s.start_pos + 1 for s in batch.seqs) / len(batch.seqs)
-        predicted = self.cost_models.decode.predict(len(batch.seqs), mean_len)
-        if seconds > 0:
-            self._prediction_errors.append(self.step_calibration.scale(predicted) / seconds)  # before it learns
-            self.step_prediction_error = statistics.median(self._prediction_errors)
-        self.step_calibration.observe(predicted, seconds)
-        self.step_calibration_ratio = self.step_calibration.ratio
+        return aborted + self.finish_step(batch, sampled, started, self.clock())
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
         """Runs prompts to completion and returns each one's output token ids."""
@@ -236,16 +69,8 @@ class LLMEngine:
                 results[out.request_id].extend(out.new_token_ids)
         return [results[f"gen-{i}"] for i in range(len(prompts))]
 
-    def check_integrity(self) -> None:
-        """Pool whole, and every block's reference count equals the requests that hold it."""
-        self.pool.check_integrity()
-        holders: dict[int, int] = {}
-        for block in self.scheduler.owned_blocks() + self.leases.held_blocks():
-            holders[block] = holders.get(block, 0) + 1
-        for block in range(self.pool.num_blocks):
-            if self.pool.refcount(block) != holders.get(block, 0):
-                raise AssertionError(f"block {block}: refcount {self.pool.refcount(block)}, "
-                                     f"held by {holders.get(block, 0)} requests")
+
+__all__ = ["AdmissionError", "LLMEngine", "kernel_backend"]
 
 
 def kernel_backend(config: EngineConfig, device: torch.device) -> str:
