@@ -15,6 +15,7 @@ from common.engine.leases import LeaseError
 from common.process.logs import request_id_var
 from common.process.metrics import Metrics
 from common.rpc.convert import sampling_from_proto
+from common.slo.tpot_guard import TPOT_MARGIN
 from decode_worker.streams import StreamHub
 from wire.v1 import worker_pb2, worker_pb2_grpc
 
@@ -44,7 +45,7 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no open stream {request.stream_id!r}")
         try:
             lease = await self.async_engine.reserve(request.request_id, request.prompt_tokens, request.max_tokens,
-                                                    request.tpot_ms)
+                                                    request.tpot_ms, request.tpot_margin or TPOT_MARGIN)
         except AdmissionError as exc:
             self.metrics.rejected("tpot_unattainable")
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))

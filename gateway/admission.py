@@ -3,10 +3,9 @@
 A request that no decode worker admits now waits here while its TTFT deadline still allows
 a prefill after admission. Waiters are not polled: they are tried again when capacity may
 have come free (a request on a decode worker finished, a reservation was given back), and
-at the latest every ``tick_s``. Each such round gives turns one at a time, least slack
-first, and skips every waiter at least as tight (TPOT) as one already refused in the round:
-VBS admission only gets harder for a tighter TPOT SLO, so a round costs a few ``Reserve``
-calls, not one per waiter. (Polling each waiter every few milliseconds costs the decode
+at the latest every ``tick_s``. Each such round gives turns one at a time in the order of
+``common.slo.admission_round`` (least slack first, skipping every waiter at least as tight as
+one already refused in the round), so a round costs a few ``Reserve`` calls, not one per waiter. (Polling each waiter every few milliseconds costs the decode
 worker more event-loop time than its steps can spare: every call competes with the engine
 thread for the interpreter.)
 
@@ -20,6 +19,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+
+from common.slo.admission_round import AdmissionRound
 
 TURN_TIMEOUT_S = 15.0  # a turn is reported within one Reserve call (10 s timeout) or the waiter leaves
 
@@ -49,9 +50,6 @@ class Waiter:
         if self._outcome is not None and not self._outcome.done():
             self._outcome.set_result(admitted)
 
-    @property
-    def tightness(self) -> float:
-        return self.tpot_ms if self.tpot_ms > 0 else float("inf")
 
 
 class AdmissionQueue:
@@ -96,14 +94,9 @@ class AdmissionQueue:
             await self._round()
 
     async def _round(self) -> None:
-        refused_up_to = 0.0  # waiters this tight or tighter would be refused too
-        for waiter in sorted(self._waiters, key=lambda w: w.deadline()):
-            if waiter not in self._waiters or waiter.tightness <= refused_up_to:
-                continue
-            if await self._give_turn(waiter) is False:
-                refused_up_to = max(refused_up_to, waiter.tightness)
-                if refused_up_to == float("inf"):
-                    return
+        turns = AdmissionRound(self._waiters, lambda w: w.deadline(), lambda w: w.tpot_ms)
+        while (waiter := turns.next(lambda w: w in self._waiters)) is not None:
+            turns.report(waiter, await self._give_turn(waiter))
 
     async def _give_turn(self, waiter: Waiter) -> bool | None:
         waiter._outcome = asyncio.get_running_loop().create_future()

@@ -26,6 +26,7 @@ class GatewayConfig:
     api_keys: str = ""  # JSON file of tenants, their API keys and quotas; empty: no authentication
     registry_port: int = 0  # where workers register: 0 = the public port; its own port for mutual TLS
     max_prompt_bytes: int = 0  # longer prompt text is refused untokenized; 0: what can fit max_model_len
+    slo_target: float = 0.99  # share of admitted requests that must meet both SLOs: the guards' margins are steered to it
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -40,6 +41,8 @@ class GatewayConfig:
             raise ValueError("worker_stall_ms must be longer than heartbeat_ms")
         if self.policy not in ("fcfs", "scorpio", "ttft_guard", "tpot_guard"):
             raise ValueError(f"policy must be fcfs, scorpio, ttft_guard or tpot_guard, got {self.policy!r}")
+        if not 0 < self.slo_target < 1:
+            raise ValueError(f"slo_target must be in (0, 1), got {self.slo_target}")
         if self.max_prompt_bytes < 0:
             raise ValueError(f"max_prompt_bytes must be >= 0, got {self.max_prompt_bytes}")
         self.named_slos()  # validates the syntax
@@ -60,7 +63,8 @@ class GatewayConfig:
 
 def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     for field in dataclasses.fields(GatewayConfig):
-        kind = int if isinstance(field.default, int) or field.name == "max_model_len" else str
+        kind = int if isinstance(field.default, int) or field.name == "max_model_len" else (
+            float if isinstance(field.default, float) else str)
         parser.add_argument("--" + field.name.replace("_", "-"), type=kind, default=field.default,
                             help=f"(default: {field.default})")
 

@@ -19,7 +19,7 @@ from gateway.admission import AdmissionQueue
 from gateway.errors import RequestError, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
 from gateway.router import Router
-from gateway.ttft_guard import best_prefill_now_s
+from gateway.ttft_guard import last_useful_moment
 from gateway.validation import ValidatedRequest
 from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, call_timeout, quietly
 from wire.v1 import worker_pb2
@@ -50,13 +50,13 @@ class DecodeReservations:
                                   refusal: RequestError) -> Reservation:
         tokens = len(req.prompt_token_ids)
 
-        def last_useful_moment() -> float:  # admitted later than this, the prefill cannot finish in time
-            return deadline - best_prefill_now_s(self.registry, tokens, deadline)
+        def last_useful() -> float:  # admitted later than this, the prefill cannot finish in time
+            return last_useful_moment(self.registry, tokens, deadline)
 
-        async with self.admission.waiting(last_useful_moment, req.tpot_ms) as waiter:
+        async with self.admission.waiting(last_useful, req.tpot_ms) as waiter:
             while True:
-                if not await waiter.next_turn(last_useful_moment() - time.perf_counter()):
-                    if last_useful_moment() <= time.perf_counter():
+                if not await waiter.next_turn(last_useful() - time.perf_counter()):
+                    if last_useful() <= time.perf_counter():
                         raise refusal
                     continue
                 try:
@@ -71,15 +71,15 @@ class DecodeReservations:
                 return reservation
 
     async def _reserve_once(self, req: ValidatedRequest, avoid: set[str]) -> Reservation:
-        candidates = [w for w in self.router.decode_candidates(self.registry, len(req.prompt_token_ids)
-                                                                + req.params.max_tokens) if w.worker_id not in avoid]
+        candidates = [w for w in self.router.decode_candidates(self.registry, req.tpot_ms / 1000)
+                      if w.worker_id not in avoid]
         if not candidates:
             raise unavailable("no decode worker is available")
-        reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
-                                            max_tokens=req.params.max_tokens, stream_id=self.stream_id,
-                                            tpot_ms=req.tpot_ms)
         last: grpc.aio.AioRpcError | None = None
         for worker in candidates:
+            reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
+                                                max_tokens=req.params.max_tokens, stream_id=self.stream_id,
+                                                tpot_ms=req.tpot_ms, tpot_margin=worker.view.epsilon.margin)
             # shielded: if the request ends while the reply is on its way, the reservation it
             # brings is released on arrival instead of waiting for its lease to run out
             call = asyncio.ensure_future(worker.stub.Reserve(reserve, timeout=call_timeout(req, CONTROL_TIMEOUT_S)))
@@ -91,6 +91,7 @@ class DecodeReservations:
             except grpc.aio.AioRpcError as exc:  # full, draining, gone: the next candidate may take it
                 last = exc
                 continue
+            worker.view.routed[req.request_id] = req.tpot_ms / 1000
             return worker, reply
         assert last is not None
         if last.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:

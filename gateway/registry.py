@@ -16,7 +16,9 @@ import grpc
 from common.rpc.convert import prefill_model_from_proto
 from common.rpc.server import channel
 from common.kv_transfer.pairing import TRANSPORTS, PoolLocation, TransportMismatch, pair_transport
-from common.slo.ttft_guard import TtftGuard
+from common.slo.promise import DEFAULT_TARGET
+from common.slo.tpot_guard import DecodeView, tpot_epsilon
+from common.slo.ttft_guard import TtftGuard, ttft_headroom
 from gateway.loop_lag import LoopLag
 from wire.v1 import worker_pb2, worker_pb2_grpc
 
@@ -36,6 +38,8 @@ class WorkerRecord:
     # prefill: the TTFT guard's view of its queue (deadlines on this gateway's perf_counter
     # clock), made at registration; None for a decode worker
     ttft: TtftGuard | None = None
+    # decode: the TPOT guard's view of it (what was routed there, ε for its admission); None for prefill
+    decode_view: DecodeView | None = None
     suspect: bool = False  # a call to it just failed: out of routing until it heartbeats again
     stalled: bool = False  # has work and finished no step for the stall timeout: out of routing
     progress_at: float = 0.0  # LoopLag.clock() when its step count last moved (or it had no work)
@@ -59,10 +63,19 @@ class WorkerRecord:
             raise ValueError(f"{self.role} worker {self.worker_id} has no TTFT guard")
         return self.ttft
 
+    @property
+    def view(self) -> DecodeView:
+        """The TPOT guard's view of a decode worker (every registered one has one)."""
+        if self.decode_view is None:
+            raise ValueError(f"{self.role} worker {self.worker_id} has no TPOT guard view")
+        return self.decode_view
+
 
 class WorkerRegistry:
-    def __init__(self, timeout_s: float, loop_lag: LoopLag | None = None, stall_timeout_s: float = 30.0) -> None:
+    def __init__(self, timeout_s: float, loop_lag: LoopLag | None = None, stall_timeout_s: float = 30.0,
+                 slo_target: float = DEFAULT_TARGET) -> None:
         self.timeout_s = timeout_s
+        self.slo_target = slo_target  # the attainment the guards' margins are steered to
         self.stall_timeout_s = stall_timeout_s
         self.loop_lag = loop_lag or LoopLag()
         self.workers: dict[str, WorkerRecord] = {}
@@ -90,8 +103,11 @@ class WorkerRegistry:
         record = WorkerRecord(descriptor, load, now, heard_at, ch, stub_cls(ch), ready=descriptor.role == "prefill",
                               progress_at=heard_at)
         if descriptor.role == "prefill":
-            record.ttft = TtftGuard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens)
+            record.ttft = TtftGuard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
+                                    headroom=ttft_headroom(self.slo_target))
             record.ttft.heard(load.queued_tokens, load.running)
+        else:
+            record.decode_view = DecodeView(tpot_epsilon(self.slo_target))
         self.workers[descriptor.worker_id] = record
         log.info("%s worker %s joined at %s", descriptor.role, descriptor.worker_id, descriptor.address)
         for callback in self.on_join:

@@ -32,6 +32,7 @@ from gateway.admission import AdmissionQueue
 from gateway.decode_reservation import DecodeReservations
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import ABORTED, RequestError, unavailable
+from gateway.promise_loop import PromiseLoop
 from gateway.registry import WorkerRecord, WorkerRegistry, transport_between
 from gateway.request_state import EXIT_CLEAN_UP, Progress, Stage
 from gateway.router import Router
@@ -48,6 +49,7 @@ class RequestFlow:
     def __init__(self, registry: WorkerRegistry, router: Router, streams: DecodeStreams, tokenizer: object,
                  metrics: Metrics | None = None, admission: AdmissionQueue | None = None) -> None:
         self.metrics = metrics
+        self.promises = PromiseLoop(metrics)
         self.admission = admission or AdmissionQueue()
         self.registry = registry
         self.router = router  # also says whether the TTFT guard refuses requests
@@ -91,7 +93,10 @@ class RequestFlow:
         self.streams.unsubscribe(request_id)
         if progress.decode is not None:
             progress.decode.inflight -= 1
-        if ended_in is not Stage.DONE:
+            progress.decode.view.routed.pop(request_id, None)
+        if ended_in is Stage.DONE:
+            self.promises.served(progress.owner, progress)
+        else:
             self._spawn(self._clean_up(request_id, progress, ended_in))
 
     async def abort(self, request_id: str, tenant: str | None = None) -> bool:
@@ -186,6 +191,7 @@ class RequestFlow:
         await self._release(req.request_id, p, writer_may_still_write=writer_may_still_write)
         assert p.decode is not None
         p.decode.inflight -= 1
+        p.decode.view.routed.pop(req.request_id, None)
         p.attempt_forgotten()
 
     def _check_ttft(self, req: ValidatedRequest, p: Progress) -> None:

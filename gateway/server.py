@@ -65,7 +65,8 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     use_tls(options.tls)
     metrics = Metrics("gateway")
     loop_lag = LoopLag()
-    registry = WorkerRegistry(config.worker_timeout_ms / 1000, loop_lag, config.worker_stall_ms / 1000)
+    registry = WorkerRegistry(config.worker_timeout_ms / 1000, loop_lag, config.worker_stall_ms / 1000,
+                              config.slo_target)
     admission = AdmissionQueue()
     streams = DecodeStreams(f"gateway-{uuid.uuid4().hex[:8]}", registry, on_finished=admission.notify)
     flow = RequestFlow(registry, router_for(config.ttft_guard), streams, tokenizer, metrics=metrics,

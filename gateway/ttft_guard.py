@@ -12,7 +12,7 @@ import time
 
 import grpc
 
-from common.slo.ttft_guard import TtftGuard, best_prefill_s
+from common.slo.ttft_guard import TtftGuard, last_useful_admission, ttft_refusal
 from gateway.errors import RequestError
 from gateway.registry import WorkerRegistry
 
@@ -21,20 +21,15 @@ def routable_guards(registry: WorkerRegistry) -> list[TtftGuard]:
     return [w.guard for w in registry.routable("prefill")]
 
 
-def best_prefill_now_s(registry: WorkerRegistry, prompt_tokens: int, deadline: float) -> float:
-    """``best_prefill_s`` over the routable prefill workers, now (deadline: perf_counter time)."""
-    return best_prefill_s(routable_guards(registry), prompt_tokens, deadline, time.perf_counter())
+def last_useful_moment(registry: WorkerRegistry, prompt_tokens: int, deadline: float) -> float:
+    """``last_useful_admission`` over the routable prefill workers, now (perf_counter time)."""
+    return last_useful_admission(routable_guards(registry), prompt_tokens, deadline, time.perf_counter())
 
 
 def check_ttft(registry: WorkerRegistry, prompt_tokens: int, ttft_ms: int, started: float) -> None:
     """RESOURCE_EXHAUSTED, naming the reason, when no prefill worker is predicted to return the
     first token of a request that arrived at ``started`` (perf_counter) within ``ttft_ms``."""
-    best = best_prefill_now_s(registry, prompt_tokens, started + ttft_ms / 1000)
-    if best == float("inf"):
-        raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                           f"TTFT SLO of {ttft_ms} ms is unattainable: on every prefill worker the request "
-                           f"would make queued requests miss theirs", reason="ttft_unattainable")
-    if (time.perf_counter() - started) * 1000 + best * 1000 > ttft_ms:
-        raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                           f"TTFT SLO of {ttft_ms} ms is unattainable: the best prefill worker is "
-                           f"predicted to need {best * 1000:.0f} ms", reason="ttft_unattainable")
+    reason = ttft_refusal(routable_guards(registry), prompt_tokens, ttft_ms / 1000, started, time.perf_counter())
+    if reason is not None:
+        raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"TTFT SLO of {ttft_ms} ms is unattainable: {reason}",
+                           reason="ttft_unattainable")

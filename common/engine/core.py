@@ -81,29 +81,40 @@ class EngineCore:
 
     # Decode side of a KV hand-off: reserve -> (a prefill worker writes) -> commit.
 
-    def reserve(self, request_id: str, prompt_len: int, max_tokens: int, tpot_slo_ms: float = 0.0) -> Lease | None:
+    def reserve(self, request_id: str, prompt_len: int, max_tokens: int, tpot_slo_ms: float = 0.0,
+                epsilon: float = tpot_guard.TPOT_MARGIN) -> Lease | None:
         """Blocks for the prompt's KV (and, under guaranteed_no_evict, all output); None if full.
 
-        Raises ``AdmissionError`` when the TPOT guard predicts the SLOs could not all be met."""
+        Raises ``AdmissionError`` when the TPOT guard (margin ``epsilon``) predicts the SLOs
+        could not all be met."""
         self._validate(request_id, [0] * prompt_len, SamplingParams(max_tokens=max_tokens))
-        if not self.tpot_admits(tpot_slo_ms, prompt_len):
+        if not self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon):
             raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here")
         tokens = prompt_len + (max_tokens if self.config.memory_policy == "guaranteed_no_evict" else 1)
         lease = self.leases.reserve(request_id, blocks_for(min(tokens, self.max_model_len), self.config.block_size),
-                                    now=self.clock(), tpot_slo_ms=tpot_slo_ms)
+                                    now=self.clock(), tpot_slo_ms=tpot_slo_ms, prompt_len=prompt_len,
+                                    max_tokens=max_tokens)
         self.load = self._measure()
         return lease
 
-    def tpot_admits(self, tpot_slo_ms: float, prompt_len: int) -> bool:
-        """The TPOT guard (``common.slo.tpot_guard``) on the requests running here and those
-        reserved (their leases carry their SLOs); always true under a policy without it, or
-        before the worker has a cost model."""
+    def tpot_admits(self, tpot_slo_ms: float, prompt_len: int, max_tokens: int,
+                    epsilon: float = tpot_guard.TPOT_MARGIN) -> bool:
+        """The TPOT guard (``common.slo.tpot_guard``) over the decodes of the requests here and
+        those reserved (their leases carry their SLOs and budgets); always true under a policy
+        without it, or before the worker has a cost model."""
         if not self.scheduler.config.tpot_guard or self.cost_models is None:
             return True
-        # ``self.load`` is current here: every change to requests or leases republishes it
-        return tpot_guard.admits_request(tpot_slo_ms, prompt_len, self.load.tpot_slos,
-                                         [r.num_tokens for r in self.scheduler.running],
-                                         self.cost_models.decode, self.unloaded_step_s, self.step_calibration.scale)
+        new = tpot_guard.Decoding(tpot_slo_ms / 1000, max_tokens - 1, prompt_len + 1)
+        return tpot_guard.admits_request(new, self.decodings(), self.cost_models.decode, self.unloaded_step_s,
+                                         epsilon, self.step_calibration.scale)
+
+    def decodings(self) -> list[tpot_guard.Decoding]:
+        """What the TPOT guard projects: every request here (decoding or about to) and every
+        reservation, with its SLO, its output tokens still to come at most, and its length."""
+        here = [tpot_guard.Decoding(r.tpot_slo_ms / 1000, r.params.max_tokens - len(r.output_token_ids), r.num_tokens)
+                for r in self.scheduler.requests.values()]
+        return here + [tpot_guard.Decoding(lease.tpot_slo_ms / 1000, lease.max_tokens - 1, lease.prompt_len + 1)
+                       for lease in self.leases.leases()]
 
     def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
                params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:

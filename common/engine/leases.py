@@ -37,9 +37,11 @@ class Lease:
     block_ids: list[int]
     deadline: float
     state: LeaseState = LeaseState.RESERVED
-    # The request's TPOT SLO (0: none). The TPOT guard counts it from reserve on, while the
-    # lease is in the table: the request it is reserved for will decode here.
+    # The request's TPOT SLO (0: none), prompt and output budget. The TPOT guard counts it from
+    # reserve on, while the lease is in the table: the request it is reserved for will decode here.
     tpot_slo_ms: float = 0.0
+    prompt_len: int = 0
+    max_tokens: int = 0
 
 
 class LeaseError(ValueError):
@@ -54,13 +56,14 @@ class LeaseTable:
         self._leases: dict[str, Lease] = {}  # by request id, RESERVED or QUARANTINED
 
     def reserve(self, request_id: str, num_blocks: int, now: float | None = None,
-                tpot_slo_ms: float = 0.0) -> Lease | None:
+                tpot_slo_ms: float = 0.0, prompt_len: int = 0, max_tokens: int = 0) -> Lease | None:
         if request_id in self._leases:
             raise LeaseError(f"request {request_id!r} already holds a lease")
         blocks = self.pool.allocate(num_blocks)
         if blocks is None:
             return None
-        lease = Lease(request_id, uuid.uuid4().hex[:16], blocks, _now(now) + self.lease_s, tpot_slo_ms=tpot_slo_ms)
+        lease = Lease(request_id, uuid.uuid4().hex[:16], blocks, _now(now) + self.lease_s, tpot_slo_ms=tpot_slo_ms,
+                      prompt_len=prompt_len, max_tokens=max_tokens)
         self._leases[request_id] = lease
         return lease
 
@@ -112,6 +115,10 @@ class LeaseTable:
         """TPOT SLOs of the leases in the table that have one. Quarantined ones count too: the
         guard errs toward refusing, and they leave the table within the quarantine period."""
         return {lease.request_id: lease.tpot_slo_ms for lease in self._leases.values() if lease.tpot_slo_ms}
+
+    def leases(self) -> list[Lease]:
+        """The leases in the table (reserved or quarantined)."""
+        return list(self._leases.values())
 
     def held_blocks(self) -> list[int]:
         return [b for lease in self._leases.values() for b in lease.block_ids]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from common.engine.leases import Lease
+from common.slo.tpot_guard import TPOT_MARGIN
 from common.engine.llm_engine import LLMEngine
 from common.worker.faults import InjectedFault
 from common.engine.request import RequestOutput
@@ -227,9 +228,9 @@ class AsyncEngine:
     def __init__(self, thread: EngineThread) -> None:
         self.thread = thread
 
-    async def reserve(self, request_id: str, prompt_len: int, max_tokens: int,
-                      tpot_slo_ms: float = 0.0) -> Lease | None:
-        return await self.thread.run(lambda e: e.reserve(request_id, prompt_len, max_tokens, tpot_slo_ms))
+    async def reserve(self, request_id: str, prompt_len: int, max_tokens: int, tpot_slo_ms: float = 0.0,
+                      epsilon: float = TPOT_MARGIN) -> Lease | None:
+        return await self.thread.run(lambda e: e.reserve(request_id, prompt_len, max_tokens, tpot_slo_ms, epsilon))
 
     async def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
                      params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:

@@ -65,6 +65,12 @@ class Metrics:
         self.prediction_error = Gauge("pdserve:cost_model_prediction_error_ratio", "Median over recent steps of "
                                       "the calibrated prediction (made before the step) / the observed step",
                                       model_labels, registry=r)
+        self.attainment = Gauge("pdserve:slo_admitted_attainment", "Of the requests admitted and served over the "
+                                "last minute, the share that met both SLOs, by SLO class", [*labels, "slo_class"],
+                                registry=r)
+        self.margin = Gauge("pdserve:slo_guard_margin", "The margin a guard applies to its predictions, steered to "
+                            "hold the attainment target: ttft_headroom per prefill worker, tpot_epsilon (VBS ε) per "
+                            "decode worker", [*labels, "kind", "worker"], registry=r)
         self.workers = Gauge("pdserve:workers", "Workers the gateway knows, by role and state",
                              ["role", "worker_role", "state"], registry=r)
         self._loop_lag = Gauge("pdserve:event_loop_lag_seconds", "Largest delay of this process's event loop "

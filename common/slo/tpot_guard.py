@@ -1,28 +1,49 @@
 """SCORPIO's TPOT guard at admission: may one more request decode here without breaking the
 TPOT SLOs of those already here (running, or reserved and awaiting their commit)?
 
-    admitted ⇔ calibration(model(VBS(slos ∪ new), mean_len)) · ε ≤ min(slos ∪ new)
-    idle (nothing running, nothing reserved) ⇔ unloaded_step · ε ≤ new
+The question is about each request's whole decode, not the next step: the set shrinks as
+requests finish, and every context grows a token per step it runs in. So the decode is projected
+forward (``projected_tpots``): under credit batching each request runs at rate
+``TRP = tightest SLO / its SLO`` (1 without an SLO), a step costs the fitted model at the virtual
+batch size ``Σ TRP`` and the mean length, and requests leave when their tokens run out (at most
+``max_tokens``: an earlier EOS only helps). Then::
 
-An idle worker never refuses on a model's word alone: the step it measured alone at warm-up
-decides, and the steps it then runs correct the model (``common.slo.calibration``).
+    admitted ⇔ for every request r with a TPOT SLO:  projected TPOT(r) · ε ≤ SLO(r)
+    idle (nothing running, nothing reserved) ⇔ unloaded_step · ε ≤ SLO(new)
+
+ε is the margin the gateway's closed loop steers (``common.slo.promise``; it starts at
+``TPOT_MARGIN``). An idle worker never refuses on a model's word alone: the step it measured
+alone at warm-up decides, and the steps it then runs correct the model
+(``common.slo.calibration``).
 
 A decision of numbers only: the caller hands over what it holds and its clocks' readings
 (through ``calibration``), so a simulator on a virtual clock drives the same decisions.
+``DecodeView`` is the gateway's side: what it routed to one decode worker, and ε for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from common.slo.cost_models import DecodeModel
 from common.slo.credit import virtual_batch_size
+from common.slo.promise import DEFAULT_TARGET, MarginController
 
-TPOT_MARGIN = 1.3  # ε: a step predicted this much slower must still meet the tightest TPOT SLO
+TPOT_MARGIN = 1.3  # ε where the closed loop starts: a step predicted this much slower still meets the SLO
 
 
 def _uncalibrated(seconds: float) -> float:
     return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Decoding:
+    """One request as the projection sees it."""
+
+    slo_s: float  # its TPOT SLO in seconds; 0: none (it runs every step)
+    remaining: int  # output tokens it may still produce
+    length: int  # tokens in its context now
 
 
 def guarded_slos(running_ms: Mapping[str, float], reserved_ms: Mapping[str, float]) -> dict[str, float]:
@@ -31,25 +52,71 @@ def guarded_slos(running_ms: Mapping[str, float], reserved_ms: Mapping[str, floa
     return {rid: ms / 1000 for rid, ms in {**running_ms, **reserved_ms}.items() if ms}
 
 
-def admits(tpot_slos: Mapping[str, float], new_slo: float, mean_len: float, model: DecodeModel,
-           epsilon: float = TPOT_MARGIN, calibration: Callable[[float], float] = _uncalibrated) -> bool:
-    """Whether adding a request with TPOT SLO ``new_slo`` keeps the predicted step time, with
-    margin ``epsilon``, within the tightest TPOT SLO of the resulting set (all in seconds).
-    ``calibration`` corrects the model's prediction by what steps have been taking."""
-    slos = {**tpot_slos, "__new__": new_slo}
-    return calibration(model.predict(virtual_batch_size(slos), mean_len)) * epsilon <= min(slos.values())
+def projected_tpots(requests: Sequence[Decoding], model: DecodeModel,
+                    calibration: Callable[[float], float] = _uncalibrated) -> list[float]:
+    """Each request's mean seconds per token over the rest of its decode, if nobody joins.
+
+    Piecewise: between two departures the set is fixed, so every request advances at its credit
+    rate through steps of one predicted length (the model at the set's virtual batch size and
+    its mean length halfway through the piece)."""
+    remaining = [float(max(r.remaining, 0)) for r in requests]
+    length = [float(r.length) for r in requests]
+    spent = [0.0] * len(requests)
+    tpots = [0.0] * len(requests)
+    active = [i for i, left in enumerate(remaining) if left > 0]
+    while active:
+        with_slo = [requests[i].slo_s for i in active if requests[i].slo_s]
+        tightest = min(with_slo, default=0.0)
+        rate = {i: tightest / requests[i].slo_s if requests[i].slo_s and tightest else 1.0 for i in active}
+        steps = min(remaining[i] / rate[i] for i in active)
+        batch = sum(rate.values())
+        mean_len = sum(rate[i] * (length[i] + rate[i] * steps / 2) for i in active) / batch
+        seconds = calibration(model.predict(batch, mean_len)) * steps
+        for i in active:
+            remaining[i] -= rate[i] * steps
+            length[i] += rate[i] * steps
+            spent[i] += seconds
+        for i in [i for i in active if remaining[i] <= 1e-9]:
+            tpots[i] = spent[i] / requests[i].remaining
+        active = [i for i in active if remaining[i] > 1e-9]
+    return tpots
 
 
-def admits_request(new_slo_ms: float, prompt_len: int, slos: Mapping[str, float], running_lengths: Sequence[int],
-                   model: DecodeModel, unloaded_step_s: float | None,
-                   calibration: Callable[[float], float] = _uncalibrated) -> bool:
-    """The guard's answer for a request of ``prompt_len`` tokens and TPOT SLO ``new_slo_ms``
-    (0: none, always admitted). ``slos``: ``guarded_slos`` of the requests here;
-    ``running_lengths``: the running requests' tokens; ``unloaded_step_s``: one request's
-    step measured alone (None: not measured, the model decides even when idle)."""
-    if not new_slo_ms:
+def admits(requests: Sequence[Decoding], model: DecodeModel, epsilon: float = TPOT_MARGIN,
+           calibration: Callable[[float], float] = _uncalibrated) -> bool:
+    """Whether every request with a TPOT SLO keeps it, with margin ``epsilon``, over its decode."""
+    return all(not r.slo_s or tpot * epsilon <= r.slo_s
+               for r, tpot in zip(requests, projected_tpots(requests, model, calibration)))
+
+
+def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeModel, unloaded_step_s: float | None,
+                   epsilon: float = TPOT_MARGIN, calibration: Callable[[float], float] = _uncalibrated) -> bool:
+    """The guard's answer for ``new`` (no SLO: always admitted) joining the requests ``present``
+    (running and reserved); ``unloaded_step_s``: one request's step measured alone (None: not
+    measured, the model decides even when idle)."""
+    if not new.slo_s:
         return True
-    if not slos and not running_lengths and unloaded_step_s is not None:
-        return unloaded_step_s * TPOT_MARGIN <= new_slo_ms / 1000
-    lengths = [*running_lengths, prompt_len]
-    return admits(slos, new_slo_ms / 1000, sum(lengths) / len(lengths), model, calibration=calibration)
+    if not present and unloaded_step_s is not None:
+        return unloaded_step_s * epsilon <= new.slo_s
+    return admits([*present, new], model, epsilon, calibration)
+
+
+def tpot_epsilon(target: float = DEFAULT_TARGET) -> MarginController:
+    return MarginController(TPOT_MARGIN, target=target)
+
+
+@dataclass(slots=True, eq=False)
+class DecodeView:
+    """The gateway's side of the TPOT guard for one decode worker: the TPOT SLOs of the requests
+    it routed there and that have not finished (seconds, by request id), and ε, the margin the
+    worker's admission applies, steered by the TPOTs those requests really got."""
+
+    epsilon: MarginController = field(default_factory=tpot_epsilon)
+    routed: dict[str, float] = field(default_factory=dict)
+
+    def vbs_with(self, tpot_s: float) -> float:
+        """The virtual batch size of what was routed here, with one more request of ``tpot_s``."""
+        slos = {rid: s for rid, s in self.routed.items() if s}
+        if tpot_s:
+            slos["__new__"] = tpot_s
+        return virtual_batch_size(slos) if slos else 0.0

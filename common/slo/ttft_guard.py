@@ -3,7 +3,9 @@
 A ``TtftGuard`` belongs to one prefill worker. It knows the worker's fitted prefill model, how
 wrong that model has been lately (``Calibration`` of whole prefill calls), what this gateway
 sent there and still awaits, and what the worker last reported it holds (heartbeats), and
-predicts from those how soon a new prompt's prefill would be over.
+predicts from those how soon a new prompt's prefill would be over. Its ``headroom`` multiplies
+every calibrated prediction; the closed loop (``common.slo.promise``) steers it from the TTFTs
+admitted requests really got.
 
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
 reads the clock it is given), so a simulator can drive it on a virtual clock.
@@ -16,13 +18,21 @@ from dataclasses import dataclass, field
 
 from common.slo.calibration import Calibration
 from common.slo.cost_models import PrefillModel
+from common.slo.promise import DEFAULT_TARGET, MarginController
 
 Queued = tuple[float, int]  # (TTFT deadline, inf without one; prompt tokens)
+
+
+TTFT_HEADROOM = 1.0  # where the closed loop starts the margin on predicted prefill calls
 
 
 def prefill_calibration() -> Calibration:
     """Observed / predicted prefill calls: one call, not a mean over many, decides a TTFT."""
     return Calibration(quantile=0.9)
+
+
+def ttft_headroom(target: float = DEFAULT_TARGET) -> MarginController:
+    return MarginController(TTFT_HEADROOM, target=target)
 
 
 @dataclass(slots=True, eq=False)
@@ -35,6 +45,7 @@ class TtftGuard:
     queued: dict[str, Queued] = field(default_factory=dict)
     reported_tokens: int = 0  # prompt tokens the worker last said it has queued (all gateways')
     reported_running: int = 0  # requests the worker last said it is running
+    headroom: MarginController = field(default_factory=ttft_headroom)
 
     def heard(self, queued_tokens: int, running: int) -> None:
         """The worker's own account of its load (registration, heartbeat)."""
@@ -72,12 +83,12 @@ class TtftGuard:
 
     def predict_s(self, prompt_tokens: int, deadline: float = float("inf"), calibrated: bool = True) -> float | None:
         """The queue ahead plus this prompt through the fitted model, one forward per
-        ``forward_tokens`` (scaled by what calls have been taking when ``calibrated``); None
-        without a model."""
+        ``forward_tokens`` (scaled by what calls have been taking, and by the headroom, when
+        ``calibrated``); None without a model."""
         if self.model is None:
             return None
         raw = self.model.predict_forwards(self.queued_ahead(deadline) + prompt_tokens, self.forward_tokens)
-        return self.calibration.scale(raw) if calibrated else raw
+        return self.calibration.scale(raw) * self.headroom.margin if calibrated else raw
 
     def pushes_queued_past(self, prompt_tokens: int, deadline: float, now: float) -> bool:
         """Whether sending a request with this deadline here would make a request already
@@ -113,3 +124,22 @@ def best_prefill_s(guards: Collection[TtftGuard], prompt_tokens: int, deadline: 
     if not predictions:
         return float("inf") if guards else 0.0
     return min((s for s in predictions if s is not None), default=0.0)
+
+
+def ttft_refusal(guards: Collection[TtftGuard], prompt_tokens: int, ttft_s: float, arrived: float,
+                 now: float) -> str | None:
+    """Why a request that arrived at ``arrived`` with TTFT SLO ``ttft_s`` cannot get its first
+    token in time (None: it can). The decision of the TTFT guard, for the gateway and the
+    simulator alike."""
+    best = best_prefill_s(guards, prompt_tokens, arrived + ttft_s, now)
+    if best == float("inf"):
+        return "on every prefill worker the request would make queued requests miss theirs"
+    if now - arrived + best > ttft_s:
+        return f"the best prefill worker is predicted to need {best * 1000:.0f} ms"
+    return None
+
+
+def last_useful_admission(guards: Collection[TtftGuard], prompt_tokens: int, deadline: float, now: float) -> float:
+    """The latest moment a request waiting for a decode worker can still be admitted and get
+    its first token by ``deadline``: the deadline less its best predicted prefill."""
+    return deadline - best_prefill_s(guards, prompt_tokens, deadline, now)

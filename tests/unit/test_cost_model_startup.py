@@ -70,11 +70,11 @@ def test_an_idle_decode_worker_admits_by_its_unloaded_step_not_by_a_model_50x_to
     engine.cost_models = CostModels(PrefillModel(0, 0.001, 0.0), slow)
     tpot_ms = engine.unloaded_step_s * 1000 * 3  # easily met alone; the model says 50x the step
     try:
-        assert engine.tpot_admits(tpot_ms, 8)  # idle: the measured step decides
-        assert not engine.tpot_admits(engine.unloaded_step_s * 1000, 8)  # below what it measured: refused
+        assert engine.tpot_admits(tpot_ms, 8, 64)  # idle: the measured step decides
+        assert not engine.tpot_admits(engine.unloaded_step_s * 1000, 8, 64)  # below what it measured: refused
         lease = engine.reserve("r", 8, 64, tpot_slo_ms=tpot_ms)
         assert lease is not None
-        assert not engine.tpot_admits(tpot_ms, 8)  # one reserved: no longer idle, the model (uncorrected) decides
+        assert not engine.tpot_admits(tpot_ms, 8, 64)  # one reserved: no longer idle, the model (uncorrected) decides
         engine.commit("r", lease.lease_id, list(range(1, 9)), 5, SamplingParams(max_tokens=64, ignore_eos=True),
                       tpot_slo_ms=tpot_ms)
         for _ in range(40):
@@ -82,7 +82,7 @@ def test_an_idle_decode_worker_admits_by_its_unloaded_step_not_by_a_model_50x_to
         # steps really run scale the model down: now a second request is admitted beside the first
         assert engine.step_calibration_ratio < 0.2
         assert 1 / 1.5 <= engine.step_prediction_error <= 1.5
-        assert engine.tpot_admits(tpot_ms, 8)
+        assert engine.tpot_admits(tpot_ms, 8, 64)
     finally:
         engine.abort_request("r")
         while engine.has_unfinished_requests():

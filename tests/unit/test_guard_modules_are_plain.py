@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 PROJECT_PACKAGES = ("common", "gateway", "prefill_worker", "decode_worker", "client", "pdserve", "wire")
 FORBIDDEN = ("grpc", "threading", "_thread", "asyncio", "concurrent", "multiprocessing")
 GUARDS = ("common.slo.ttft_guard", "common.slo.tpot_guard", "common.slo.credit", "common.slo.calibration",
-          "common.slo.cost_models", "common.engine.core")
+          "common.slo.cost_models", "common.engine.core", "common.slo.promise", "common.slo.routing",
+          "common.slo.admission_round")
 
 
 def _module_file(module: str) -> Path | None:

@@ -7,7 +7,7 @@ import pytest
 from common.slo.ttft_guard import TtftGuard
 from common.rpc.convert import prefill_model_from_proto
 from gateway.registry import WorkerRecord, WorkerRegistry
-from gateway.ttft_guard import best_prefill_now_s
+from gateway.ttft_guard import routable_guards
 from wire.v1 import worker_pb2
 
 
@@ -56,6 +56,14 @@ def test_a_newcomer_is_not_sent_where_it_would_make_a_queued_request_late():
 def test_a_queued_request_already_predicted_late_does_not_block_newcomers():
     worker = _worker({"doomed": (0.020, 300)})  # predicted 30 ms, due at 20 ms
     assert not worker.guard.pushes_queued_past(250, deadline=0.010, now=0.0)
+
+
+def best_prefill_now_s(registry: WorkerRegistry, tokens: int, deadline: float) -> float:
+    import time
+
+    from common.slo.ttft_guard import best_prefill_s
+
+    return best_prefill_s(routable_guards(registry), tokens, deadline, time.perf_counter())
 
 
 def _registry(*workers: WorkerRecord) -> WorkerRegistry:

@@ -9,7 +9,7 @@ import pytest
 
 from common.slo.cost_models import DecodeModel, PrefillModel
 from common.slo.credit import CreditBatcher, trp, virtual_batch_size
-from common.slo.tpot_guard import admits
+from common.slo.tpot_guard import Decoding, admits, projected_tpots
 
 
 def _runs(batcher: CreditBatcher, slos: dict[str, float], steps: int) -> dict[str, list[int]]:
@@ -36,17 +36,64 @@ def test_trp_is_recomputed_when_the_tightest_request_leaves():
     assert trp({"b": 4.0, "c": 6.0}) == {"b": 1.0, "c": pytest.approx(2 / 3)}
 
 
+def _same(n: int, slo_s: float, remaining: int = 10, length: int = 100) -> list[Decoding]:
+    return [Decoding(slo_s, remaining, length) for _ in range(n)]
+
+
 def test_vbs_admission_accepts_and_rejects_at_the_boundary():
     model = DecodeModel(alpha=0.0, beta=0.010, gamma=0.0, delta=0.0)  # 10 ms per virtual request
-    running = {"a": 0.100, "b": 0.100}
-    # adding a third 100 ms request: VBS 3 -> 30 ms x 1.3 = 39 ms <= 100 ms
-    assert admits(running, 0.100, 100, model)
-    # tightest becomes 40 ms: VBS = 1 + 0.4 + 0.4 = 1.8 -> 18 ms x 1.3 = 23.4 ms <= 40 ms
-    assert admits(running, 0.040, 100, model)
+    # equal budgets: the set stays whole to the end, so every step is the step at VBS
+    # a third 100 ms request: VBS 3 -> 30 ms x 1.3 = 39 ms <= 100 ms
+    assert admits(_same(3, 0.100), model)
+    # tightest 40 ms: VBS = 1 + 0.4 + 0.4 = 1.8 -> 18 ms per step; the 40 ms request gets a token
+    # every step (18 x 1.3 = 23.4 ms), the 100 ms ones every 2.5 steps (45 x 1.3 = 58.5 ms)
+    assert admits([*_same(2, 0.100, remaining=4), Decoding(0.040, 10, 100)], model)
     assert virtual_batch_size({"a": 0.1, "b": 0.1, "c": 0.02}) == pytest.approx(1.4)
-    # 7 requests at 0.1: VBS 8 -> 80 ms x 1.3 = 104 ms > 100 ms -> rejected; 6 -> 91 ms -> admitted
-    assert admits({str(i): 0.1 for i in range(6)}, 0.1, 100, model)
-    assert not admits({str(i): 0.1 for i in range(7)}, 0.1, 100, model)
+    # 8 requests at 0.1: VBS 8 -> 80 ms x 1.3 = 104 ms > 100 ms -> rejected; 7 -> 91 ms -> admitted
+    assert admits(_same(7, 0.1), model)
+    assert not admits(_same(8, 0.1), model)
+
+
+def test_the_guard_projects_each_decode_to_its_end_where_contexts_keep_growing():
+    model = DecodeModel(alpha=0.0, beta=0.0, gamma=1e-4, delta=0.001)  # 1 ms + 0.1 ms per token of context
+    running, new = Decoding(0.050, 900, 100), Decoding(0.050, 900, 100)
+    # now, at 100 tokens, a step is 11 ms (x 1.3 = 14.3 ms: a one-step check admits); over the
+    # 900 steps both run, the contexts reach 1,000 tokens: 1 ms + 0.1 ms x 550 on average
+    assert projected_tpots([running, new], model) == pytest.approx([0.056, 0.056])
+    assert not admits([running, new], model)
+    # the same pair with 100 tokens to go: 1 ms + 0.1 ms x 150 = 16 ms (x 1.3 = 20.8 ms)
+    assert admits([Decoding(0.050, 100, 100), Decoding(0.050, 100, 100)], model)
+
+
+def _step_by_step(requests: list[Decoding], model: DecodeModel) -> list[float]:
+    """Brute force: the real credit batcher picks each step's batch; a step costs the model at
+    that batch's size and mean length; each request's time until its last token / its tokens."""
+    slos = {i: r.slo_s for i, r in enumerate(requests)}
+    left = {i: r.remaining for i, r in enumerate(requests)}
+    length = {i: r.length for i, r in enumerate(requests)}
+    batcher, now, done = CreditBatcher(), 0.0, {}
+    while left:
+        present = {i: slos[i] for i in left}
+        tightest = min(present.values())
+        chosen = batcher.select({i: s or tightest for i, s in present.items()})
+        now += model.predict(len(chosen), sum(length[i] for i in chosen) / len(chosen))
+        for i in chosen:
+            left[i] -= 1
+            length[i] += 1
+            if left[i] == 0:
+                del left[i]
+                done[i] = now / requests[i].remaining
+    return [done[i] for i in range(len(requests))]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_projection_matches_a_step_by_step_run_of_the_credit_batcher(seed):
+    rng = np.random.default_rng(seed)
+    model = DecodeModel(alpha=2e-7, beta=0.004, gamma=2e-6, delta=0.003)
+    requests = [Decoding(float(rng.choice([0.02, 0.04, 0.06])), int(rng.integers(20, 200)), int(rng.integers(10, 900)))
+                for _ in range(int(rng.integers(2, 12)))]
+    projected, brute = projected_tpots(requests, model), _step_by_step(requests, model)
+    assert np.allclose(projected, brute, rtol=0.06), list(zip(projected, brute))
 
 
 def test_decode_model_recovers_known_coefficients():
@@ -150,9 +197,8 @@ def test_calibration_corrects_a_model_too_slow_as_well_as_one_too_fast_within_it
 
 def test_calibrated_admission_turns_away_what_the_idle_model_would_admit():
     model = DecodeModel(alpha=0.0, beta=0.010, gamma=0.0, delta=0.0)
-    running = {str(i): 0.1 for i in range(5)}
-    assert admits(running, 0.1, 100, model)  # 60 ms x 1.3 = 78 ms
-    assert not admits(running, 0.1, 100, model, calibration=lambda s: 2 * s)  # 156 ms
+    assert admits(_same(6, 0.1), model)  # 60 ms x 1.3 = 78 ms
+    assert not admits(_same(6, 0.1), model, calibration=lambda s: 2 * s)  # 156 ms
 
 
 def test_a_fit_that_reproduces_its_points_is_sound_and_one_that_does_not_is_made_conservative():
@@ -194,27 +240,35 @@ def test_tpot_guard_admits_an_idle_worker_by_its_unloaded_step_and_a_busy_one_by
 
     model = DecodeModel(alpha=0.0, beta=0.010, gamma=0.0, delta=0.0)  # 10 ms per virtual request
     step = 0.005  # one request alone, measured: half what the model says
-    assert admits_request(0.0, 8, {"r": 0.001}, [8], model, step)  # no TPOT SLO: never refused
+
+    def new(slo_ms: float) -> Decoding:
+        return Decoding(slo_ms / 1000, 20, 9)
+
+    assert admits_request(new(0.0), _same(1, 0.001), model, step)  # no TPOT SLO: never refused
     # idle: the measured step x ε decides (6.5 ms), whatever the model would say (13 ms)
-    assert admits_request(step * TPOT_MARGIN * 1000 * 1.01, 8, {}, [], model, step)
-    assert not admits_request(step * TPOT_MARGIN * 1000 * 0.99, 8, {}, [], model, step)
+    assert admits_request(new(step * TPOT_MARGIN * 1000 * 1.01), [], model, step)
+    assert not admits_request(new(step * TPOT_MARGIN * 1000 * 0.99), [], model, step)
     # a reservation alone makes the worker busy: the model decides (VBS 1 + 10/30 -> 17.3 ms > 10 ms)
-    assert admits_request(10.0, 8, {}, [], model, step)
-    assert not admits_request(10.0, 8, {"r": 0.030}, [], model, step)
-    assert admits_request(30.0, 8, {"r": 0.030}, [], model, step)  # VBS 2: 26 ms
-    assert not admits_request(30.0, 8, {"r": 0.030, "s": 0.030}, [], model, step)  # VBS 3: 39 ms
+    assert not admits_request(new(10.0), _same(1, 0.030, remaining=20), model, step)
+    assert admits_request(new(30.0), _same(1, 0.030, remaining=20), model, step)  # VBS 2: 26 ms
+    assert not admits_request(new(30.0), _same(2, 0.030, remaining=20), model, step)  # VBS 3: 39 ms
     # nothing measured: the model decides even when idle (10 ms x 1.3 = 13 ms)
-    assert admits_request(13.1, 8, {}, [], model, None) and not admits_request(12.9, 8, {}, [], model, None)
+    assert admits_request(new(13.1), [], model, None) and not admits_request(new(12.9), [], model, None)
+    # ε is the caller's: the gateway's closed loop steers it
+    assert admits_request(new(30.0), _same(2, 0.030, remaining=20), model, step, epsilon=0.9)
 
 
-def test_tpot_guard_means_the_running_lengths_with_the_new_prompt_and_applies_the_calibration():
+def test_tpot_guard_projects_growing_lengths_and_applies_the_calibration():
     from common.slo.tpot_guard import admits_request
 
     model = DecodeModel(alpha=0.0, beta=0.0, gamma=0.001, delta=0.0)  # 1 ms per token of mean length
-    # mean of (10, 40) and the new 40 tokens: 30 ms x 1.3 = 39 ms (without the new prompt: 32.5 ms)
-    assert admits_request(39.1, 40, {"a": 0.1}, [10, 40], model, 0.001)
-    assert not admits_request(38.9, 40, {"a": 0.1}, [10, 40], model, 0.001)
-    assert not admits_request(39.1, 40, {"a": 0.1}, [10, 40], model, 0.001, calibration=lambda s: 1.1 * s)
+    # a request without an SLO runs every step beside the new one; both have 11 tokens to go and
+    # grow by one a step from 10 and 40 tokens: the mean length halfway is (15.5 + 45.5) / 2 =
+    # 30.5 -> 30.5 ms a token, x 1.3 = 39.65 ms
+    present = [Decoding(0.0, 11, 10)]
+    assert admits_request(Decoding(0.0397, 11, 40), present, model, 0.001)
+    assert not admits_request(Decoding(0.0396, 11, 40), present, model, 0.001)
+    assert not admits_request(Decoding(0.0397, 11, 40), present, model, 0.001, calibration=lambda s: 1.1 * s)
 
 
 def test_the_slos_the_tpot_guard_keeps_are_the_running_and_reserved_ones_with_an_slo():

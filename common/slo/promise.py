@@ -1,0 +1,97 @@
+"""The closed loop on the promise: admitted requests meet their SLOs.
+
+The guards admit on predictions; a prediction can be wrong in ways no fit shows (another
+process on the GPU, prompts longer than the profile, step times flat in batch size). So every
+admitted request's outcome is fed back, and each guard's margin on its prediction is steered to
+hold a target attainment:
+
+    a miss                          → margin × (1 + step)                 tighten fast
+    a met SLO with room to spare    → margin × (1 + step)^(−(1−target)/target)   relax slowly
+    a met SLO without room          → margin unchanged
+
+At the balance point the misses are at most ``1 − target`` of the outcomes: each miss raises
+the margin by as much as ``target / (1 − target)`` comfortable outcomes lower it (a quantile
+tracker). The margins start at the guards' old constants (TTFT headroom 1.0, the VBS ε 1.3).
+
+``Attainment`` is the measured side: the share of admitted requests that met their SLO over a
+sliding time window, kept per SLO class and per worker for metrics and reports.
+
+Plain code of time and state: callers pass ``now``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+DEFAULT_TARGET = 0.99
+ROOM = 0.9  # an outcome at most this fraction of its SLO met it with room to spare
+
+
+@dataclass(slots=True)
+class MarginController:
+    margin: float
+    target: float = DEFAULT_TARGET
+    step: float = 0.1  # relative increase per miss
+    low: float = 0.5
+    high: float = 8.0
+    misses: int = 0
+    outcomes: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.target < 1:
+            raise ValueError(f"target attainment must be in (0, 1), got {self.target}")
+        if not self.low <= self.margin <= self.high:
+            raise ValueError(f"margin {self.margin} outside [{self.low}, {self.high}]")
+
+    def observe(self, ratio: float) -> None:
+        """One admitted request's outcome: observed latency / its SLO (above 1: missed)."""
+        self.outcomes += 1
+        if ratio > 1.0:
+            self.misses += 1
+            self.margin = min(self.high, self.margin * (1 + self.step))
+        elif ratio <= ROOM:
+            relax = math.exp(-math.log1p(self.step) * (1 - self.target) / self.target)
+            self.margin = max(self.low, self.margin * relax)
+
+
+@dataclass(slots=True)
+class Attainment:
+    """Admitted requests meeting their SLO over the last ``window_s`` seconds."""
+
+    window_s: float = 60.0
+    _outcomes: deque[tuple[float, bool]] = field(default_factory=deque)
+    _met: int = 0
+
+    def observe(self, now: float, met: bool) -> None:
+        self._outcomes.append((now, met))
+        self._met += met
+        self._forget(now)
+
+    def value(self, now: float) -> float | None:
+        """The share met, or None with no outcome in the window."""
+        self._forget(now)
+        return self._met / len(self._outcomes) if self._outcomes else None
+
+    def _forget(self, now: float) -> None:
+        while self._outcomes and self._outcomes[0][0] < now - self.window_s:
+            _, met = self._outcomes.popleft()
+            self._met -= met
+
+
+def feed_back(ttft_s: float, tpot_s: float, ttft_slo_s: float, tpot_slo_s: float,
+              headroom: MarginController | None, epsilon: MarginController | None) -> bool:
+    """One admitted request's outcome to the margins of the guards that admitted it (the prefill
+    worker's TTFT headroom, the decode worker's ε; None: not there). An SLO of 0 is none and
+    teaches nothing. Returns whether the request met both SLOs."""
+    ttft_ok = tpot_ok = True
+    if ttft_slo_s > 0:
+        ttft_ok = ttft_s <= ttft_slo_s
+        if headroom is not None:
+            headroom.observe(ttft_s / ttft_slo_s)
+    if tpot_slo_s > 0:
+        tpot_ok = tpot_s <= tpot_slo_s
+        if epsilon is not None:
+            epsilon.observe(tpot_s / tpot_slo_s)
+    return ttft_ok and tpot_ok

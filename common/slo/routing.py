@@ -1,0 +1,45 @@
+"""The order in which workers are tried for a request: the routers' policies as plain functions
+of the guards' state, for the gateway's routers and the simulator alike.
+
+- ``prefill_order`` (TTFT guard): least predicted time to first token first, workers where the
+  request would make an already queued request late last.
+- ``decode_order_by_vbs`` (TPOT guard): most VBS headroom first: the lowest virtual batch size
+  of what was routed there, with the new request counted, then the most free KV blocks.
+- ``least_loaded_order`` (fcfs): fewest requests in flight first.
+- ``RoundRobin``: each role's workers in turn, whatever their load (a baseline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from common.slo.tpot_guard import DecodeView
+from common.slo.ttft_guard import TtftGuard
+
+
+def prefill_order(guards: Sequence[TtftGuard], prompt_tokens: int, deadline: float, now: float) -> list[int]:
+    """Indices of ``guards``, best first."""
+    keys = [(g.pushes_queued_past(prompt_tokens, deadline, now), g.predict_s(prompt_tokens, deadline) or float("inf"))
+            for g in guards]
+    return sorted(range(len(guards)), key=keys.__getitem__)
+
+
+def decode_order_by_vbs(views: Sequence[DecodeView], free_blocks: Sequence[int], tpot_s: float) -> list[int]:
+    """Indices of ``views``, the most VBS headroom first."""
+    keys = [(v.vbs_with(tpot_s), -free) for v, free in zip(views, free_blocks)]
+    return sorted(range(len(views)), key=keys.__getitem__)
+
+
+def least_loaded_order(inflight: Sequence[int], tiebreak: Sequence[float]) -> list[int]:
+    """Indices by requests in flight, then by ``tiebreak`` (lower first)."""
+    return sorted(range(len(inflight)), key=lambda i: (inflight[i], tiebreak[i]))
+
+
+class RoundRobin:
+    def __init__(self) -> None:
+        self._next = 0
+
+    def order(self, count: int) -> list[int]:
+        """Indices starting one past where the previous call started."""
+        start, self._next = self._next % max(count, 1), self._next + 1
+        return [(start + i) % count for i in range(count)]

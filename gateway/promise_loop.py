@@ -1,0 +1,54 @@
+"""The gateway's closed loop on its promise (``common.slo.promise``): every request it admitted
+and served reports its TTFT and TPOT; they steer the margins of the guards that admitted it (the
+prefill worker's TTFT headroom, the decode worker's ε), and count toward the attainment of its
+SLO class and of both workers, over a sliding window, exported as metrics."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from common.process.metrics import Metrics
+from common.slo.promise import Attainment, feed_back
+from gateway.request_state import Progress
+from gateway.validation import ValidatedRequest
+
+
+class PromiseLoop:
+    def __init__(self, metrics: Metrics | None = None, window_s: float = 60.0) -> None:
+        self.metrics = metrics
+        self.by_class: defaultdict[str, Attainment] = defaultdict(lambda: Attainment(window_s))
+        self.by_worker: defaultdict[str, Attainment] = defaultdict(lambda: Attainment(window_s))
+
+    def served(self, req: ValidatedRequest, p: Progress) -> None:
+        """``req`` finished normally with ``p.completion_tokens`` tokens."""
+        now = time.perf_counter()
+        ttft_s = p.ttft_ms / 1000
+        tokens = p.completion_tokens
+        tpot_s = (now - p.started - ttft_s) / (tokens - 1) if tokens > 1 else 0.0
+        headroom = p.prefill.guard.headroom if p.prefill is not None and p.prefill.ttft is not None else None
+        epsilon = p.decode.view.epsilon if p.decode is not None and p.decode.decode_view is not None else None
+        if p.completion_tokens <= 1:
+            epsilon = None  # it never decoded there
+        met = feed_back(ttft_s, tpot_s, req.ttft_ms / 1000, req.tpot_ms / 1000, headroom, epsilon)
+        if not (req.ttft_ms or req.tpot_ms):
+            return
+        name = req.slo_class or f"{req.ttft_ms}:{req.tpot_ms}"
+        self.by_class[name].observe(now, met)
+        for worker in (p.prefill, p.decode):
+            if worker is not None:
+                self.by_worker[worker.worker_id].observe(now, met)
+        if self.metrics is not None:
+            self._export(name, now, p)
+
+    def _export(self, name: str, now: float, p: Progress) -> None:
+        assert self.metrics is not None
+        attained = self.by_class[name].value(now)
+        if attained is not None:
+            self.metrics.attainment.labels(self.metrics.role, name).set(attained)
+        if p.prefill is not None and p.prefill.ttft is not None:
+            self.metrics.margin.labels(self.metrics.role, "ttft_headroom", p.prefill.worker_id).set(
+                p.prefill.guard.headroom.margin)
+        if p.decode is not None and p.decode.decode_view is not None:
+            self.metrics.margin.labels(self.metrics.role, "tpot_epsilon", p.decode.worker_id).set(
+                p.decode.view.epsilon.margin)

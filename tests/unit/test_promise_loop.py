@@ -1,0 +1,67 @@
+"""The closed loop on the promise: margins tighten fast when admitted requests miss their SLOs
+and relax slowly when they meet them with room, settling where misses are at most 1 − target."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common.slo.promise import Attainment, MarginController, feed_back
+
+
+def test_a_miss_tightens_at_once_and_comfortable_outcomes_relax_slowly():
+    controller = MarginController(margin=1.3, target=0.99, step=0.1)
+    controller.observe(1.2)  # a miss
+    assert controller.margin == pytest.approx(1.43)
+    for _ in range(99):  # 99 comfortable outcomes undo one miss: the target's ratio
+        controller.observe(0.5)
+    assert controller.margin == pytest.approx(1.3)
+    controller.observe(0.95)  # met, but without room to spare: no change
+    assert controller.margin == pytest.approx(1.3)
+
+
+def test_margins_stay_within_their_bounds():
+    controller = MarginController(margin=1.0, low=0.5, high=2.0)
+    for _ in range(50):
+        controller.observe(3.0)
+    assert controller.margin == 2.0
+    for _ in range(100_000):
+        controller.observe(0.1)
+    assert controller.margin == 0.5
+
+
+@pytest.mark.parametrize("target", [0.9, 0.99])
+def test_the_margin_settles_where_the_planted_miss_rate_meets_the_target(target):
+    """Latency / SLO = prediction error × (1 / margin): a guard admitting on a margin m serves a
+    request in ``error / m`` of its SLO. With errors drawn from a known distribution, the margin
+    that holds the target is that distribution's target quantile (brute force over the draws)."""
+    rng = np.random.default_rng(1)
+    errors = rng.lognormal(mean=0.0, sigma=0.3, size=200_000)
+    controller = MarginController(margin=1.0, target=target, step=0.05)
+    misses = 0
+    for i, error in enumerate(errors):
+        ratio = error / controller.margin
+        controller.observe(ratio)
+        misses += ratio > 1 and i >= 100_000
+    miss_rate = misses / 100_000
+    assert miss_rate <= (1 - target) * 1.15, miss_rate  # at the target or better
+    assert miss_rate >= (1 - target) * 0.3, miss_rate  # not by refusing far more than needed
+    assert controller.margin == pytest.approx(np.quantile(errors, target), rel=0.25)
+
+
+def test_attainment_counts_outcomes_inside_its_window_only():
+    attained = Attainment(window_s=10.0)
+    assert attained.value(0.0) is None
+    for t in range(10):
+        attained.observe(float(t), met=t != 3)
+    assert attained.value(9.0) == pytest.approx(0.9)
+    assert attained.value(13.5) == pytest.approx(1.0)  # the miss at t=3 left the window
+    assert attained.value(100.0) is None
+
+
+def test_an_outcome_feeds_the_ttft_headroom_and_the_tpot_epsilon_that_admitted_it():
+    headroom, epsilon = MarginController(1.0), MarginController(1.3)
+    assert not feed_back(0.3, 0.010, ttft_slo_s=0.2, tpot_slo_s=0.05, headroom=headroom, epsilon=epsilon)
+    assert headroom.margin == pytest.approx(1.1) and epsilon.margin < 1.3  # TTFT missed; TPOT met with room
+    assert feed_back(0.3, 0.010, ttft_slo_s=0.0, tpot_slo_s=0.0, headroom=headroom, epsilon=None)  # no SLOs
+    assert headroom.margin == pytest.approx(1.1)

@@ -1,0 +1,60 @@
+"""The routers' orders and the admission queue's rounds, as the gateway and the simulator run them."""
+
+from __future__ import annotations
+
+from common.slo.admission_round import AdmissionRound
+from common.slo.cost_models import PrefillModel
+from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
+from common.slo.tpot_guard import DecodeView
+from common.slo.ttft_guard import TtftGuard
+
+MODEL = PrefillModel(threshold=100, base_s=0.010, per_token_s=1e-4)
+
+
+def _guard(queued: dict[str, tuple[float, int]]) -> TtftGuard:
+    guard = TtftGuard(MODEL)
+    guard.queued.update(queued)
+    guard.calibration.observe(0.010, 0.010)
+    return guard
+
+
+def test_prefill_order_is_least_predicted_ttft_with_workers_it_would_make_late_last():
+    idle, busy = _guard({}), _guard({"a": (10.0, 2000)})
+    crowded = _guard({"due": (0.050, 300)})  # 30 ms of work due at 50 ms: 250 more tokens make it late
+    assert prefill_order([busy, idle], 250, deadline=0.020, now=0.0) == [1, 0]
+    assert prefill_order([crowded, busy], 250, deadline=0.020, now=0.0) == [1, 0]
+
+
+def test_decode_order_prefers_the_most_vbs_headroom_then_free_blocks():
+    light, heavy, empty = DecodeView(), DecodeView(), DecodeView()
+    light.routed.update({"a": 0.1})
+    heavy.routed.update({"b": 0.02, "c": 0.02})
+    # new request at 20 ms: light = 1 + 0.2 = 1.2, heavy = 3, empty = 1
+    assert decode_order_by_vbs([light, heavy, empty], [10, 10, 5], tpot_s=0.02) == [2, 0, 1]
+    assert decode_order_by_vbs([DecodeView(), DecodeView()], [3, 9], tpot_s=0.02) == [1, 0]
+
+
+def test_least_loaded_and_round_robin_orders():
+    assert least_loaded_order([2, 0, 1], [0, 5, 0]) == [1, 2, 0]
+    rr = RoundRobin()
+    assert [rr.order(3) for _ in range(4)] == [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]
+
+
+def test_a_round_gives_turns_least_slack_first_and_skips_waiters_as_tight_as_one_refused():
+    waiters = [("loose", 3.0, 100.0), ("tight", 1.0, 20.0), ("tighter", 2.0, 10.0), ("none", 4.0, 0.0),
+               ("mid", 5.0, 50.0)]
+    turns = AdmissionRound(waiters, deadline=lambda w: w[1], tpot_ms=lambda w: w[2])
+    given = []
+    while (w := turns.next(lambda _: True)) is not None:
+        given.append(w[0])
+        turns.report(w, admitted=w[0] != "tight")  # "tight" (20 ms) is refused
+    # "tighter" (10 ms) is skipped after "tight" was refused; looser ones still get turns
+    assert given == ["tight", "loose", "none", "mid"]
+
+
+def test_refusing_a_waiter_without_a_tpot_slo_ends_the_round():
+    waiters = [("none", 1.0, 0.0), ("loose", 2.0, 100.0)]
+    turns = AdmissionRound(waiters, deadline=lambda w: w[1], tpot_ms=lambda w: w[2])
+    first = turns.next(lambda _: True)
+    turns.report(first, admitted=False)
+    assert first[0] == "none" and turns.next(lambda _: True) is None
