@@ -51,6 +51,8 @@ async def _watch_workers(registry: WorkerRegistry, lifecycle: Lifecycle, metrics
             state = ("draining" if w.load.draining else "suspect" if w.suspect else "stalled" if w.stalled
                      else "ready" if w.ready else "connecting")
             metrics.workers.labels("gateway", w.role, state).inc()
+            if w.ttft is not None:
+                metrics.extrapolations.labels("gateway", w.worker_id).set(w.ttft.extrapolations)
         await asyncio.sleep(period_s)
 
 

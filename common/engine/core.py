@@ -12,6 +12,7 @@ A step is two halves around the forward::
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections import deque
@@ -28,6 +29,7 @@ from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.slo import tpot_guard
 from common.slo.calibration import Calibration
 from common.slo.cost_models import CostModels
+from common.slo.refit import StepLog
 
 Clock = Callable[[], float]
 
@@ -57,6 +59,8 @@ class EngineCore:
         self.step_calibration_ratio = 1.0  # calibrated prediction / model's prediction
         self.step_prediction_error = 1.0  # median over recent steps of calibrated prediction / observed
         self._prediction_errors: deque[float] = deque(maxlen=32)
+        self.step_log = StepLog()  # decode steps really run: the decode model is refitted from them
+        self.refits = 0  # decode models replaced by a refit since start
         self._last_step_end: float | None = None  # end of the previous step, if it led straight here
         # What other threads read of this engine (``common.engine.load``): replaced, never
         # changed, after every step and every call below that changes requests, leases or blocks.
@@ -199,7 +203,7 @@ class EngineCore:
 
     def _measure(self) -> EngineLoad:
         return measure(self.scheduler, self.pool, self.leases, self.steps_completed,
-                       self.step_calibration_ratio, self.step_prediction_error)
+                       self.step_calibration_ratio, self.step_prediction_error, self.refits)
 
     def _observe_step(self, batch: ScheduledBatch, seconds: float) -> None:
         """Feeds decode-only steps to the calibration of the decode cost model.
@@ -217,6 +221,21 @@ class EngineCore:
             self.step_prediction_error = statistics.median(self._prediction_errors)
         self.step_calibration.observe(predicted, seconds)
         self.step_calibration_ratio = self.step_calibration.ratio
+        if seconds > 0:
+            self.step_log.observe(len(batch.seqs), mean_len, seconds)
+        if self.step_log.refit_due(self.clock()):
+            self._refit()
+
+    def _refit(self) -> None:
+        """A new decode model from the steps run, when they support a sound one. Calibration
+        starts afresh: its ratios were against the old model."""
+        assert self.cost_models is not None
+        model = self.step_log.refit(self.clock())
+        if model is not None:
+            self.cost_models = dataclasses.replace(self.cost_models, decode=model)
+            self.step_calibration = Calibration(clock=self.clock)
+            self.step_calibration_ratio = 1.0
+            self.refits += 1
 
     def check_integrity(self) -> None:
         """Pool whole, and every block's reference count equals the requests that hold it."""

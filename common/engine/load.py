@@ -35,6 +35,7 @@ class EngineLoad:
     mean_len: float  # mean tokens of the running requests; 0.0 with none running
     step_calibration_ratio: float  # calibrated decode step prediction / the model's
     step_prediction_error: float  # median over recent steps of calibrated prediction / observed
+    refits: int = 0  # decode models replaced by a refit from the steps run
 
     @property
     def kv_usage(self) -> float:
@@ -42,7 +43,7 @@ class EngineLoad:
 
 
 def measure(scheduler: Scheduler, pool: BlockPool, leases: LeaseTable, steps: int,
-            step_calibration_ratio: float, step_prediction_error: float) -> EngineLoad:
+            step_calibration_ratio: float, step_prediction_error: float, refits: int = 0) -> EngineLoad:
     """The snapshot of an engine's parts; called on the thread that owns them."""
     running, waiting, reserved = scheduler.running, scheduler.waiting, leases.num_reserved()
     deadlines = [r.ttft_deadline for r in waiting if r.ttft_slo_ms]
@@ -54,5 +55,5 @@ def measure(scheduler: Scheduler, pool: BlockPool, leases: LeaseTable, steps: in
         in_flight=len(scheduler.requests) + reserved, steps=steps,
         earliest_ttft_deadline=min(deadlines) if deadlines else None, tpot_slos=MappingProxyType(slos),
         mean_len=sum(r.num_tokens for r in running) / len(running) if running else 0.0,
-        step_calibration_ratio=step_calibration_ratio, step_prediction_error=step_prediction_error,
+        step_calibration_ratio=step_calibration_ratio, step_prediction_error=step_prediction_error, refits=refits,
     )

@@ -62,6 +62,8 @@ class Metrics:
         self.calibration = Gauge("pdserve:cost_model_calibration_ratio", "Factor observed work applies to the "
                                  "cost model's predictions: below 1 the model was too slow, above 1 too fast",
                                  model_labels, registry=r)
+        self.refits = Gauge("pdserve:cost_model_refits", "Times the cost model was refitted from the work really "
+                            "run and replaced", model_labels, registry=r)
         self.prediction_error = Gauge("pdserve:cost_model_prediction_error_ratio", "Median over recent steps of "
                                       "the calibrated prediction (made before the step) / the observed step",
                                       model_labels, registry=r)
@@ -71,6 +73,9 @@ class Metrics:
         self.margin = Gauge("pdserve:slo_guard_margin", "The margin a guard applies to its predictions, steered to "
                             "hold the attainment target: ttft_headroom per prefill worker, tpot_epsilon (VBS ε) per "
                             "decode worker", [*labels, "kind", "worker"], registry=r)
+        self.extrapolations = Gauge("pdserve:cost_model_extrapolations", "Predictions a prefill worker's cost "
+                                    "model made for forwards larger than any it was fitted on, since it joined",
+                                    [*labels, "worker"], registry=r)
         self.workers = Gauge("pdserve:workers", "Workers the gateway knows, by role and state",
                              ["role", "worker_role", "state"], registry=r)
         self._loop_lag = Gauge("pdserve:event_loop_lag_seconds", "Largest delay of this process's event loop "
@@ -93,7 +98,8 @@ class Metrics:
 
     def watch_cost_model(self, model: str, worker: str, r2: float, worst_ratio: float,
                          calibration: Callable[[], float] | None = None,
-                         prediction_error: Callable[[], float] | None = None) -> None:
+                         prediction_error: Callable[[], float] | None = None,
+                         refits: Callable[[], float] | None = None) -> None:
         """A worker's cost model: its fit (fixed) and, where it is calibrated here, its
         calibration (read at scrape time)."""
         self.fit_r2.labels(self.role, model, worker).set(r2)
@@ -102,6 +108,8 @@ class Metrics:
             self.calibration.labels(self.role, model, worker).set_function(calibration)
         if prediction_error is not None:
             self.prediction_error.labels(self.role, model, worker).set_function(prediction_error)
+        if refits is not None:
+            self.refits.labels(self.role, model, worker).set_function(refits)
 
     def finished(self, status: str) -> None:
         self.requests.labels(self.role, status).inc()

@@ -37,14 +37,17 @@ def cost_models_to_proto(models: CostModels | None) -> worker_pb2.CostModel:
     """A worker's fitted cost models as its descriptor carries them (``present`` false: none)."""
     if models is None:
         return worker_pb2.CostModel()
+    prefill, decode = models.prefill, models.decode
     return worker_pb2.CostModel(
-        present=True, prefill_threshold=models.prefill.threshold, prefill_base_s=models.prefill.base_s,
-        prefill_per_token_s=models.prefill.per_token_s, decode_alpha=models.decode.alpha,
-        decode_beta=models.decode.beta, decode_gamma=models.decode.gamma, decode_delta=models.decode.delta)
+        present=True, prefill_threshold=prefill.threshold, prefill_base_s=prefill.base_s,
+        prefill_per_token_s=prefill.per_token_s, prefill_per_token2_s=prefill.per_token2_s,
+        prefill_max_tokens=prefill.max_tokens, decode_alpha=decode.alpha, decode_beta=decode.beta,
+        decode_gamma=decode.gamma, decode_delta=decode.delta, decode_knee=decode.knee)
 
 
 def prefill_model_from_proto(cost: worker_pb2.CostModel) -> PrefillModel | None:
     """The prefill fit a worker sent with its descriptor; None when it sent none."""
     if not cost.present:
         return None
-    return PrefillModel(cost.prefill_threshold, cost.prefill_base_s, cost.prefill_per_token_s)
+    return PrefillModel(cost.prefill_threshold, cost.prefill_base_s, cost.prefill_per_token_s,
+                        per_token2_s=cost.prefill_per_token2_s, max_tokens=cost.prefill_max_tokens)

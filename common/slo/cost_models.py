@@ -1,12 +1,16 @@
 """Fitted time models a worker uses to predict its own latency.
 
 - Prefill: time of a step against its batched prompt tokens ``n`` — constant below a
-  threshold (fixed costs dominate), linear above: ``t = c`` for ``n ≤ n0``, else
-  ``t = c + k·(n − n0)``. ``n0`` is found by search over the measured sizes.
+  threshold (fixed costs dominate), linear above, plus attention's quadratic part:
+  ``t = c + k·max(0, n − n0) + q·n²``. ``n0`` is found by search over the measured sizes; the
+  largest measured size is kept (``max_tokens``): beyond it the model extrapolates, and says so.
 - Decode: step time against batch size ``B`` and mean sequence length ``L``:
-  ``t = α·B·L + β·B + γ·L + δ`` (least squares with every coefficient ≥ 0: each term is a
-  cost, and an unconstrained fit to noisy timings can go negative and predict ~0 for small
-  batches, which would make admission and online calibration meaningless).
+  ``t = α·B·L + β·max(0, B − B0) + γ·L + δ``. A GPU runs small batches in the time of one (the
+  weights are read once per step whatever the batch) until its kernels saturate at ``B0``; a CPU
+  pays per request from the first (``B0 = 0``). ``B0`` is found by search like ``n0``. Least
+  squares with every coefficient ≥ 0: each term is a cost, and an unconstrained fit to noisy
+  timings can go negative and predict ~0 for small batches, which would make admission and
+  online calibration meaningless.
 
 Both fits minimise the *relative* error of each point (least squares weighted by 1/t): a
 3 ms step mispredicted by 2 ms matters as much to a tight TPOT as a 30 ms step by 20 ms.
@@ -19,6 +23,7 @@ use until observed steps correct it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from dataclasses import asdict, dataclass
@@ -54,9 +59,15 @@ class PrefillModel:
     per_token_s: float
     r2: float = 0.0
     worst_ratio: float = 0.0  # on the points it was fitted on; 0: unknown (written by hand)
+    per_token2_s: float = 0.0  # q: attention's cost per squared token
+    max_tokens: float = 0.0  # the largest step it was fitted on; 0: unknown (written by hand)
 
     def predict(self, tokens: float) -> float:
-        return self.base_s + self.per_token_s * max(0.0, tokens - self.threshold)
+        return self.base_s + self.per_token_s * max(0.0, tokens - self.threshold) + self.per_token2_s * tokens * tokens
+
+    def extrapolates(self, tokens: float) -> bool:
+        """Whether a step of ``tokens`` lies beyond what the fit was measured on."""
+        return 0 < self.max_tokens < tokens
 
     def predict_forwards(self, tokens: int, budget: int) -> float:
         """Time to compute ``tokens`` queued prompt tokens at ``budget`` tokens per forward
@@ -77,16 +88,16 @@ class PrefillModel:
                 best, best_err = model, err
         assert best is not None
         predicted = np.array([best.predict(n) for n in x])
-        return PrefillModel(best.threshold, best.base_s, best.per_token_s, _r2(y, predicted),
-                            worst_point_ratio(predicted, y))
+        return dataclasses.replace(best, r2=_r2(y, predicted), worst_ratio=worst_point_ratio(predicted, y),
+                                   max_tokens=float(x.max()))
 
     @property
     def sound(self) -> bool:
         return sound(self.r2, self.worst_ratio)
 
     def scaled(self, factor: float) -> PrefillModel:
-        return PrefillModel(self.threshold, self.base_s * factor, self.per_token_s * factor, self.r2,
-                            self.worst_ratio)
+        return dataclasses.replace(self, base_s=self.base_s * factor, per_token_s=self.per_token_s * factor,
+                                   per_token2_s=self.per_token2_s * factor)
 
     def conservative(self, tokens: list[float], seconds: list[float]) -> PrefillModel:
         """This fit scaled up until it predicts no measured point too fast."""
@@ -96,52 +107,63 @@ class PrefillModel:
         return asdict(self)
 
     def describe(self) -> str:
-        return (f"{self.base_s * 1e3:.3f} ms + {self.per_token_s * 1e6:.2f} µs·max(0, n − {self.threshold:g}) "
+        return (f"{self.base_s * 1e3:.3f} ms + {self.per_token_s * 1e6:.2f} µs·max(0, n − {self.threshold:g}) + "
+                f"{self.per_token2_s * 1e9:.3f} ns·n² up to {self.max_tokens:g} tokens "
                 f"(R² {self.r2:.3f}, worst point {self.worst_ratio:.2f}×)")
 
 
 def _fit_hinge(x: np.ndarray, y: np.ndarray, n0: float) -> tuple[PrefillModel, float]:
     """The hinge at ``n0`` with the least relative squared error (and that error)."""
-    design = np.stack([np.ones_like(x), np.maximum(0.0, x - n0)], axis=1)
+    design = np.stack([np.ones_like(x), np.maximum(0.0, x - n0), x * x], axis=1)
     coef, err = _non_negative_lstsq(design, y)
-    return PrefillModel(n0, float(coef[0]), float(coef[1])), err
+    return PrefillModel(n0, float(coef[0]), float(coef[1]), per_token2_s=float(coef[2])), err
 
 
 @dataclass(frozen=True, slots=True)
 class DecodeModel:
     alpha: float  # per batch·length
-    beta: float  # per request
+    beta: float  # per request past the knee
     gamma: float  # per token of mean length
     delta: float  # fixed
     r2: float = 0.0
     worst_ratio: float = 0.0  # on the points it was fitted on; 0: unknown (written by hand)
+    knee: float = 0.0  # B0: batch size up to which more requests cost nothing per request
 
     def predict(self, batch: float, mean_len: float) -> float:
-        return self.alpha * batch * mean_len + self.beta * batch + self.gamma * mean_len + self.delta
+        return (self.alpha * batch * mean_len + self.beta * max(0.0, batch - self.knee) + self.gamma * mean_len
+                + self.delta)
 
     @classmethod
     def fit(cls, batch: list[float], mean_len: list[float], seconds: list[float]) -> DecodeModel:
         b, length, y = (np.asarray(v, float) for v in (batch, mean_len, seconds))
-        design = np.stack([b * length, b, length, np.ones_like(b)], axis=1)
-        coef, _ = _non_negative_lstsq(design, y)
-        predicted = design @ coef
-        return DecodeModel(*(float(c) for c in coef), r2=_r2(y, predicted),
-                           worst_ratio=worst_point_ratio(predicted, y))
+        best: tuple[np.ndarray, float] | None = None
+        best_err = float("inf")
+        for knee in np.unique(np.concatenate([[0.0], b[b < b.max()]])):  # a knee at the largest batch fits nothing
+            design = np.stack([b * length, np.maximum(0.0, b - knee), length, np.ones_like(b)], axis=1)
+            coef, err = _non_negative_lstsq(design, y)
+            if err < best_err - 1e-12:
+                best, best_err = (coef, float(knee)), err
+        assert best is not None
+        coef, knee = best
+        model = DecodeModel(*(float(c) for c in coef), knee=knee)
+        predicted = np.array([model.predict(x, n) for x, n in zip(b, length)])
+        return dataclasses.replace(model, r2=_r2(y, predicted), worst_ratio=worst_point_ratio(predicted, y))
 
     @property
     def sound(self) -> bool:
         return sound(self.r2, self.worst_ratio)
 
     def scaled(self, factor: float) -> DecodeModel:
-        return DecodeModel(self.alpha * factor, self.beta * factor, self.gamma * factor, self.delta * factor,
-                           self.r2, self.worst_ratio)
+        return dataclasses.replace(self, alpha=self.alpha * factor, beta=self.beta * factor,
+                                   gamma=self.gamma * factor, delta=self.delta * factor)
 
     def conservative(self, batch: list[float], mean_len: list[float], seconds: list[float]) -> DecodeModel:
         """This fit scaled up until it predicts no measured point too fast."""
         return self.scaled(_cover([self.predict(b, n) for b, n in zip(batch, mean_len)], seconds))
 
     def describe(self) -> str:
-        return (f"{self.alpha * 1e6:.4f} µs·B·L + {self.beta * 1e3:.4f} ms·B + {self.gamma * 1e6:.4f} µs·L + "
+        past = f"max(0, B − {self.knee:g})" if self.knee else "B"
+        return (f"{self.alpha * 1e6:.4f} µs·B·L + {self.beta * 1e3:.4f} ms·{past} + {self.gamma * 1e6:.4f} µs·L + "
                 f"{self.delta * 1e3:.3f} ms (R² {self.r2:.3f}, worst point {self.worst_ratio:.2f}×)")
 
     def to_dict(self) -> dict[str, float]:

@@ -19,8 +19,12 @@ from common.engine.llm_engine import LLMEngine
 from common.engine.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 
-QUICK_PREFILL_TOKENS = (16, 64, 128, 256, 512, 1024)
-QUICK_DECODE_POINTS = tuple((b, n) for b in (1, 4, 16) for n in (64, 256))
+# Up to a whole forward's budget: the TTFT guard predicts forwards of up to max_num_tokens, and a
+# fit asked about a size it never measured only extrapolates. Sizes past the budget are skipped.
+QUICK_PREFILL_TOKENS = (16, 64, 128, 256, 512, 1024, 2048, 4096)
+# Up to the batch the TPOT guard asks about (VBS up to max_batch_size), and large enough to show
+# where a GPU's flat step time ends. Batches past max_batch_size are cut to it.
+QUICK_DECODE_POINTS = tuple((b, n) for b in (1, 4, 16, 64) for n in (64, 256))
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +74,7 @@ def measure(engine: LLMEngine, prefill_tokens: tuple[int, ...] = QUICK_PREFILL_T
             progress: Callable[[str], None] = lambda _: None) -> Measurements:
     tokens, seconds = [], []
     for n in prefill_tokens:
-        if n + 2 <= engine.max_model_len:
+        if n + 2 <= engine.max_model_len and n <= engine.config.max_num_tokens:
             tokens.append(n)
             seconds.append(min(_prefill_seconds(engine, n) for _ in range(2)))
             progress(f"prefill {n} tokens: {seconds[-1] * 1000:.1f} ms")

@@ -46,6 +46,7 @@ class TtftGuard:
     reported_tokens: int = 0  # prompt tokens the worker last said it has queued (all gateways')
     reported_running: int = 0  # requests the worker last said it is running
     headroom: MarginController = field(default_factory=ttft_headroom)
+    extrapolations: int = 0  # predictions of a forward larger than any the model was fitted on
 
     def heard(self, queued_tokens: int, running: int) -> None:
         """The worker's own account of its load (registration, heartbeat)."""
@@ -87,7 +88,10 @@ class TtftGuard:
         ``calibrated``); None without a model."""
         if self.model is None:
             return None
-        raw = self.model.predict_forwards(self.queued_ahead(deadline) + prompt_tokens, self.forward_tokens)
+        tokens = self.queued_ahead(deadline) + prompt_tokens
+        if self.model.extrapolates(min(tokens, self.forward_tokens or tokens)):
+            self.extrapolations += 1
+        raw = self.model.predict_forwards(tokens, self.forward_tokens)
         return self.calibration.scale(raw) * self.headroom.margin if calibrated else raw
 
     def pushes_queued_past(self, prompt_tokens: int, deadline: float, now: float) -> bool:

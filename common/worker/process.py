@@ -85,7 +85,8 @@ class WorkerProcess:
             self.metrics.watch_cost_model("prefill", self.worker_id, models.prefill.r2, models.prefill.worst_ratio)
             self.metrics.watch_cost_model("decode", self.worker_id, models.decode.r2, models.decode.worst_ratio,
                                           lambda: engine.load.step_calibration_ratio,
-                                          lambda: engine.load.step_prediction_error)
+                                          lambda: engine.load.step_prediction_error,
+                                          lambda: engine.load.refits)
         self.metrics.serve(self.options.metrics_port, self.options.metrics_host)
         await self.lifecycle.serving()
         descriptor = describe(engine, self.role, self.worker_id, address,

@@ -96,7 +96,9 @@ def test_a_decode_model_50x_too_slow_admits_when_idle_and_is_corrected_within_10
         decode = _decode_metrics(cluster)
         calibration = _gauge(decode, "pdserve:cost_model_calibration_ratio", "decode")
         error = _gauge(decode, "pdserve:cost_model_prediction_error_ratio", "decode")
-        assert calibration < 0.2, f"calibration {calibration:.3f}: the model was not scaled down"
+        refits = _gauge(decode, "pdserve:cost_model_refits", "decode")
+        # corrected either way: scaled down by the calibration, or replaced by a refit of the steps run
+        assert calibration < 0.2 or refits >= 1, f"calibration {calibration:.3f}, no refit: the model was not corrected"
         assert 1 / 1.5 <= error <= 1.5, f"calibrated predictions are {error:.2f}x the measured steps"
         assert served[0] > 4 * refused[0], f"served {served[0]}, refused {refused[0]}"
         assert_pools_whole(cluster)

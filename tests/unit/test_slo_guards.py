@@ -276,3 +276,25 @@ def test_the_slos_the_tpot_guard_keeps_are_the_running_and_reserved_ones_with_an
 
     assert guarded_slos({"a": 50.0, "b": 0.0}, {"c": 100.0}) == {"a": 0.05, "c": 0.1}
     assert guarded_slos({}, {}) == {}
+
+
+def test_a_gpu_like_decode_step_flat_until_its_knee_is_fitted_with_the_knee():
+    batch = [1, 4, 16, 32, 64, 1, 4, 16, 32, 64]
+    length = [64] * 5 + [256] * 5
+    truth = DecodeModel(alpha=1e-8, beta=2e-4, gamma=1e-6, delta=0.006, knee=16)  # flat to 16, then 0.2 ms a request
+    fit = DecodeModel.fit(batch, length, [truth.predict(b, n) for b, n in zip(batch, length)])
+    assert fit.knee == 16 and fit.sound
+    assert all(fit.predict(b, n) == pytest.approx(truth.predict(b, n), rel=1e-6) for b, n in zip(batch, length))
+    # the knee-less fit of the old model form misses the flat part by more
+    linear = DecodeModel.fit(batch[:3] + batch[5:8], length[:3] + length[5:8],
+                             [truth.predict(b, n) for b, n in zip(batch[:3] + batch[5:8], length[:3] + length[5:8])])
+    assert linear.predict(64, 64) < 0.9 * truth.predict(64, 64)  # extrapolated past its range: far too fast
+
+
+def test_the_prefill_fit_finds_attention_quadratic_part_and_says_where_it_extrapolates():
+    tokens = [16, 64, 128, 256, 512, 1024, 2048, 4096]
+    truth = PrefillModel(threshold=128, base_s=0.005, per_token_s=5e-5, per_token2_s=2e-9)
+    fit = PrefillModel.fit(tokens, [truth.predict(n) for n in tokens])
+    assert fit.per_token2_s == pytest.approx(2e-9, rel=1e-3) and fit.threshold == 128
+    assert fit.max_tokens == 4096 and not fit.extrapolates(4096) and fit.extrapolates(4097)
+    assert not PrefillModel(0, 0.01, 1e-4).extrapolates(10**6)  # written by hand: range unknown

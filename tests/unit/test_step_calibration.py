@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from common.engine.config import EngineConfig
 from common.engine.llm_engine import LLMEngine
 from common.engine.sampling_params import SamplingParams
@@ -49,3 +51,24 @@ def test_an_idle_engine_does_not_count_its_idle_time_as_a_step():
     # mean ratio would exceed 1; counted right, real steps (a few ms) scale the model down
     assert engine.step_calibration.ratio < 1.0
     engine.check_integrity()
+
+
+def test_a_worker_refits_its_decode_model_from_the_steps_it_runs():
+    """Steps logged across batch sizes and lengths refit the model; a refit needs enough of them."""
+    from common.slo.cost_models import DecodeModel
+    from common.slo.refit import REFIT_PERIOD_S, StepLog
+
+    truth = DecodeModel(alpha=2e-8, beta=3e-4, gamma=4e-6, delta=0.002, knee=8)
+    log = StepLog()
+    assert not log.refit_due(0.0)
+    for batch in (1, 2, 4):
+        log.observe(batch, 300.0, truth.predict(batch, 300.0))
+    assert log.refit(REFIT_PERIOD_S) is None  # three bins: too few to trust
+    for batch in (1, 2, 4, 8, 16, 32):
+        for length in (100.0, 400.0, 900.0):
+            for _ in range(3):
+                log.observe(batch, length, truth.predict(batch, length))
+    assert log.refit_due(2 * REFIT_PERIOD_S)
+    refit = log.refit(2 * REFIT_PERIOD_S)
+    assert refit is not None and refit.knee == 8
+    assert refit.predict(24, 500.0) == pytest.approx(truth.predict(24, 500.0), rel=0.02)

@@ -52,7 +52,7 @@ class WorkerDescriptor(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., device: _Optional[str] = ..., model: _Optional[str] = ..., block_size: _Optional[int] = ..., total_blocks: _Optional[int] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., kv_dtype: _Optional[str] = ..., block_bytes: _Optional[int] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., policy: _Optional[str] = ..., incarnation: _Optional[str] = ..., max_num_tokens: _Optional[int] = ..., device_kind: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., kv_transport: _Optional[str] = ..., kv_receives: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CostModel(_message.Message):
-    __slots__ = ("present", "prefill_threshold", "prefill_base_s", "prefill_per_token_s", "decode_alpha", "decode_beta", "decode_gamma", "decode_delta")
+    __slots__ = ("present", "prefill_threshold", "prefill_base_s", "prefill_per_token_s", "decode_alpha", "decode_beta", "decode_gamma", "decode_delta", "decode_knee", "prefill_per_token2_s", "prefill_max_tokens")
     PRESENT_FIELD_NUMBER: _ClassVar[int]
     PREFILL_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     PREFILL_BASE_S_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +61,9 @@ class CostModel(_message.Message):
     DECODE_BETA_FIELD_NUMBER: _ClassVar[int]
     DECODE_GAMMA_FIELD_NUMBER: _ClassVar[int]
     DECODE_DELTA_FIELD_NUMBER: _ClassVar[int]
+    DECODE_KNEE_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_PER_TOKEN2_S_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     present: bool
     prefill_threshold: float
     prefill_base_s: float
@@ -69,7 +72,10 @@ class CostModel(_message.Message):
     decode_beta: float
     decode_gamma: float
     decode_delta: float
-    def __init__(self, present: _Optional[bool] = ..., prefill_threshold: _Optional[float] = ..., prefill_base_s: _Optional[float] = ..., prefill_per_token_s: _Optional[float] = ..., decode_alpha: _Optional[float] = ..., decode_beta: _Optional[float] = ..., decode_gamma: _Optional[float] = ..., decode_delta: _Optional[float] = ...) -> None: ...
+    decode_knee: float
+    prefill_per_token2_s: float
+    prefill_max_tokens: float
+    def __init__(self, present: _Optional[bool] = ..., prefill_threshold: _Optional[float] = ..., prefill_base_s: _Optional[float] = ..., prefill_per_token_s: _Optional[float] = ..., decode_alpha: _Optional[float] = ..., decode_beta: _Optional[float] = ..., decode_gamma: _Optional[float] = ..., decode_delta: _Optional[float] = ..., decode_knee: _Optional[float] = ..., prefill_per_token2_s: _Optional[float] = ..., prefill_max_tokens: _Optional[float] = ...) -> None: ...
 
 class WorkerLoad(_message.Message):
     __slots__ = ("free_blocks", "running", "waiting", "queued_tokens", "draining", "vbs", "mean_len", "tightest_tpot_ms", "reserved", "earliest_ttft_deadline_ms", "steps")
