@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands_ops.register(sub)
     demo.register(sub)
     _register_bench(sub)
+    _register_simulate(sub)
     return parser
 
 
@@ -29,6 +30,15 @@ def _register_bench(sub: Any) -> None:
     bench = sub.add_parser("bench", help="load-test a running gateway (flags as in vllm bench serve)")
     add_bench_args(bench)
     bench.set_defaults(handler=run)
+
+
+def _register_simulate(sub: Any) -> None:
+    from simulator.cli import add_simulate_args, main_args
+
+    simulate = sub.add_parser("simulate", help="the cluster's own policy code on a virtual clock, cost models as "
+                              "workers: pdserve bench's workloads and figures, at any scale")
+    add_simulate_args(simulate)
+    simulate.set_defaults(handler=main_args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,21 +8,32 @@ import json
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from client.bench import metrics, plots
 from client.bench.plan import build_plan
+from client.bench.workload import PlannedRequest
 from client.bench.report import ProgressBar, summary_table
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
+Execute = Callable[[argparse.Namespace, list[PlannedRequest], str], "tuple[list[metrics.RequestRecord], float]"]
+
+
 def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=50051)
+    p.add_argument("--max-concurrency", type=int, default=None)
+    add_workload_args(p)
+    add_report_args(p)
+
+
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    """What to send and when (shared by ``pdserve bench`` and ``pdserve simulate``)."""
     p.add_argument("--request-rate", type=float, default=float("inf"), help="req/s; inf sends all at once")
     p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the gaps; 1 = Poisson")
-    p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--num-prompts", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dataset-name", choices=("random", "sharegpt-like", "trace"), default="random")
@@ -37,7 +48,11 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--goodput", nargs="*", default=[], metavar="KEY:MS", help="SLOs, e.g. ttft:500 tpot:50")
     p.add_argument("--slo-mix", default="", help="classes name:ttft_ms:tpot_ms[:weight],... sent with requests")
-    p.add_argument("--percentile-metrics", default="ttft,tpot,itl")
+
+
+def add_report_args(p: argparse.ArgumentParser, default_metrics: str = "ttft,tpot,itl") -> None:
+    """Which figures, which rates, and where results go (shared by bench and simulate)."""
+    p.add_argument("--percentile-metrics", default=default_metrics)
     p.add_argument("--metric-percentiles", default="99")
     p.add_argument("--sweep", default="", help="comma-separated request rates, one run each")
     p.add_argument("--save-result", action="store_true")
@@ -57,14 +72,14 @@ def parse_goodput(items: list[str]) -> tuple[float | None, float | None]:
     return slo.get("ttft"), slo.get("tpot")
 
 
-def run_point(args: argparse.Namespace, rate: float) -> tuple[dict[str, Any], list[metrics.RequestRecord]]:
+def run_point(args: argparse.Namespace, rate: float,
+              execute: Execute | None = None) -> tuple[dict[str, Any], list[metrics.RequestRecord]]:
     plan = build_plan(args, rate)
-    bar = ProgressBar(len(plan), f"rate {rate:g}")
-    records, duration = asyncio.run(_run(args, plan, bar))
+    records, duration = (execute or _over_grpc)(args, plan, f"rate {rate:g}")
     wanted = [m for m in args.percentile_metrics.split(",") if m in METRICS]
     percentiles = [float(p) for p in args.metric_percentiles.split(",")]
     result = metrics.summarize(records, duration, percentiles, wanted)
-    result.update({"request_rate": rate, "burstiness": args.burstiness, "max_concurrency": args.max_concurrency,
+    result.update({"request_rate": rate, "burstiness": args.burstiness, "max_concurrency": getattr(args, "max_concurrency", None),
                    "dataset_name": args.dataset_name, "per_class": metrics.per_class(records, duration)})
     if args.save_detailed:
         result.update(metrics.detailed(records))
@@ -72,30 +87,34 @@ def run_point(args: argparse.Namespace, rate: float) -> tuple[dict[str, Any], li
     return result, records
 
 
-async def _run(args: argparse.Namespace, plan, bar):  # type: ignore[no-untyped-def]
+def _over_grpc(args: argparse.Namespace, plan: list[PlannedRequest],
+               label: str) -> tuple[list[metrics.RequestRecord], float]:
     from client.bench.runner import run_plan
 
-    return await run_plan(f"{args.host}:{args.port}", plan, args.ignore_eos, args.max_concurrency,
-                          parse_goodput(args.goodput), bar.update)
+    bar = ProgressBar(len(plan), label)
+    return asyncio.run(run_plan(f"{args.host}:{args.port}", plan, args.ignore_eos, args.max_concurrency,
+                                parse_goodput(args.goodput), bar.update))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, execute: Execute | None = None, prefix: str = "pdserve-bench") -> int:
+    """Every rate of ``--sweep`` (or ``--request-rate``) through ``execute`` (default: a running
+    gateway over gRPC); prints, plots and saves the results."""
     rates = [float(r) for r in args.sweep.split(",")] if args.sweep else [args.request_rate]
     out_dir = Path(args.result_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     points = []
     for rate in rates:
-        result, records = run_point(args, rate)
+        result, records = run_point(args, rate, execute)
         points.append(result)
         if args.plot:
-            base = out_dir / f"pdserve-bench-{rate:g}qps-{stamp}"
+            base = out_dir / f"{prefix}-{rate:g}qps-{stamp}"
             written = [plots.latency_cdfs(records, base.with_name(base.name + "-cdf.png")),
                        plots.timeline(records, result["duration"], base.with_name(base.name + "-timeline.png"))]
             print("plots: " + ", ".join(map(str, written)), file=sys.stderr)
     if args.plot and len(points) > 1:
-        print(f"plots: {plots.sweep_curves(points, out_dir / f'pdserve-bench-sweep-{stamp}.png')}", file=sys.stderr)
+        print(f"plots: {plots.sweep_curves(points, out_dir / f'{prefix}-sweep-{stamp}.png')}", file=sys.stderr)
     if args.save_result or args.save_detailed:
-        name = args.result_filename or f"pdserve-bench-{'sweep' if len(points) > 1 else f'{rates[0]:g}qps'}-{stamp}.json"
+        name = args.result_filename or f"{prefix}-{'sweep' if len(points) > 1 else f'{rates[0]:g}qps'}-{stamp}.json"
         out_dir.mkdir(parents=True, exist_ok=True)
         body = {"points": points} if len(points) > 1 else points[0]
         (out_dir / name).write_text(json.dumps(body, indent=2, default=str))

@@ -56,9 +56,7 @@ class EngineCore:
         self.step_calibration = Calibration(clock=clock)  # decode step periods as observed vs the fitted model
         self.unloaded_step_s: float | None = None  # one request's step, measured alone at warm-up
         self.steps_completed = 0  # forwards run since start: heartbeats carry it as proof of progress
-        self.step_calibration_ratio = 1.0  # calibrated prediction / model's prediction
-        self.step_prediction_error = 1.0  # median over recent steps of calibrated prediction / observed
-        self._prediction_errors: deque[float] = deque(maxlen=32)
+        self._prediction_errors: deque[float] = deque(maxlen=32)  # calibrated prediction / observed, per step
         self.step_log = StepLog()  # decode steps really run: the decode model is refitted from them
         self.refits = 0  # decode models replaced by a refit since start
         self._last_step_end: float | None = None  # end of the previous step, if it led straight here
@@ -205,6 +203,16 @@ class EngineCore:
         return measure(self.scheduler, self.pool, self.leases, self.steps_completed,
                        self.step_calibration_ratio, self.step_prediction_error, self.refits)
 
+    @property
+    def step_calibration_ratio(self) -> float:
+        """Calibrated decode step prediction / the model's."""
+        return self.step_calibration.ratio
+
+    @property
+    def step_prediction_error(self) -> float:
+        """Median over recent steps of the calibrated prediction (made before the step) / the step."""
+        return statistics.median(self._prediction_errors) if self._prediction_errors else 1.0
+
     def _observe_step(self, batch: ScheduledBatch, seconds: float) -> None:
         """Feeds decode-only steps to the calibration of the decode cost model.
 
@@ -212,19 +220,31 @@ class EngineCore:
         back to back: what a request in every step waits per token, including the scheduler,
         the hand-off of outputs, calls handled between steps and whatever else shares the CPU.
         """
-        if self.cost_models is None or not self.cost_models.calibrate or not all(s.is_decode for s in batch.seqs):
+        if all(s.is_decode for s in batch.seqs):
+            self.observe_decode_step(len(batch.seqs), sum(s.start_pos + 1 for s in batch.seqs) / len(batch.seqs),
+                                     seconds)
+
+    def observe_decode_step(self, batch_size: int, mean_len: float, seconds: float) -> None:
+        """One decode step of ``batch_size`` requests at ``mean_len`` took ``seconds``: teaches the
+        calibration, logs the step for refits, and refits when one is due."""
+        if self.cost_models is None or not self.cost_models.calibrate:
             return
-        mean_len = sum(s.start_pos + 1 for s in batch.seqs) / len(batch.seqs)
-        predicted = self.cost_models.decode.predict(len(batch.seqs), mean_len)
+        predicted = self.cost_models.decode.predict(batch_size, mean_len)
         if seconds > 0:
             self._prediction_errors.append(self.step_calibration.scale(predicted) / seconds)  # before it learns
-            self.step_prediction_error = statistics.median(self._prediction_errors)
+            self.step_log.observe(batch_size, mean_len, seconds)
         self.step_calibration.observe(predicted, seconds)
-        self.step_calibration_ratio = self.step_calibration.ratio
-        if seconds > 0:
-            self.step_log.observe(len(batch.seqs), mean_len, seconds)
         if self.step_log.refit_due(self.clock()):
             self._refit()
+
+    def fast_forward(self, produced: dict[str, int], steps: int, last_end: float) -> None:
+        """Records ``steps`` decode steps a simulator costed without running them one by one:
+        ``produced[request_id]`` tokens each (``Scheduler.advance_decodes``), none finishing, the
+        last ending at ``last_end``."""
+        self.scheduler.advance_decodes(produced, 0)
+        self.steps_completed += steps
+        self._last_step_end = last_end if self.has_unfinished_requests() else None
+        self.load = self._measure()
 
     def _refit(self) -> None:
         """A new decode model from the steps run, when they support a sound one. Calibration
@@ -234,7 +254,6 @@ class EngineCore:
         if model is not None:
             self.cost_models = dataclasses.replace(self.cost_models, decode=model)
             self.step_calibration = Calibration(clock=self.clock)
-            self.step_calibration_ratio = 1.0
             self.refits += 1
 
     def check_integrity(self) -> None:

@@ -78,6 +78,9 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.requests)
 
+    def has_pending_aborts(self) -> bool:
+        return bool(self._pending_aborts)
+
     def apply_aborts(self) -> list[RequestOutput]:
         outputs = []
         for request_id in self._pending_aborts:
@@ -110,14 +113,37 @@ class Scheduler:
 
     def _credited_decodes(self) -> set[Request] | None:
         """TPOT guard: the decoding requests whose credit lets them run this step (None: all run)."""
+        decoding = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
+        chosen = self.credit_selection(decoding)
+        if chosen is None:
+            return None
+        return {r for r in decoding if r.request_id in chosen} | {r for r in self.running if r not in decoding}
+
+    def credit_selection(self, decoding: list[Request]) -> set[str] | None:
+        """The ids of the ``decoding`` requests whose TPOT credit lets them run this step (the
+        credit batcher advances one step); None under a policy without the TPOT guard: all run."""
+        slos = self.credit_slos(decoding)
+        return None if slos is None else self.credit.select(slos)
+
+    def credit_slos(self, decoding: list[Request]) -> dict[str, float] | None:
+        """The TPOT SLOs credit batching runs ``decoding`` by (None: the policy has no TPOT guard).
+        A request without a TPOT SLO counts as the tightest present: it runs every step."""
         if not self.config.tpot_guard:
             return None
-        decoding = {r.request_id: r for r in self.running if r.num_tokens - r.num_computed_tokens == 1}
-        # A request without a TPOT SLO counts as the tightest present: it runs every step, as under fcfs.
-        tightest = min((r.tpot_slo_ms for r in decoding.values() if r.tpot_slo_ms), default=1.0)
-        slos = {rid: r.tpot_slo_ms or tightest for rid, r in decoding.items()}
-        chosen = self.credit.select(slos)
-        return {decoding[rid] for rid in chosen} | {r for r in self.running if r.request_id not in decoding}
+        tightest = min((r.tpot_slo_ms for r in decoding if r.tpot_slo_ms), default=1.0)
+        return {r.request_id: r.tpot_slo_ms or tightest for r in decoding}
+
+    def advance_decodes(self, produced: dict[str, int], token: int) -> None:
+        """Records ``produced[request_id]`` decode steps' worth of output for running requests at
+        once, each step's token ``token``: what as many steps' ``update_from_output`` would record
+        for requests that did not finish in them. A simulator's fast-forward over steps it has
+        costed; the caller never advances a request to its last token this way."""
+        for request_id, count in produced.items():
+            request = self.requests[request_id]
+            if len(request.output_token_ids) + count >= request.params.max_tokens:
+                raise ValueError(f"request {request_id} would finish in a fast-forward")
+            request.output_token_ids.extend([token] * count)
+            request.num_computed_tokens += count
 
     def _admit_waiting(self, seqs: list[ScheduledSeq], budget: int) -> int:
         if self.config.ttft_guard and len(self.waiting) > 1:

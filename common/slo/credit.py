@@ -24,16 +24,21 @@ def virtual_batch_size(tpot_slos: Mapping[str, float]) -> float:
 class CreditBatcher:
     def __init__(self) -> None:
         self._credit: dict[str, float] = {}
+        self._slos: dict[str, float] = {}  # the set TRP was last computed for
+        self._trp: dict[str, float] = {}
 
     def select(self, tpot_slos: dict[str, float]) -> set[str]:
-        """The requests that run this step. TRP is recomputed from the current set each step,
-        so when the tightest request leaves, the others speed up at once."""
-        for gone in set(self._credit) - set(tpot_slos):
-            del self._credit[gone]
+        """The requests that run this step. TRP is recomputed whenever the set changes, so when
+        the tightest request leaves, the others speed up at once."""
+        if tpot_slos is not self._slos and tpot_slos != self._slos:
+            for gone in set(self._credit) - set(tpot_slos):
+                del self._credit[gone]
+            self._slos = tpot_slos  # the caller's: a run ahead passes the same dict each step
+            self._trp = trp(tpot_slos) if tpot_slos else {}
         if not tpot_slos:
             return set()
         chosen = set()
-        for rid, earned in trp(tpot_slos).items():
+        for rid, earned in self._trp.items():
             credit = self._credit.get(rid, 1.0 - earned) + earned  # a newcomer runs in its first step
             if credit >= 1.0 - 1e-9:
                 credit -= 1.0
@@ -41,3 +46,10 @@ class CreditBatcher:
             self._credit[rid] = credit
         return chosen
 
+
+    def credits(self) -> dict[str, float]:
+        """A copy of every request's credit: what ``restore`` takes back to (a simulator's rewind)."""
+        return dict(self._credit)
+
+    def restore(self, credits: dict[str, float]) -> None:
+        self._credit = dict(credits)

@@ -127,3 +127,35 @@ def test_ttft_guard_prefills_the_earliest_deadline_first():
         s.add(request)
     order = [_step(s).seqs[0].request_id for _ in range(3)]
     assert order == ["soon", "late", "none"]
+
+
+def test_a_fast_forward_of_decode_steps_leaves_what_as_many_single_steps_leave():
+    """``advance_decodes`` (the simulator's fast-forward) against real steps, credit batching included."""
+    from common.engine.block_pool import BlockPool
+    from common.engine.request import Request
+    from common.engine.sampling_params import SamplingParams
+    from common.engine.scheduler import Scheduler, SchedulerConfig
+
+    def scheduler() -> Scheduler:
+        s = Scheduler(SchedulerConfig(8, 512, 16, 4096, "guaranteed_no_evict", (), "scorpio"), BlockPool(256))
+        for rid, slo in (("a", 20.0), ("b", 40.0), ("c", 60.0)):
+            s.add(Request(rid, [1] * 30, SamplingParams(max_tokens=50, ignore_eos=True), tpot_slo_ms=slo))
+        batch = s.schedule()  # the prompts
+        s.update_from_output(batch, {q.request_id: 7 for q in batch.seqs})
+        return s
+
+    stepped, forwarded = scheduler(), scheduler()
+    for _ in range(12):
+        batch = stepped.schedule()
+        stepped.update_from_output(batch, {q.request_id: 7 for q in batch.seqs})
+    produced: dict[str, int] = {}
+    for _ in range(12):
+        for rid in forwarded.credit_selection(forwarded.running) or ():
+            produced[rid] = produced.get(rid, 0) + 1
+    forwarded.advance_decodes(produced, 7)
+    for rid in ("a", "b", "c"):
+        a, b = stepped.requests[rid], forwarded.requests[rid]
+        assert (a.output_token_ids, a.num_computed_tokens) == (b.output_token_ids, b.num_computed_tokens)
+    assert [len(stepped.requests[r].output_token_ids) for r in "abc"] == [13, 7, 5]  # every 1, 2, 3 steps
+    batch = stepped.schedule()  # and the credit left behind is the same
+    assert {q.request_id for q in batch.seqs} == {q.request_id for q in forwarded.schedule().seqs}

@@ -66,9 +66,9 @@ def test_a_worker_refits_its_decode_model_from_the_steps_it_runs():
     assert log.refit(REFIT_PERIOD_S) is None  # three bins: too few to trust
     for batch in (1, 2, 4, 8, 16, 32):
         for length in (100.0, 400.0, 900.0):
-            for _ in range(3):
+            for _ in range(4):
                 log.observe(batch, length, truth.predict(batch, length))
-    assert log.refit_due(2 * REFIT_PERIOD_S)
+    assert log.refit_due(2 * REFIT_PERIOD_S)  # 10 s and 72 new steps since the last refit
     refit = log.refit(2 * REFIT_PERIOD_S)
     assert refit is not None and refit.knee == 8
     assert refit.predict(24, 500.0) == pytest.approx(truth.predict(24, 500.0), rel=0.02)

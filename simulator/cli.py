@@ -1,0 +1,109 @@
+"""``pdserve simulate``: the load tester's workloads through a simulated cluster.
+
+    pdserve simulate --prefill 8 --decode 8 --dataset-name trace --num-prompts 19366 \\
+        --slo-mix a:500:30,b:2000:50 --cost-model bench/profiles/h100-1b-bfloat16.json --policy scorpio
+    pdserve simulate --plan --request-rate 12 --slo-mix ...     # the cheapest prefill/decode split
+
+Prints the figures ``pdserve bench`` prints, under the same keys, for every rate of ``--sweep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from client.bench.cli import add_report_args, add_workload_args, parse_goodput, run
+from client.bench.metrics import RequestRecord
+from client.bench.workload import PlannedRequest
+from common.slo.cost_models import CostModels
+from simulator.config import POLICIES, SimConfig
+from simulator.run import simulate
+
+DEFAULTS = SimConfig()
+
+
+def add_simulate_args(p: argparse.ArgumentParser) -> None:
+    add_workload_args(p)
+    add_report_args(p, default_metrics="ttft,tpot,e2el")
+    cluster = p.add_argument_group("simulated cluster")
+    cluster.add_argument("--prefill", type=int, default=DEFAULTS.prefill, help="prefill workers")
+    cluster.add_argument("--decode", type=int, default=DEFAULTS.decode, help="decode workers")
+    cluster.add_argument("--policy", choices=POLICIES, default=DEFAULTS.policy,
+                         help="round_robin: fcfs admission with round-robin routing")
+    cluster.add_argument("--cost-model", type=Path, default=None,
+                         help="a `pdserve profile` JSON (any machine's); default: this machine's profile of the "
+                              "default model, as a `pdserve up` worker measures it (cached)")
+    cluster.add_argument("--max-batch-size", type=int, default=DEFAULTS.max_batch_size)
+    cluster.add_argument("--max-num-tokens", type=int, default=DEFAULTS.max_num_tokens)
+    cluster.add_argument("--num-kv-blocks", type=int, default=DEFAULTS.num_kv_blocks, help="per worker")
+    cluster.add_argument("--max-model-len", type=int, default=DEFAULTS.max_model_len)
+    cluster.add_argument("--hop-ms", type=float, default=DEFAULTS.hop_s * 1000, help="one RPC between processes")
+    cluster.add_argument("--transfer-ms", type=float, default=DEFAULTS.transfer_s * 1000,
+                         help="a KV copy's fixed part")
+    cluster.add_argument("--transfer-us-per-token", type=float, default=DEFAULTS.transfer_s_per_token * 1e6)
+    cluster.add_argument("--step-noise", type=float, default=DEFAULTS.step_noise,
+                         help="coefficient of variation of every forward's time around its cost model")
+    cluster.add_argument("--slo-target", type=float, default=DEFAULTS.slo_target)
+    plan = p.add_argument_group("capacity planning")
+    plan.add_argument("--plan", action="store_true", help="search prefill/decode splits for the cheapest that "
+                      "keeps admitted attainment >= --slo-target and adherence >= --min-adherence at --request-rate")
+    plan.add_argument("--plan-max-workers", type=int, default=16)
+    plan.add_argument("--min-adherence", type=float, default=0.9)
+
+
+def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
+    values = dict(prefill=args.prefill, decode=args.decode, policy=args.policy, max_batch_size=args.max_batch_size,
+                  max_num_tokens=args.max_num_tokens, num_kv_blocks=args.num_kv_blocks,
+                  max_model_len=args.max_model_len, hop_s=args.hop_ms / 1000, transfer_s=args.transfer_ms / 1000,
+                  transfer_s_per_token=args.transfer_us_per_token / 1e6, step_noise=args.step_noise,
+                  slo_target=args.slo_target, seed=args.seed)
+    values.update(overrides)
+    return SimConfig(**values)  # type: ignore[arg-type]
+
+
+def cost_models(args: argparse.Namespace) -> CostModels:
+    if args.cost_model is not None:
+        return CostModels.load(args.cost_model)
+    from simulator.profile import this_machine
+
+    return this_machine()
+
+
+def executor(models: CostModels, config: SimConfig):  # type: ignore[no-untyped-def]
+    def execute(args: argparse.Namespace, plan: list[PlannedRequest], label: str) -> tuple[list[RequestRecord], float]:
+        result = simulate(plan, config, models)
+        _apply_goodput(result.records, parse_goodput(args.goodput))
+        print(f"[{label}] {len(plan)} requests, {result.duration:.1f} simulated s in {result.wall_s:.1f} s "
+              f"({config.prefill}P{config.decode}D, {config.policy})", file=sys.stderr, flush=True)
+        return result.records, result.duration
+
+    return execute
+
+
+def _apply_goodput(records: list[RequestRecord], goodput: tuple[float | None, float | None]) -> None:
+    """``--goodput`` SLOs count for the requests sent without a class, as in ``pdserve bench``."""
+    for r in records:
+        if not r.slo_class:
+            r.ttft_slo_ms, r.tpot_slo_ms = goodput
+
+
+def main_args(args: argparse.Namespace) -> int:
+    models = cost_models(args)
+    if args.plan:
+        from simulator.capacity import plan_capacity
+
+        return plan_capacity(args, models)
+    return run(args, executor(models, sim_config(args)), prefix="pdserve-simulate")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pdserve simulate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_simulate_args(parser)
+    args = parser.parse_args(argv)
+    try:
+        return main_args(args)
+    except ValueError as exc:
+        print(f"pdserve simulate: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,51 @@
+"""What a simulated cluster is: its workers, its policy, and the costs of what is not simulated
+(the hops between processes, the KV copies). Defaults are those of a ``pdserve up`` cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.slo.promise import DEFAULT_TARGET
+
+POLICIES = ("scorpio", "fcfs", "round_robin", "ttft_guard", "tpot_guard")
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    prefill: int = 1
+    decode: int = 1
+    policy: str = "scorpio"  # scorpio | fcfs | round_robin (fcfs with round-robin routing) | ttft_guard | tpot_guard
+    max_batch_size: int = 64
+    max_num_tokens: int = 4096
+    block_size: int = 16
+    num_kv_blocks: int = 16384  # per worker
+    max_model_len: int = 8192
+    hop_s: float = 0.0005  # one RPC between two processes, one way
+    transfer_s: float = 0.0005  # a KV copy: fixed part ...
+    transfer_s_per_token: float = 5e-7  # ... and per prompt token
+    heartbeat_s: float = 0.5
+    admission_tick_s: float = 0.025  # the admission queue's round at the latest
+    slo_target: float = DEFAULT_TARGET
+    step_noise: float = 0.0  # coefficient of variation of every forward's time around its cost model
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        if self.prefill < 1 or self.decode < 1:
+            raise ValueError("a cluster needs at least one prefill and one decode worker")
+        if min(self.hop_s, self.transfer_s, self.transfer_s_per_token, self.step_noise) < 0:
+            raise ValueError("latencies and noise must be >= 0")
+
+    @property
+    def engine_policy(self) -> str:
+        """The policy the workers' engines run."""
+        return "fcfs" if self.policy == "round_robin" else self.policy
+
+    @property
+    def ttft_guard(self) -> bool:
+        return self.policy in ("scorpio", "ttft_guard")
+
+    @property
+    def tpot_guard(self) -> bool:
+        return self.policy in ("scorpio", "tpot_guard")

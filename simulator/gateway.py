@@ -1,0 +1,365 @@
+"""The gateway on the virtual clock: each request's path through the cluster, decided by the
+gateway's own policy code.
+
+    arrive ─▶ TTFT guard (``ttft_refusal``) ─▶ Reserve on decode workers in the router's order
+      (refused everywhere: the admission queue's rounds, ``AdmissionRound``, until the last useful
+      moment) ─▶ TTFT guard again ─▶ Prefill on the router's first prefill worker ─▶ KV copy ─▶
+      first token ─▶ Commit ─▶ decode ─▶ last token ─▶ the closed loop (``feed_back``)
+
+Every message between processes takes ``hop_s``; prefill workers' loads reach the TTFT guards by
+heartbeat, as in the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from client.bench.metrics import REJECTED, RequestRecord
+from client.bench.workload import PlannedRequest
+from common.engine.core import AdmissionError
+from common.engine.leases import Lease
+from common.engine.request import RequestOutput
+from common.engine.sampling_params import SamplingParams
+from common.slo.admission_round import AdmissionRound
+from common.slo.calibration import Calibration
+from common.slo.promise import feed_back
+from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
+from common.slo.tpot_guard import DecodeView, tpot_epsilon
+from common.slo.ttft_guard import TtftGuard, last_useful_admission, ttft_headroom, ttft_refusal
+from simulator.config import SimConfig
+from simulator.events import Simulation
+from simulator.workers import SimDecodeWorker, SimPrefillWorker
+
+Reserved = Callable[["Flight", "SimDecodeWorker | None", "Lease | None"], None]  # no worker: refused everywhere
+
+
+@dataclass(eq=False)
+class Flight:
+    """One request on its way through the cluster, and the client's record of it."""
+
+    planned: PlannedRequest
+    record: RequestRecord
+    arrived: float = 0.0  # at the gateway
+    decode: SimDecodeWorker | None = None
+    prefill: SimPrefillWorker | None = None
+    lease: Lease | None = None
+    first_token_at: float = 0.0  # at the gateway
+    predicted_s: float | None = None  # the TTFT guard's uncalibrated prediction of its prefill call
+    sent_at: float = 0.0  # its prefill call went out
+
+    @property
+    def request_id(self) -> str:
+        return f"req-{self.planned.index}"
+
+    @property
+    def tokens(self) -> int:
+        return len(self.planned.prompt)
+
+    @property
+    def ttft_s(self) -> float:
+        return self.planned.slo_class.ttft_ms / 1000 if self.planned.slo_class else 0.0
+
+    @property
+    def tpot_s(self) -> float:
+        return self.planned.slo_class.tpot_ms / 1000 if self.planned.slo_class else 0.0
+
+    @property
+    def deadline(self) -> float:
+        return self.arrived + self.ttft_s if self.ttft_s else float("inf")
+
+
+@dataclass(eq=False)
+class Waiter:
+    flight: Flight
+    last_useful: Callable[[], float]
+
+    @property
+    def tpot_ms(self) -> float:
+        return self.flight.tpot_s * 1000
+
+
+@dataclass(eq=False)
+class SimGateway:
+    sim: Simulation
+    config: SimConfig
+    prefills: list[SimPrefillWorker]
+    decodes: list[SimDecodeWorker]
+    done: Callable[[Flight], None]  # a flight's record is complete (finished or refused)
+    guards: dict[str, TtftGuard] = field(default_factory=dict)
+    views: dict[str, DecodeView] = field(default_factory=dict)
+    inflight: dict[str, int] = field(default_factory=dict)
+    waiters: list[Waiter] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        target = self.config.slo_target
+        for w in self.prefills:
+            self.guards[w.worker_id] = TtftGuard(w.models.prefill, self.config.max_num_tokens,
+                                                 Calibration(quantile=0.9, clock=self.sim.clock),
+                                                 headroom=ttft_headroom(target))
+        for w in self.decodes:
+            self.views[w.worker_id] = DecodeView(tpot_epsilon(target))
+        self.inflight = {w.worker_id: 0 for w in [*self.prefills, *self.decodes]}
+        self.round_robin = {"prefill": RoundRobin(), "decode": RoundRobin()}
+        self._free_blocks = {w.worker_id: w.core.load.free_blocks for w in self.decodes}
+        self._rounds_running = False
+        self._round_again = False
+        self._ticking = False
+        self.stopped = False  # every request has its answer: heartbeats stop, so the simulation ends
+        self.sim.after(self.config.heartbeat_s, self._heartbeats)
+
+    # -- arrival and refusal --
+
+    def send(self, flight: Flight) -> None:
+        """The client sends the request now."""
+        flight.record.start = self.sim.now
+        self.sim.after(self.config.hop_s, self._arrive, flight)
+
+    def _arrive(self, flight: Flight) -> None:
+        flight.arrived = self.sim.now
+        if flight.tokens + flight.planned.output_len > self.config.max_model_len:
+            self._refuse(flight, "INVALID_ARGUMENT")
+        elif not self._ttft_ok(flight):
+            self._refuse(flight)
+        else:
+            self._reserve(flight, self._reserved_or_wait)
+
+    def _ttft_ok(self, flight: Flight) -> bool:
+        if not (self.config.ttft_guard and flight.ttft_s):
+            return True
+        return ttft_refusal(list(self.guards.values()), flight.tokens, flight.ttft_s, flight.arrived,
+                            self.sim.now) is None
+
+    def _refuse(self, flight: Flight, code: str = REJECTED) -> None:
+        flight.record.error = code
+        self.sim.after(self.config.hop_s, self.done, flight)
+
+    # -- a decode reservation --
+
+    def _reserve(self, flight: Flight, then: Reserved) -> None:
+        self._try_decode(flight, self._decode_order(flight), 0, then)
+
+    def _decode_order(self, flight: Flight) -> list[SimDecodeWorker]:
+        workers = self.decodes
+        if self.config.policy == "round_robin":
+            order = self.round_robin["decode"].order(len(workers))
+        elif self.config.policy == "scorpio":
+            order = decode_order_by_vbs([self.views[w.worker_id] for w in workers],
+                                        [self._free_blocks[w.worker_id] for w in workers], flight.tpot_s)
+        else:
+            order = least_loaded_order([self.inflight[w.worker_id] for w in workers],
+                                       [-self._free_blocks[w.worker_id] for w in workers])
+        return [workers[i] for i in order]
+
+    def _try_decode(self, flight: Flight, candidates: list[SimDecodeWorker], at: int, then: Reserved) -> None:
+        if at == len(candidates):
+            then(flight, None, None)
+            return
+        worker = candidates[at]
+        epsilon = self.views[worker.worker_id].epsilon.margin
+
+        def reserve() -> None:
+            try:
+                lease = worker.core.reserve(flight.request_id, flight.tokens, flight.planned.output_len,
+                                            flight.tpot_s * 1000, epsilon)
+            except AdmissionError:
+                lease = None
+            self.sim.after(self.config.hop_s, replied, lease)
+
+        def replied(lease: Lease | None) -> None:
+            if lease is None:
+                self._try_decode(flight, candidates, at + 1, then)
+            else:
+                then(flight, worker, lease)
+
+        self.sim.after(self.config.hop_s, worker.call, reserve)
+
+    def _reserved_or_wait(self, flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
+        if worker is not None and lease is not None:
+            self._reserved(flight, worker, lease)
+        elif self.config.ttft_guard and flight.ttft_s:
+            self._wait(flight)
+        else:
+            self._refuse(flight)
+
+    def _reserved(self, flight: Flight, worker: SimDecodeWorker, lease: Lease) -> None:
+        flight.decode, flight.lease = worker, lease
+        self.inflight[worker.worker_id] += 1
+        self.views[worker.worker_id].routed[flight.request_id] = flight.tpot_s
+        if not self._ttft_ok(flight):  # the wait, or the reservation itself, used up the slack
+            self._give_back(flight)
+            self._refuse(flight)
+            return
+        self._prefill(flight)
+
+    def _give_back(self, flight: Flight) -> None:
+        worker, lease = flight.decode, flight.lease
+        assert worker is not None and lease is not None
+        self._forget_decode(flight)
+        self.sim.after(self.config.hop_s, worker.call,
+                       lambda: worker.core.release_reservation(flight.request_id, lease.lease_id, False))
+        self.notify()
+
+    def _forget_decode(self, flight: Flight) -> None:
+        assert flight.decode is not None
+        self.inflight[flight.decode.worker_id] -= 1
+        self.views[flight.decode.worker_id].routed.pop(flight.request_id, None)
+
+    # -- the admission queue --
+
+    def _wait(self, flight: Flight) -> None:
+        guards = list(self.guards.values())
+
+        def last_useful() -> float:
+            return last_useful_admission(guards, flight.tokens, flight.deadline, self.sim.now)
+
+        self.waiters.append(Waiter(flight, last_useful))
+        if not self._ticking:
+            self._ticking = True
+            self.sim.after(self.config.admission_tick_s, self._tick)
+
+    def notify(self) -> None:
+        """Decode capacity may have come free: a round soon."""
+        if self.waiters:
+            self.sim.after(0.0, self._round)
+
+    def _tick(self) -> None:
+        now = self.sim.now
+        for waiter in [w for w in self.waiters if w.last_useful() <= now]:
+            self.waiters.remove(waiter)
+            self._refuse(waiter.flight)
+        self._round()
+        self._ticking = bool(self.waiters)
+        if self._ticking:
+            self.sim.after(self.config.admission_tick_s, self._tick)
+
+    def _round(self) -> None:
+        if self._rounds_running:
+            self._round_again = True
+            return
+        if not self.waiters:
+            return
+        self._rounds_running = True
+        turns = AdmissionRound(list(self.waiters), lambda w: w.last_useful(), lambda w: w.tpot_ms)
+        self._next_turn(turns)
+
+    def _next_turn(self, turns: AdmissionRound[Waiter]) -> None:
+        waiter = turns.next(lambda w: w in self.waiters)
+        if waiter is None:
+            self._rounds_running = False
+            if self._round_again:
+                self._round_again = False
+                self._round()
+            return
+        if waiter.last_useful() <= self.sim.now:
+            self.waiters.remove(waiter)
+            self._refuse(waiter.flight)
+            turns.report(waiter, None)
+            self._next_turn(turns)
+            return
+
+        def turn(flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
+            turns.report(waiter, worker is not None)
+            if worker is not None and lease is not None:
+                self.waiters.remove(waiter)
+                self._reserved(flight, worker, lease)
+            self._next_turn(turns)
+
+        self._reserve(waiter.flight, turn)
+
+    # -- prefill, first token, decode --
+
+    def _prefill(self, flight: Flight) -> None:
+        worker = self._prefill_order(flight)[0]
+        guard = self.guards[worker.worker_id]
+        flight.prefill = worker
+        flight.predicted_s = guard.predict_s(flight.tokens, flight.deadline, calibrated=False)
+        guard.sent(flight.request_id, flight.deadline, flight.tokens)
+        self.inflight[worker.worker_id] += 1
+        flight.sent_at = self.sim.now
+        params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
+
+        def prefill() -> None:
+            worker.listeners[flight.request_id] = lambda out: self._prefilled(flight, out)
+            worker.core.add_request(flight.request_id, [0] * flight.tokens, params, prefill_only=True,
+                                    ttft_slo_ms=flight.ttft_s * 1000)
+
+        self.sim.after(self.config.hop_s, worker.call, prefill)
+
+    def _prefill_order(self, flight: Flight) -> list[SimPrefillWorker]:
+        workers = self.prefills
+        if self.config.policy == "round_robin":
+            order = self.round_robin["prefill"].order(len(workers))
+        elif self.config.ttft_guard:
+            order = prefill_order([self.guards[w.worker_id] for w in workers], flight.tokens, flight.deadline,
+                                  self.sim.now)
+        else:
+            order = least_loaded_order([self.inflight[w.worker_id] for w in workers],
+                                       [self.guards[w.worker_id].reported_tokens for w in workers])
+        return [workers[i] for i in order]
+
+    def _prefilled(self, flight: Flight, out: RequestOutput) -> None:
+        """On the prefill worker, between steps: the prompt's KV is ready; copy it, then answer."""
+        worker = flight.prefill
+        assert worker is not None
+        copy_s = self.config.transfer_s + self.config.transfer_s_per_token * flight.tokens
+
+        def copied() -> None:
+            worker.call(lambda: worker.core.release_held(flight.request_id))
+            self.sim.after(self.config.hop_s, self._first_token, flight)
+
+        self.sim.after(copy_s, copied)
+
+    def _first_token(self, flight: Flight) -> None:
+        assert flight.prefill is not None and flight.decode is not None and flight.lease is not None
+        now = self.sim.now
+        guard = self.guards[flight.prefill.worker_id]
+        guard.answered(flight.request_id, now - flight.sent_at, flight.predicted_s)
+        self.inflight[flight.prefill.worker_id] -= 1
+        flight.first_token_at = now
+        flight.record.token_times.append(now + self.config.hop_s)
+        flight.record.tokens_per_message.append(1)
+        if flight.planned.output_len == 1:
+            self._give_back(flight)
+            self._finished(flight, now)
+            return
+        decode, lease = flight.decode, flight.lease
+        params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
+
+        def commit() -> None:
+            decode.listeners[flight.request_id] = lambda out: self._decoded(flight, out)
+            decode.core.commit(flight.request_id, lease.lease_id, [0] * flight.tokens, 0, params, flight.tpot_s * 1000)
+
+        self.sim.after(self.config.hop_s, decode.call, commit)
+
+    def _decoded(self, flight: Flight, out: RequestOutput) -> None:
+        if out.finished:
+            self.sim.after(self.config.hop_s, self._last_token, flight)
+
+    def _last_token(self, flight: Flight) -> None:
+        self._forget_decode(flight)
+        self.notify()
+        flight.record.token_times.append(self.sim.now + self.config.hop_s)
+        flight.record.tokens_per_message.append(flight.planned.output_len - 1)
+        self._finished(flight, self.sim.now)
+
+    def _finished(self, flight: Flight, now: float) -> None:
+        tokens = flight.planned.output_len
+        ttft_s = flight.first_token_at - flight.arrived
+        tpot_s = (now - flight.first_token_at) / (tokens - 1) if tokens > 1 else 0.0
+        assert flight.prefill is not None and flight.decode is not None
+        epsilon = self.views[flight.decode.worker_id].epsilon if tokens > 1 else None
+        feed_back(ttft_s, tpot_s, flight.ttft_s, flight.tpot_s, self.guards[flight.prefill.worker_id].headroom, epsilon)
+        self.sim.after(self.config.hop_s, self.done, flight)
+
+    # -- heartbeats --
+
+    def _heartbeats(self) -> None:
+        if self.stopped:
+            return
+        for worker in self.prefills:
+            load = worker.load()
+            self.guards[worker.worker_id].heard(load.queued_tokens, load.running)
+        for worker in self.decodes:
+            self._free_blocks[worker.worker_id] = worker.load().free_blocks
+        self.sim.after(self.config.heartbeat_s, self._heartbeats)

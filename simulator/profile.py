@@ -1,0 +1,31 @@
+"""The default cost profile: this machine's, for the default model, measured as a worker of a
+``pdserve up`` cluster measures itself (on a worker's share of the cores), and cached under the
+same key, so a simulation and a real cluster on this machine share one measurement."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from common.slo.cost_models import CostModels
+
+
+def this_machine() -> CostModels:
+    from common.engine.config import EngineConfig
+    from common.engine.llm_engine import LLMEngine
+    from common.worker.cpu_plan import apply_to_this_process, plan_cores
+    from common.worker.state import warm_up
+
+    share = plan_cores(["prefill-0", "decode-0"])[-1]  # what `pdserve up` gives a worker here
+    affinity = os.sched_getaffinity(0)
+    apply_to_this_process(share.cores, share.threads)
+    try:
+        print(f"cost profile: the default model on this machine ({share.describe()}), measured once and cached",
+              file=sys.stderr, flush=True)
+        engine = LLMEngine(EngineConfig())
+        warm_up(engine)
+    finally:
+        os.sched_setaffinity(0, affinity)
+    if engine.cost_models is None:
+        raise ValueError("no cost profile could be measured here; pass --cost-model FILE")
+    return engine.cost_models

@@ -1,0 +1,219 @@
+"""Workers on the virtual clock: an ``EngineCore`` each (the cluster's scheduler, leases, TPOT
+guard and calibration), whose forward takes what its cost model says.
+
+As on a worker's engine thread, calls (RPCs that reached the worker) run between steps: one
+arriving during a step waits for its end. A decode worker whose batch holds only decoding
+requests, none about to finish, runs ahead: it asks the scheduler's own credit batcher which
+requests run in each of the next steps, up to the first step that could finish a request, and
+schedules one event at their end. A call arriving before then cuts the run at the step in
+progress (the credit batcher is rewound to that step) and waits for that step's end; the tokens
+of the steps run are recorded in the engine in bulk (``EngineCore.fast_forward``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import NamedTuple
+
+from common.engine.batch import ScheduledBatch
+from common.engine.config import EngineConfig
+from common.engine.core import EngineCore
+from common.engine.load import EngineLoad
+from common.engine.request import RequestOutput
+from common.slo.cost_models import CostModels
+from simulator.config import SimConfig
+from simulator.events import Simulation
+
+OutputListener = Callable[[RequestOutput], None]
+MAX_RUN = 512  # steps a decode worker runs ahead at most
+FIRST_RUN = 4  # ... at first: a run that ends uncut doubles the next one, a cut one halves it
+
+
+class SimWorker:
+    def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels) -> None:
+        self.sim = sim
+        self.worker_id = worker_id
+        engine = EngineConfig(policy=config.engine_policy, max_batch_size=config.max_batch_size,
+                              max_num_tokens=config.max_num_tokens, block_size=config.block_size)
+        self.core = EngineCore(engine, config.num_kv_blocks, config.max_model_len, vocab_size=1, eos_token_ids=(),
+                               clock=sim.clock)
+        self.core.cost_models = models
+        self.core.unloaded_step_s = models.decode.predict(1, 16)  # what a worker's warm-up measures alone
+        self.models = models
+        self.listeners: dict[str, OutputListener] = {}  # request id -> its outputs, as the engine thread's callbacks
+        self._busy = False
+        self._inbox: list[Callable[[], None]] = []
+        self._noise = _noise(config.step_noise, random.Random(f"{config.seed}-{worker_id}"))
+        self._noisy = config.step_noise > 0
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """An RPC that reached this worker: runs now if the engine is between steps, else after the step."""
+        if self._busy:
+            self._inbox.append(fn)
+            self._interrupted()
+            return
+        self._sync()
+        fn()
+        self._kick()
+
+    def load(self) -> EngineLoad:
+        """What a heartbeat carries."""
+        self._sync()
+        return self.core.load
+
+    def _kick(self) -> None:
+        if not self._busy and self.core.has_unfinished_requests():
+            self._step()
+
+    def _step(self) -> None:
+        aborted, batch = self.core.schedule_step()
+        self._deliver(aborted)
+        if batch.seqs:
+            self._busy = True
+            self.sim.after(self.forward_s(batch) * self._noise(), self._step_done, batch, self.sim.now)
+
+    def _step_done(self, batch: ScheduledBatch, started: float) -> None:
+        outputs = self.core.finish_step(batch, {s.request_id: 0 for s in batch.seqs if s.sample}, started, self.sim.now)
+        self._between_steps(outputs)
+
+    def _between_steps(self, outputs: list[RequestOutput]) -> None:
+        self._busy = False
+        self._deliver(outputs)
+        if self._inbox:
+            self._sync()
+            inbox, self._inbox = self._inbox, []
+            for fn in inbox:
+                fn()
+        self._kick()
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        for out in outputs:
+            listener = self.listeners.get(out.request_id)
+            if listener is not None:
+                if out.finished:
+                    del self.listeners[out.request_id]
+                listener(out)
+
+    def _sync(self) -> None:
+        """Brings the engine's state up to date (a decode worker's run ahead)."""
+
+    def _interrupted(self) -> None:
+        """A call arrived during a step (a decode worker's run ahead stops at the step in progress)."""
+
+    def forward_s(self, batch: ScheduledBatch) -> float:
+        raise NotImplementedError
+
+
+class SimPrefillWorker(SimWorker):
+    def forward_s(self, batch: ScheduledBatch) -> float:
+        return self.models.prefill.predict(batch.num_tokens)
+
+
+class Step(NamedTuple):
+    """One step of a decode worker's run ahead."""
+
+    ends: float
+    chosen: tuple[str, ...]
+    mean_len: float
+    seconds: float
+    credits: dict[str, float]  # the credit batcher's state after it
+
+
+class SimDecodeWorker(SimWorker):
+    def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels) -> None:
+        super().__init__(sim, worker_id, config, models)
+        self._produced: dict[str, int] = {}  # tokens of steps run ahead, not yet recorded in the engine
+        self._steps = 0
+        self._last_end = 0.0
+        self._run: list[Step] = []  # the run ahead under way
+        self._run_id = 0  # the event of a run cut short finds a newer id and does nothing
+        self._run_length = FIRST_RUN
+
+    def forward_s(self, batch: ScheduledBatch) -> float:
+        return self.models.decode.predict(len(batch.seqs), sum(s.start_pos + 1 for s in batch.seqs) / len(batch.seqs))
+
+    def _step(self) -> None:
+        run = self._run_ahead()
+        if not run:
+            self._sync()
+            super()._step()
+            return
+        self._busy, self._run = True, run
+        self._run_id += 1
+        self.sim.at(run[-1].ends, self._run_done, self._run_id)
+
+    def _run_ahead(self) -> list[Step]:
+        """The steps to come while the batch holds only decodes and none can finish (empty: the
+        next step must be the engine's own)."""
+        scheduler = self.core.scheduler
+        running = scheduler.running
+        if scheduler.waiting or scheduler.has_pending_aborts() or not running:
+            return []
+        produced = self._produced
+        left = {r.request_id: r.params.max_tokens - len(r.output_token_ids) - produced.get(r.request_id, 0)
+                for r in running}
+        length = {r.request_id: r.num_tokens + produced.get(r.request_id, 0) for r in running}
+        slos = scheduler.credit_slos(running)  # the set is fixed for the whole run
+        ids, credit, predict, noise = tuple(left), scheduler.credit, self.models.decode.predict, self._noise
+        now, limit = self.sim.now, self._run_length
+        steps: list[Step] = []
+        while len(steps) < limit:
+            safe = min(left.values()) - 1  # steps before any request can be one token from its end
+            if safe <= 0:
+                break
+            for _ in range(min(safe, limit - len(steps))):
+                chosen = ids
+                if slos is not None:
+                    ran = credit.select(slos)
+                    chosen = tuple(rid for rid in ids if rid in ran)
+                mean_len = sum(length[rid] for rid in chosen) / len(chosen)
+                seconds = predict(len(chosen), mean_len) * noise()
+                now += seconds
+                for rid in chosen:
+                    left[rid] -= 1
+                    length[rid] += 1
+                steps.append(Step(now, chosen, mean_len, seconds, credit.credits()))
+        return steps
+
+    def _interrupted(self) -> None:
+        """Cuts the run ahead after the step in progress now; the call waits for that step's end."""
+        run = self._run
+        if not run or run[-1].ends <= self.sim.now:
+            return
+        keep = next(i for i, step in enumerate(run) if step.ends > self.sim.now) + 1
+        if keep < len(run):
+            self._run_length = max(1, self._run_length // 2)
+            self._run = run[:keep]
+            self.core.scheduler.credit.restore(self._run[-1].credits)
+            self._run_id += 1
+            self.sim.at(self._run[-1].ends, self._run_done, self._run_id)
+
+    def _run_done(self, run_id: int) -> None:
+        if run_id != self._run_id:
+            return
+        if len(self._run) == self._run_length:
+            self._run_length = min(MAX_RUN, 2 * self._run_length)
+        for step in self._run:
+            for rid in step.chosen:
+                self._produced[rid] = self._produced.get(rid, 0) + 1
+            if self._noisy:  # without noise a step is exactly its prediction: calibration would learn nothing
+                self.core.observe_decode_step(len(step.chosen), step.mean_len, step.seconds)
+        self._steps += len(self._run)
+        self._last_end = self._run[-1].ends
+        self._run = []
+        self._between_steps([])
+
+    def _sync(self) -> None:
+        if self._steps:
+            self.core.fast_forward(self._produced, self._steps, self._last_end)
+            self._produced, self._steps = {}, 0
+
+
+def _noise(cv: float, rng: random.Random) -> Callable[[], float]:
+    """Multiplicative log-normal noise of mean 1 and coefficient of variation ``cv``."""
+    if cv <= 0:
+        return lambda: 1.0
+    sigma = math.sqrt(math.log1p(cv * cv))
+    return lambda: rng.lognormvariate(-sigma * sigma / 2, sigma)
