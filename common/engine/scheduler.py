@@ -109,7 +109,17 @@ class Scheduler:
                 budget -= n
         if not preempted:
             budget = self._admit_waiting(seqs, budget)
+        self._note_first_tokens(seqs)
         return ScheduledBatch(tuple(seqs))
+
+    def _note_first_tokens(self, seqs: list[ScheduledSeq]) -> None:
+        """A request sampling in a step its credit did not choose it for (its prompt's last chunk,
+        or its first step after a commit) has just had a token: under credit batching its next
+        one comes a full credit period later, not in the very next step."""
+        if self.config.tpot_guard:
+            for seq in seqs:
+                if seq.sample and not (seq.is_decode and seq.request_id in self.credit.chosen):
+                    self.credit.joined(seq.request_id)
 
     def _credited_decodes(self) -> set[Request] | None:
         """TPOT guard: the decoding requests whose credit lets them run this step (None: all run)."""

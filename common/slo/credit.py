@@ -26,6 +26,7 @@ class CreditBatcher:
         self._credit: dict[str, float] = {}
         self._slos: dict[str, float] = {}  # the set TRP was last computed for
         self._trp: dict[str, float] = {}
+        self.chosen: set[str] = set()  # the last step's selection
 
     def select(self, tpot_slos: dict[str, float]) -> set[str]:
         """The requests that run this step. TRP is recomputed whenever the set changes, so when
@@ -36,7 +37,8 @@ class CreditBatcher:
             self._slos = tpot_slos  # the caller's: a run ahead passes the same dict each step
             self._trp = trp(tpot_slos) if tpot_slos else {}
         if not tpot_slos:
-            return set()
+            self.chosen = set()
+            return self.chosen
         chosen = set()
         for rid, earned in self._trp.items():
             credit = self._credit.get(rid, 1.0 - earned) + earned  # a newcomer runs in its first step
@@ -44,7 +46,13 @@ class CreditBatcher:
                 credit -= 1.0
                 chosen.add(rid)
             self._credit[rid] = credit
+        self.chosen = chosen
         return chosen
+
+    def joined(self, request_id: str) -> None:
+        """The request just produced a token outside the selection (its first): it starts from
+        no credit, as if selected in this step, rather than as a newcomer due at once."""
+        self._credit[request_id] = 0.0
 
 
     def credits(self) -> dict[str, float]:

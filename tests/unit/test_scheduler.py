@@ -159,3 +159,25 @@ def test_a_fast_forward_of_decode_steps_leaves_what_as_many_single_steps_leave()
     assert [len(stepped.requests[r].output_token_ids) for r in "abc"] == [13, 7, 5]  # every 1, 2, 3 steps
     batch = stepped.schedule()  # and the credit left behind is the same
     assert {q.request_id for q in batch.seqs} == {q.request_id for q in forwarded.schedule().seqs}
+
+
+def test_under_credit_batching_a_request_waits_a_credit_period_after_its_first_token():
+    """The token a request samples when it joins (its prompt's last chunk, or its first step after
+    a commit) counts: the next one comes 1/TRP steps later, not in the very next step."""
+    from common.engine.block_pool import BlockPool
+    from common.engine.request import Request
+    from common.engine.sampling_params import SamplingParams
+    from common.engine.scheduler import Scheduler, SchedulerConfig
+
+    s = Scheduler(SchedulerConfig(8, 512, 16, 4096, "guaranteed_no_evict", (), "scorpio"), BlockPool(256))
+    s.add(Request("tight", [1] * 8, SamplingParams(max_tokens=50, ignore_eos=True), tpot_slo_ms=10.0))
+    s.add(Request("loose", [1] * 8, SamplingParams(max_tokens=50, ignore_eos=True), tpot_slo_ms=30.0))
+    ran: dict[str, list[int]] = {"tight": [], "loose": []}
+    for step in range(10):
+        batch = s.schedule()
+        for q in batch.seqs:
+            if q.sample:
+                ran[q.request_id].append(step)
+        s.update_from_output(batch, {q.request_id: 3 for q in batch.seqs if q.sample})
+    assert ran["tight"] == list(range(10))  # the prompt's token at step 0, then every step
+    assert ran["loose"] == [0, 3, 6, 9]  # the prompt's token at step 0, then every third step

@@ -1,0 +1,98 @@
+"""``pdserve simulate`` against schedules computed by hand, and against the cluster's own code."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from client.bench.workload import PlannedRequest, SloClass
+from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
+from simulator.config import SimConfig
+from simulator.run import simulate
+
+REPO = Path(__file__).resolve().parents[2]
+# every prefill step 10 ms, every decode step 5 ms, whatever their size; no hop or copy costs
+FLAT = CostModels(PrefillModel(0, 0.010, 0.0), DecodeModel(0.0, 0.0, 0.0, 0.005))
+
+
+def _request(index: int, at: float, output_len: int, slo: SloClass | None = None, prompt: int = 100) -> PlannedRequest:
+    return PlannedRequest(index, [0] * prompt, output_len, slo, at)
+
+
+def _config(policy: str, **overrides: object) -> SimConfig:
+    return SimConfig(policy=policy, hop_s=0.0, transfer_s=0.0, transfer_s_per_token=0.0, **overrides)  # type: ignore[arg-type]
+
+
+def test_two_requests_follow_the_schedule_worked_out_by_hand():
+    # A: prefill 0-10 ms, decode steps 10-15, 15-20 ms. B arrives at 1 ms and waits for the prefill
+    # worker (10-20 ms); its commit waits for A's step in progress; it decodes 20-25, 25-30 ms.
+    run = simulate([_request(0, 0.0, 3), _request(1, 0.001, 3)], _config("fcfs"), FLAT)
+    a, b = run.records
+    assert a.token_times == pytest.approx([0.010, 0.020]) and a.tokens_per_message == [1, 2]
+    assert b.token_times == pytest.approx([0.020, 0.030])
+    assert (a.ttft, a.tpot, b.ttft, b.tpot) == pytest.approx((0.010, 0.005, 0.019, 0.005))
+    assert run.duration == pytest.approx(0.030)
+
+
+def test_credit_batching_gives_tpot_slos_of_2_4_and_6_ms_a_token_every_1_2_and_3_steps():
+    one_ms = CostModels(PrefillModel(0, 0.010, 0.0), DecodeModel(0.0, 0.0, 0.0, 0.001))
+    plan = [_request(0, 0.0, 200, SloClass("a", 1000, 2)), _request(1, 0.0, 61, SloClass("b", 1000, 4)),
+            _request(2, 0.0, 41, SloClass("c", 1000, 6))]
+    run = simulate(plan, _config("tpot_guard"), one_ms)
+    assert all(r.ok for r in run.records)
+    # a is prefilled alone (0-10 ms), b and c together (10-20 ms). a decodes every 1 ms step from
+    # 10 ms. b and c join the step 20-21 ms (their commits wait for the step in progress) and then
+    # run when their credit comes: b every 2nd step (tokens at 21, 23, ... 139 ms: 60 of them),
+    # c every 3rd (21, 24, ... 138 ms: 40). TPOT = (last token - first token) / (tokens - 1).
+    a, b, c = run.records
+    assert a.token_times == pytest.approx([0.010, 0.209]) and a.tpot == pytest.approx(0.001)
+    assert b.token_times == pytest.approx([0.020, 0.139]) and b.tpot == pytest.approx(0.119 / 60)
+    assert c.token_times == pytest.approx([0.020, 0.138]) and c.tpot == pytest.approx(0.118 / 40)
+
+
+def test_the_ttft_guard_refuses_at_its_boundary_and_not_before():
+    # the first call teaches the guard that a prefill call takes what its model says (10 ms)
+    warm = _request(0, 0.0, 2)
+    late, on_time, exact = (_request(i, 1.0, 2, SloClass(n, ms, 0)) for i, n, ms in
+                            ((1, "late", 9.9), (2, "on_time", 10.1), (3, "exact", 10.0)))
+    late = PlannedRequest(1, late.prompt, 2, late.slo_class, 1.0)
+    on_time = PlannedRequest(2, on_time.prompt, 2, on_time.slo_class, 2.0)
+    exact = PlannedRequest(3, exact.prompt, 2, exact.slo_class, 3.0)
+    run = simulate([warm, late, on_time, exact], _config("scorpio"), FLAT)
+    records = {r.slo_class or "warm": r for r in run.records}
+    assert records["late"].error == "RESOURCE_EXHAUSTED"
+    assert records["on_time"].ok and records["on_time"].ttft == pytest.approx(0.010)
+    assert records["exact"].ok  # predicted exactly at the SLO: admitted
+
+
+POLICY_CODE = ("ttft_refusal", "last_useful_admission", "prefill_order", "decode_order_by_vbs", "least_loaded_order",
+               "AdmissionRound", "feed_back")
+
+
+def _called(package: str) -> set[str]:
+    """Names called anywhere in a package's modules (plain calls and attribute calls)."""
+    names: set[str] = set()
+    for path in (REPO / package).glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                func = node.func
+                names.add(func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else "")
+    return names
+
+
+@pytest.mark.parametrize("function", POLICY_CODE)
+def test_the_simulator_and_the_gateway_both_call_the_policy_code(function):
+    assert function in _called("gateway"), f"the gateway no longer calls {function}"
+    assert function in _called("simulator"), f"the simulator no longer calls {function}"
+
+
+def test_the_simulated_and_the_real_workers_run_one_engine_core():
+    from common.engine.core import EngineCore
+    from common.engine.llm_engine import LLMEngine
+    from simulator.workers import SimWorker
+
+    assert issubclass(LLMEngine, EngineCore)
+    assert "EngineCore(" in (REPO / "simulator" / "workers.py").read_text()
+    assert SimWorker.__init__.__code__.co_names.count("EngineCore") == 1
