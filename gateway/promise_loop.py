@@ -5,6 +5,7 @@ SLO class and of both workers, over a sliding window, exported as metrics."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 
@@ -12,6 +13,19 @@ from common.process.metrics import Metrics
 from common.slo.promise import Attainment, feed_back
 from gateway.request_state import Progress
 from gateway.validation import ValidatedRequest
+
+
+log = logging.getLogger("pdserve.gateway.promise")
+
+
+def _explain_ttft_miss(req: ValidatedRequest, p: Progress, ttft_s: float) -> None:
+    """Where a missed TTFT went: before the prefill call (decode admission), in it, beyond its prediction."""
+    reply = p.prefill_reply
+    predicted = p.prefill_predicted_s
+    log.info("TTFT SLO missed: %.0f ms of %d ms; prefill call sent after %.0f ms, took %.0f ms (predicted %s, "
+             "worker %.0f ms, KV copy %.0f ms)", ttft_s * 1000, req.ttft_ms, (p.prefill_sent - p.started) * 1000,
+             p.prefill_call_s * 1000, "none" if predicted is None else f"{predicted * 1000:.0f} ms",
+             reply.prefill_ms if reply else 0.0, reply.transfer_ms if reply else 0.0)
 
 
 class PromiseLoop:
@@ -33,6 +47,8 @@ class PromiseLoop:
         met = feed_back(ttft_s, tpot_s, req.ttft_ms / 1000, req.tpot_ms / 1000, headroom, epsilon)
         if not (req.ttft_ms or req.tpot_ms):
             return
+        if req.ttft_ms and ttft_s * 1000 > req.ttft_ms:
+            _explain_ttft_miss(req, p, ttft_s)
         name = req.slo_class or f"{req.ttft_ms}:{req.tpot_ms}"
         self.by_class[name].observe(now, met)
         for worker in (p.prefill, p.decode):

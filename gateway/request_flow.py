@@ -165,15 +165,18 @@ class RequestFlow:
                                             slo=_slo(req))
         tokens, guard = len(req.prompt_token_ids), worker.guard
         raw_s = guard.predict_s(tokens, deadline, calibrated=False)
+        p.prefill_predicted_s = guard.predict_s(tokens, deadline)
         worker.inflight += 1
         guard.sent(req.request_id, deadline, tokens)
-        sent = time.perf_counter()
+        sent = p.prefill_sent = time.perf_counter()
         try:
             reply = await worker.stub.Prefill(request, timeout=call_timeout(req, PREFILL_TIMEOUT_S))
+            p.prefill_call_s = time.perf_counter() - sent
             p.prefilled(reply)
             # teach the TTFT guard what the prefill call (queue, forward, KV transfer, both RPC
             # hops, this event loop's own lag) really takes on this worker now
-            guard.answered(req.request_id, time.perf_counter() - sent, raw_s)
+            guard.answered(req.request_id, time.perf_counter() - sent, raw_s,
+                           (reply.prefill_ms + reply.transfer_ms) / 1000)
             if raw_s and self.metrics is not None:
                 self.metrics.calibration.labels("gateway", "prefill", worker.worker_id).set(guard.calibration.ratio)
         except grpc.aio.AioRpcError as exc:

@@ -86,6 +86,9 @@ class Progress:
     prefill_reply: worker_pb2.PrefillResponse | None = None
     completion_tokens: int = 0
     ttft_ms: float = 0.0
+    prefill_sent: float = 0.0  # when the (last) Prefill call went out, perf_counter
+    prefill_predicted_s: float | None = None  # what the TTFT guard predicted for that call
+    prefill_call_s: float = 0.0  # what it took
     owner: object = None  # the validated request of the RPC that runs this flow
     inbox: asyncio.Queue | None = None  # type: ignore[type-arg]  # the decode worker's events for it
 

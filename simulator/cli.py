@@ -44,6 +44,9 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
     cluster.add_argument("--transfer-us-per-token", type=float, default=DEFAULTS.transfer_s_per_token * 1e6)
     cluster.add_argument("--step-noise", type=float, default=DEFAULTS.step_noise,
                          help="coefficient of variation of every forward's time around its cost model")
+    cluster.add_argument("--prefill-scale", type=float, default=DEFAULTS.prefill_scale,
+                         help="forwards take this x the profile's prediction (the guards start from the profile)")
+    cluster.add_argument("--decode-scale", type=float, default=DEFAULTS.decode_scale)
     cluster.add_argument("--slo-target", type=float, default=DEFAULTS.slo_target)
     plan = p.add_argument_group("capacity planning")
     plan.add_argument("--plan", action="store_true", help="search prefill/decode splits for the cheapest that "
@@ -57,6 +60,7 @@ def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
                   max_num_tokens=args.max_num_tokens, num_kv_blocks=args.num_kv_blocks,
                   max_model_len=args.max_model_len, hop_s=args.hop_ms / 1000, transfer_s=args.transfer_ms / 1000,
                   transfer_s_per_token=args.transfer_us_per_token / 1e6, step_noise=args.step_noise,
+                  prefill_scale=args.prefill_scale, decode_scale=args.decode_scale,
                   slo_target=args.slo_target, seed=args.seed)
     values.update(overrides)
     return SimConfig(**values)  # type: ignore[arg-type]

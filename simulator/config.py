@@ -27,6 +27,8 @@ class SimConfig:
     admission_tick_s: float = 0.025  # the admission queue's round at the latest
     slo_target: float = DEFAULT_TARGET
     step_noise: float = 0.0  # coefficient of variation of every forward's time around its cost model
+    prefill_scale: float = 1.0  # the workers' forwards take this × what their cost model (which
+    decode_scale: float = 1.0  # the guards start from) predicts: a profile that is off, a busy host
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -36,6 +38,13 @@ class SimConfig:
             raise ValueError("a cluster needs at least one prefill and one decode worker")
         if min(self.hop_s, self.transfer_s, self.transfer_s_per_token, self.step_noise) < 0:
             raise ValueError("latencies and noise must be >= 0")
+        if min(self.prefill_scale, self.decode_scale) <= 0:
+            raise ValueError("prefill_scale and decode_scale must be > 0")
+
+    @property
+    def exact(self) -> bool:
+        """Every forward takes exactly what the cost model predicts."""
+        return self.step_noise == 0 and self.prefill_scale == 1 and self.decode_scale == 1
 
     @property
     def engine_policy(self) -> str:

@@ -22,7 +22,7 @@ from common.engine.leases import Lease
 from common.engine.request import RequestOutput
 from common.engine.sampling_params import SamplingParams
 from common.slo.admission_round import AdmissionRound
-from common.slo.calibration import Calibration
+from common.slo.calibration import Calibration, WindowQuantile
 from common.slo.promise import feed_back
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
 from common.slo.tpot_guard import DecodeView, tpot_epsilon
@@ -73,6 +73,7 @@ class Flight:
 class Waiter:
     flight: Flight
     last_useful: Callable[[], float]
+    trying: bool = False  # a turn's reservation attempt is under way: it cannot time out meanwhile
 
     @property
     def tpot_ms(self) -> float:
@@ -94,8 +95,10 @@ class SimGateway:
     def __post_init__(self) -> None:
         target = self.config.slo_target
         for w in self.prefills:
-            self.guards[w.worker_id] = TtftGuard(w.models.prefill, self.config.max_num_tokens,
+            self.guards[w.worker_id] = TtftGuard(w.core.cost_models.prefill if w.core.cost_models else None,
+                                                 self.config.max_num_tokens,
                                                  Calibration(quantile=0.9, clock=self.sim.clock),
+                                                 overhead=WindowQuantile(quantile=0.95, clock=self.sim.clock),
                                                  headroom=ttft_headroom(target))
         for w in self.decodes:
             self.views[w.worker_id] = DecodeView(tpot_epsilon(target))
@@ -225,7 +228,7 @@ class SimGateway:
 
     def _tick(self) -> None:
         now = self.sim.now
-        for waiter in [w for w in self.waiters if w.last_useful() <= now]:
+        for waiter in [w for w in self.waiters if not w.trying and w.last_useful() <= now]:
             self.waiters.remove(waiter)
             self._refuse(waiter.flight)
         self._round()
@@ -259,12 +262,14 @@ class SimGateway:
             return
 
         def turn(flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
+            waiter.trying = False
             turns.report(waiter, worker is not None)
             if worker is not None and lease is not None:
                 self.waiters.remove(waiter)
                 self._reserved(flight, worker, lease)
             self._next_turn(turns)
 
+        waiter.trying = True
         self._reserve(waiter.flight, turn)
 
     # -- prefill, first token, decode --
@@ -314,7 +319,8 @@ class SimGateway:
         assert flight.prefill is not None and flight.decode is not None and flight.lease is not None
         now = self.sim.now
         guard = self.guards[flight.prefill.worker_id]
-        guard.answered(flight.request_id, now - flight.sent_at, flight.predicted_s)
+        observed = now - flight.sent_at
+        guard.answered(flight.request_id, observed, flight.predicted_s, observed - 2 * self.config.hop_s)
         self.inflight[flight.prefill.worker_id] -= 1
         flight.first_token_at = now
         flight.record.token_times.append(now + self.config.hop_s)

@@ -23,11 +23,14 @@ class SimRun:
     margins: dict[str, float]  # each guard's margin at the end (ttft headroom / tpot epsilon, by worker)
 
 
-def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels) -> SimRun:
+def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
+             truth: CostModels | None = None) -> SimRun:
+    """``models``: the profile the workers load; ``truth``: what their forwards really take
+    (default: the profile scaled by ``config.prefill_scale``/``decode_scale``)."""
     started = time.perf_counter()
     sim = Simulation()
-    prefills = [SimPrefillWorker(sim, f"prefill-{i}", config, models) for i in range(config.prefill)]
-    decodes = [SimDecodeWorker(sim, f"decode-{i}", config, models) for i in range(config.decode)]
+    prefills = [SimPrefillWorker(sim, f"prefill-{i}", config, models, truth) for i in range(config.prefill)]
+    decodes = [SimDecodeWorker(sim, f"decode-{i}", config, models, truth) for i in range(config.decode)]
     answered: list[Flight] = []
 
     def done(flight: Flight) -> None:

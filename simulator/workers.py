@@ -1,5 +1,7 @@
 """Workers on the virtual clock: an ``EngineCore`` each (the cluster's scheduler, leases, TPOT
-guard and calibration), whose forward takes what its cost model says.
+guard and calibration), whose forward takes what its cost model says (``models``: the profile
+scaled by the config's ``prefill_scale``/``decode_scale``; the engine's guard starts from the
+profile itself and calibrates, as a real worker does).
 
 As on a worker's engine thread, calls (RPCs that reached the worker) run between steps: one
 arriving during a step waits for its end. A decode worker whose batch holds only decoding
@@ -32,21 +34,25 @@ FIRST_RUN = 4  # ... at first: a run that ends uncut doubles the next one, a cut
 
 
 class SimWorker:
-    def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels) -> None:
+    def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels,
+                 truth: CostModels | None = None) -> None:
+        """``models``: the profile the worker loads (its guard starts from it); ``truth``: what its
+        forwards really take (default: the profile scaled by the config's scales)."""
         self.sim = sim
         self.worker_id = worker_id
         engine = EngineConfig(policy=config.engine_policy, max_batch_size=config.max_batch_size,
                               max_num_tokens=config.max_num_tokens, block_size=config.block_size)
         self.core = EngineCore(engine, config.num_kv_blocks, config.max_model_len, vocab_size=1, eos_token_ids=(),
                                clock=sim.clock)
-        self.core.cost_models = models
-        self.core.unloaded_step_s = models.decode.predict(1, 16)  # what a worker's warm-up measures alone
-        self.models = models
+        self.core.cost_models = models  # what the worker believes, as a real one loads its profile
+        self.models = truth or CostModels(models.prefill.scaled(config.prefill_scale),
+                                          models.decode.scaled(config.decode_scale))
+        self.core.unloaded_step_s = self.models.decode.predict(1, 16)  # what a worker's warm-up measures alone
         self.listeners: dict[str, OutputListener] = {}  # request id -> its outputs, as the engine thread's callbacks
         self._busy = False
         self._inbox: list[Callable[[], None]] = []
         self._noise = _noise(config.step_noise, random.Random(f"{config.seed}-{worker_id}"))
-        self._noisy = config.step_noise > 0
+        self._exact = config.exact and truth is None
 
     def call(self, fn: Callable[[], None]) -> None:
         """An RPC that reached this worker: runs now if the engine is between steps, else after the step."""
@@ -122,8 +128,9 @@ class Step(NamedTuple):
 
 
 class SimDecodeWorker(SimWorker):
-    def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels) -> None:
-        super().__init__(sim, worker_id, config, models)
+    def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels,
+                 truth: CostModels | None = None) -> None:
+        super().__init__(sim, worker_id, config, models, truth)
         self._produced: dict[str, int] = {}  # tokens of steps run ahead, not yet recorded in the engine
         self._steps = 0
         self._last_end = 0.0
@@ -198,7 +205,7 @@ class SimDecodeWorker(SimWorker):
         for step in self._run:
             for rid in step.chosen:
                 self._produced[rid] = self._produced.get(rid, 0) + 1
-            if self._noisy:  # without noise a step is exactly its prediction: calibration would learn nothing
+            if not self._exact:  # a step exactly as predicted teaches the calibration nothing
                 self.core.observe_decode_step(len(step.chosen), step.mean_len, step.seconds)
         self._steps += len(self._run)
         self._last_end = self._run[-1].ends

@@ -62,6 +62,9 @@ class Metrics:
         self.calibration = Gauge("pdserve:cost_model_calibration_ratio", "Factor observed work applies to the "
                                  "cost model's predictions: below 1 the model was too slow, above 1 too fast",
                                  model_labels, registry=r)
+        self.coefficients = Gauge("pdserve:cost_model_coefficient", "The cost model in use (after refits from the "
+                                  "work really run): decode alpha, beta, gamma, delta (s), knee (requests)",
+                                  [*model_labels, "term"], registry=r)
         self.refits = Gauge("pdserve:cost_model_refits", "Times the cost model was refitted from the work really "
                             "run and replaced", model_labels, registry=r)
         self.prediction_error = Gauge("pdserve:cost_model_prediction_error_ratio", "Median over recent steps of "
@@ -110,6 +113,10 @@ class Metrics:
             self.prediction_error.labels(self.role, model, worker).set_function(prediction_error)
         if refits is not None:
             self.refits.labels(self.role, model, worker).set_function(refits)
+
+    def watch_coefficients(self, model: str, worker: str, terms: dict[str, Callable[[], float]]) -> None:
+        for term, read in terms.items():
+            self.coefficients.labels(self.role, model, worker, term).set_function(read)
 
     def finished(self, status: str) -> None:
         self.requests.labels(self.role, status).inc()

@@ -95,3 +95,35 @@ class Calibration:
             self._sum -= ratio
             self._sum_sq -= ratio * ratio
             self._ratio = None
+
+
+class WindowQuantile:
+    """A quantile of the values observed over the last ``window_s`` seconds (the newest
+    ``min_samples`` kept whatever their age); 0 before any."""
+
+    def __init__(self, window_s: float = 2.0, quantile: float = 0.9, min_samples: int = 16,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if window_s <= 0 or not 0 < quantile <= 1 or min_samples < 1:
+            raise ValueError("window_s must be > 0, quantile in (0, 1], min_samples ≥ 1")
+        self.window_s, self.quantile, self.min_samples, self._clock = window_s, quantile, min_samples, clock
+        self._samples: deque[tuple[float, float]] = deque()
+        self._value: float | None = None
+
+    def observe(self, value: float) -> None:
+        self._samples.append((self._clock(), value))
+        self._value = None
+        self._forget_old()
+
+    def value(self) -> float:
+        self._forget_old()
+        if self._value is None:
+            ordered = sorted(v for _, v in self._samples)
+            n = len(ordered)
+            self._value = ordered[min(n - 1, math.ceil(self.quantile * n) - 1)] if n else 0.0
+        return self._value
+
+    def _forget_old(self) -> None:
+        horizon = self._clock() - self.window_s
+        while len(self._samples) > self.min_samples and self._samples[0][0] < horizon:
+            self._samples.popleft()
+            self._value = None

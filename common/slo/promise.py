@@ -26,14 +26,14 @@ from collections import deque
 from dataclasses import dataclass, field
 
 DEFAULT_TARGET = 0.99
-ROOM = 0.9  # an outcome at most this fraction of its SLO met it with room to spare
+ROOM = 0.8  # an outcome at most this fraction of its SLO met it with room to spare
 
 
 @dataclass(slots=True)
 class MarginController:
     margin: float
     target: float = DEFAULT_TARGET
-    step: float = 0.1  # relative increase per miss
+    step: float = 0.2  # relative increase per miss
     low: float = 0.5
     high: float = 8.0
     misses: int = 0

@@ -1,9 +1,14 @@
 """The TTFT guard's view of one prefill worker's queue, and the best first token over workers.
 
 A ``TtftGuard`` belongs to one prefill worker. It knows the worker's fitted prefill model, how
-wrong that model has been lately (``Calibration`` of whole prefill calls), what this gateway
-sent there and still awaits, and what the worker last reported it holds (heartbeats), and
-predicts from those how soon a new prompt's prefill would be over. Its ``headroom`` multiplies
+wrong that model has been lately (``Calibration`` of the time the worker itself reports for a
+call: its queue, forward and KV copy), what a call costs beyond that (``overhead``: the RPC hops
+and the gateway's own delays, a high quantile of what was observed less what the worker
+reported: a fixed cost, not a multiple of the forward), what this gateway sent there and still
+awaits, and what the worker last reported it holds (heartbeats), and predicts from those how
+soon a new prompt's prefill would be over::
+
+    predicted call = (calibration × model(queue ahead + prompt) + overhead) × headroom Its ``headroom`` multiplies
 every calibrated prediction; the closed loop (``common.slo.promise``) steers it from the TTFTs
 admitted requests really got.
 
@@ -16,14 +21,14 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from common.slo.calibration import Calibration
+from common.slo.calibration import Calibration, WindowQuantile
 from common.slo.cost_models import PrefillModel
 from common.slo.promise import DEFAULT_TARGET, MarginController
 
 Queued = tuple[float, int]  # (TTFT deadline, inf without one; prompt tokens)
 
 
-TTFT_HEADROOM = 1.0  # where the closed loop starts the margin on predicted prefill calls
+TTFT_HEADROOM = 1.5  # where the closed loop starts the margin on predicted prefill calls: on the safe side
 
 
 def prefill_calibration() -> Calibration:
@@ -40,6 +45,8 @@ class TtftGuard:
     model: PrefillModel | None  # the worker's fit; None when it has none (no guard asked for one)
     forward_tokens: int = 0  # prompt tokens per forward (the worker's max_num_tokens); 0: all in one
     calibration: Calibration = field(default_factory=prefill_calibration)
+    # seconds a call adds to what the worker reports spending on it (RPC hops, the gateway's delays)
+    overhead: WindowQuantile = field(default_factory=lambda: WindowQuantile(quantile=0.95))
     # what this gateway sent and awaits, in sending order: request id -> (deadline, tokens);
     # deadlines are on the clock ``now`` is read from
     queued: dict[str, Queued] = field(default_factory=dict)
@@ -55,13 +62,20 @@ class TtftGuard:
     def sent(self, request_id: str, deadline: float, tokens: int) -> None:
         self.queued[request_id] = (deadline, tokens)
 
-    def answered(self, request_id: str, observed_s: float, predicted_s: float | None) -> None:
-        """The worker returned the request's first token after ``observed_s``: its tokens leave
-        the queue, and the call teaches the calibration what ``predicted_s`` (uncalibrated;
-        None or 0: no prediction was made) really took."""
+    def answered(self, request_id: str, observed_s: float, predicted_s: float | None,
+                 worker_s: float | None = None) -> None:
+        """The worker returned the request's first token after ``observed_s``, of which it spent
+        ``worker_s`` itself (None: not known): its tokens leave the queue, and the call teaches the
+        calibration what ``predicted_s`` (uncalibrated; None or 0: no prediction was made) really
+        took and the overhead what the rest cost."""
         self.queued.pop(request_id, None)
-        if predicted_s:
+        if not predicted_s:
+            return
+        if worker_s is None:
             self.calibration.observe(predicted_s, observed_s)
+        else:
+            self.calibration.observe(predicted_s, worker_s)
+            self.overhead.observe(max(0.0, observed_s - worker_s))
 
     def dropped(self, request_id: str) -> None:
         """The call ended without an answer (failed, cancelled): its tokens leave the queue and
@@ -92,7 +106,9 @@ class TtftGuard:
         if self.model.extrapolates(min(tokens, self.forward_tokens or tokens)):
             self.extrapolations += 1
         raw = self.model.predict_forwards(tokens, self.forward_tokens)
-        return self.calibration.scale(raw) * self.headroom.margin if calibrated else raw
+        if not calibrated:
+            return raw
+        return (self.calibration.scale(raw) + self.overhead.value()) * self.headroom.margin
 
     def pushes_queued_past(self, prompt_tokens: int, deadline: float, now: float) -> bool:
         """Whether sending a request with this deadline here would make a request already

@@ -87,6 +87,10 @@ class WorkerProcess:
                                           lambda: engine.load.step_calibration_ratio,
                                           lambda: engine.load.step_prediction_error,
                                           lambda: engine.load.refits)
+            if self.role == "decode":
+                self.metrics.watch_coefficients("decode", self.worker_id, {
+                    term: (lambda t=term: getattr(engine.cost_models.decode, t) if engine.cost_models else 0.0)
+                    for term in ("alpha", "beta", "gamma", "delta", "knee")})
         self.metrics.serve(self.options.metrics_port, self.options.metrics_host)
         await self.lifecycle.serving()
         descriptor = describe(engine, self.role, self.worker_id, address,

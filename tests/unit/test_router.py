@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from common.slo.promise import MarginController
 from common.slo.ttft_guard import TtftGuard
 from common.rpc.convert import prefill_model_from_proto
 from gateway.registry import WorkerRecord, WorkerRegistry
@@ -17,7 +18,8 @@ def _worker(queued: dict[str, tuple[float, int]], reported_tokens: int = 0, test
     descriptor = worker_pb2.WorkerDescriptor(cost_model=cost)
     load = worker_pb2.WorkerLoad(queued_tokens=reported_tokens)
     record = WorkerRecord(descriptor, load, 0.0, 0.0, None, None,  # type: ignore[arg-type]
-                          ttft=TtftGuard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens))
+                          ttft=TtftGuard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
+                                         headroom=MarginController(1.0)))  # predictions exactly as the fit
     record.guard.heard(load.queued_tokens, load.running)
     record.guard.queued.update(queued)
     if tested:

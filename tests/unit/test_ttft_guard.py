@@ -6,6 +6,7 @@ import pytest
 
 from common.slo.calibration import Calibration
 from common.slo.cost_models import PrefillModel
+from common.slo.promise import MarginController
 from common.slo.ttft_guard import TtftGuard, best_prefill_s
 
 MODEL = PrefillModel(threshold=100, base_s=0.010, per_token_s=1e-4)  # 10 ms + 0.1 ms per token above 100
@@ -21,7 +22,8 @@ class Clock:
 
 
 def _guard(clock: Clock, model: PrefillModel | None = MODEL, forward_tokens: int = 0) -> TtftGuard:
-    return TtftGuard(model, forward_tokens, Calibration(quantile=0.9, clock=clock))
+    return TtftGuard(model, forward_tokens, Calibration(quantile=0.9, clock=clock),
+                     headroom=MarginController(1.0))  # no margin: predictions as the fit and calibration say
 
 
 def test_a_queued_request_with_an_earlier_deadline_is_ahead_and_a_later_one_is_not():

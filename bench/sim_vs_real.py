@@ -1,0 +1,234 @@
+"""The simulator against the real cluster, on this machine: the same workload, the same rates.
+
+A 1 prefill + 1 decode cluster as ``pdserve up`` starts it (the tiny model, cores by plan, each
+worker's cost profile measured at start or loaded from the cache) serves random prompts with
+six SLO classes scaled to its own unloaded latency (as ``bench/slo.py``); ``pdserve simulate``
+replays the very same arrival sequence with workers that load the same profile.
+
+What a worker costs inside this cluster is more than its profile (measured on an idle engine):
+RPCs, token streaming and the gateway share the two cores. The simulator is told that cost from
+runs that are not compared (and nothing from the compared ones): an RPC hop (the median round
+trip of the gateway's Info call, halved); a prefill forward's scale (the unloaded TTFT less six
+hops and the KV copy, over the profile's prefill); and the decode step as the decode worker
+itself refitted it from the steps it ran under a moderate calibration load without SLOs
+(``pdserve:cost_model_coefficient``), times its calibration. Rates: fractions of the knee (where
+fcfs meets fewer than 90% of SLOs in simulation), by default half, the knee and twice it; both
+policies.
+
+    python bench/sim_vs_real.py [--duration-s 20] [--out bench/results/sim-vs-real-cpu.json] [--plot f.png]
+
+Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
+"sim_admitted_attainment"}, ...], ...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import device_name, emit, progress  # noqa: E402
+from bench.slo import bench_point, point_summary, slo_classes  # noqa: E402
+from client.bench.cli import add_bench_args  # noqa: E402
+from client.bench.metrics import summarize  # noqa: E402
+from client.bench.plan import build_plan  # noqa: E402
+from common.model.location import ensure_model  # noqa: E402
+from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
+from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
+from simulator.config import SimConfig  # noqa: E402
+from simulator.profile import this_machine  # noqa: E402
+from simulator.run import simulate  # noqa: E402
+
+FIRST_TOKEN_HOPS = 6  # client → gateway → decode (reserve) → gateway → prefill → gateway → client
+GRID = (2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
+
+
+def bench_namespace(args: argparse.Namespace, rate: float, slo_mix: str, num_prompts: int) -> argparse.Namespace:
+    """The ``pdserve bench`` arguments ``bench_point`` runs with, for building the same plan."""
+    parser = argparse.ArgumentParser()
+    add_bench_args(parser)
+    argv = ["--num-prompts", str(num_prompts), "--request-rate", str(rate), "--seed", "7", "--random-input-len",
+            str(args.prompt_len), "--random-output-len", str(args.output_len), "--random-range-ratio", "0.5",
+            "--ignore-eos"] + (["--slo-mix", slo_mix] if slo_mix else [])
+    return parser.parse_args(argv)
+
+
+def sim_point(policy: str, rate: float, args: argparse.Namespace, slo_mix: str, config: SimConfig, models,  # type: ignore[no-untyped-def]
+              truth) -> dict:  # type: ignore[no-untyped-def]
+    n = max(args.min_prompts, round(rate * args.duration_s))
+    run = simulate(build_plan(bench_namespace(args, rate, slo_mix, n), rate), config, models, truth)
+    result = summarize(run.records, run.duration, [99.0], ["ttft", "tpot"])
+    result["per_class"] = {}
+    return point_summary(policy, rate, {**result, "num_prompts": len(run.records)})
+
+
+def hop_seconds(address: str, calls: int = 50) -> float:
+    """Half the median round trip of the gateway's cheapest RPC."""
+    import statistics
+    import time
+
+    import grpc
+
+    from wire.v1 import gateway_pb2, gateway_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        stub.Info(gateway_pb2.InfoRequest(), timeout=10)
+        trips = []
+        for _ in range(calls):
+            started = time.perf_counter()
+            stub.Info(gateway_pb2.InfoRequest(), timeout=10)
+            trips.append(time.perf_counter() - started)
+    return statistics.median(trips) / 2
+
+
+def in_cluster_decode(cluster: LocalCluster) -> DecodeModel:
+    """The decode model the decode worker uses now (refitted from the steps it ran), calibrated."""
+    from tests.integration.conftest import scrape_metrics
+
+    name = next(n for n in cluster.processes if n.startswith("decode"))
+    samples = scrape_metrics(cluster.metrics_ports[name])
+    terms = {t: next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_coefficient{")
+                     and f'term="{t}"' in k) for t in ("alpha", "beta", "gamma", "delta", "knee")}
+    ratio = next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_calibration_ratio{")
+                 and 'model="decode"' in k)
+    refits = next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_refits{"))
+    progress(f"  decode worker: {refits:g} refits, calibration {ratio:.2f}")
+    return DecodeModel(**terms).scaled(ratio)
+
+
+def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: DecodeModel,
+                  args: argparse.Namespace) -> tuple[CostModels, dict[str, float]]:
+    """The cost of a worker inside this cluster, for the simulated workers to run at."""
+    config = SimConfig()
+    copy_s = config.transfer_s + config.transfer_s_per_token * args.prompt_len
+    prefill_s = unloaded["median_ttft_ms"] / 1000 - FIRST_TOKEN_HOPS * hop_s - copy_s
+    prefill_scale = max(0.5, prefill_s / models.prefill.predict(args.prompt_len))
+    truth = CostModels(models.prefill.scaled(prefill_scale), decode)
+    mean_len = args.prompt_len + args.output_len / 2
+    return truth, {"hop_s": hop_s, "prefill_scale": prefill_scale,
+                   "profile_prefill_ms": models.prefill.predict(args.prompt_len) * 1000,
+                   "profile_step_ms_b1": models.decode.predict(1, mean_len) * 1000,
+                   "in_cluster_step_ms_b1": decode.predict(1, mean_len) * 1000,
+                   "in_cluster_step_ms_b16": decode.predict(16, mean_len) * 1000}
+
+
+def knee(args: argparse.Namespace, slo_mix: str, config: SimConfig, models, truth) -> float:  # type: ignore[no-untyped-def]
+    for rate in GRID:
+        point = sim_point("fcfs", rate, args, slo_mix, SimConfig(**{**_fields(config), "policy": "fcfs"}), models,
+                          truth)
+        progress(f"  simulated fcfs @ {rate:g} req/s: adherence {point['adherence']:.0%}")
+        if point["adherence"] < 0.9:
+            return float(rate)
+    return float(GRID[-1])
+
+
+def _fields(config: SimConfig) -> dict:
+    return {f: getattr(config, f) for f in config.__dataclass_fields__}
+
+
+def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: argparse.Namespace, slo_mix: str,
+               work: Path) -> list[dict]:
+    points = []
+    for rate in rates:
+        points.append(point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix, work / policy)))
+        p = points[-1]
+        progress(f"  real {policy} @ {rate:g} req/s: goodput {p['goodput']:.2f}, admitted attainment "
+                 f"{p['admitted_attainment']:.1%}, rejected {p['rejected']}")
+    return points
+
+
+def compare(real: list[dict], simulated: list[dict]) -> list[dict]:
+    out = []
+    for r in real:
+        s = next(p for p in simulated if p["policy"] == r["policy"] and p["rate"] == r["rate"])
+        point = {"rate": r["rate"], "policy": r["policy"], "real_goodput": r["goodput"], "sim_goodput": s["goodput"],
+                 "real_admitted_attainment": r["admitted_attainment"],
+                 "sim_admitted_attainment": s["admitted_attainment"], "real_rejected": r["rejected"],
+                 "sim_rejected": s["rejected"]}
+        point["goodput_within_15pct"] = abs(s["goodput"] - r["goodput"]) <= 0.15 * max(r["goodput"], 1e-9)
+        point["attainment_within_15pct"] = abs(s["admitted_attainment"] - r["admitted_attainment"]) <= \
+            0.15 * max(r["admitted_attainment"], 1e-9)
+        out.append(point)
+    return out
+
+
+def plot(points: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, title in ((axes[0], "goodput", "Goodput (good req/s)"),
+                           (axes[1], "admitted_attainment", "Admitted requests meeting both SLOs")):
+        for policy, color in (("fcfs", "tab:blue"), ("scorpio", "tab:orange")):
+            ps = [p for p in points if p["policy"] == policy]
+            ax.plot([p["rate"] for p in ps], [p[f"real_{key}"] for p in ps], "o-", color=color, label=f"{policy} real")
+            ax.plot([p["rate"] for p in ps], [p[f"sim_{key}"] for p in ps], "s--", color=color, label=f"{policy} sim")
+        ax.set(title=title, xlabel="request rate (req/s)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration-s", type=float, default=20.0)
+    parser.add_argument("--min-prompts", type=int, default=100)
+    parser.add_argument("--prompt-len", type=int, default=192)
+    parser.add_argument("--output-len", type=int, default=48)
+    parser.add_argument("--base-rate", type=float, default=2.0)
+    parser.add_argument("--base-prompts", type=int, default=40)
+    parser.add_argument("--calibration-rate", type=float, default=6.0)
+    parser.add_argument("--calibration-s", type=float, default=30.0)
+    parser.add_argument("--fractions", default="0.5,1,2", help="rates as fractions of the knee")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None)
+    args = parser.parse_args()
+    ensure_model("tiny")
+    work = Path(tempfile.mkdtemp(prefix="pdserve-sim-vs-real-"))
+    models = this_machine()
+    real: list[dict] = []
+    progress("starting a scorpio cluster (pdserve up's defaults) ...")
+    with LocalCluster(ClusterSpec(port=0, policy="scorpio", metrics=True), work / "logs-scorpio").start(
+            progress=True) as cluster:
+        hop_s = hop_seconds(cluster.address)
+        bench_point(cluster.address, args.base_rate, args, "", work / "warm", num_prompts=args.base_prompts)
+        unloaded = bench_point(cluster.address, args.base_rate, args, "", work / "unloaded",
+                               num_prompts=args.base_prompts)
+        slo_mix = slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
+        bench_point(cluster.address, args.calibration_rate, args, "", work / "calibration",
+                    num_prompts=round(args.calibration_rate * args.calibration_s))
+        truth, machine = machine_truth(models, unloaded, hop_s, in_cluster_decode(cluster), args)
+        progress(f"unloaded TTFT {unloaded['median_ttft_ms']:.1f} ms, TPOT {unloaded['median_tpot_ms']:.2f} ms; "
+                 + ", ".join(f"{k} {v:.4g}" for k, v in machine.items()))
+        config = SimConfig(hop_s=hop_s)
+        the_knee = knee(args, slo_mix, config, models, truth)
+        rates = [round(the_knee * float(f), 2) for f in args.fractions.split(",")]
+        progress(f"knee (simulated fcfs): {the_knee:g} req/s; rates {rates}")
+        real += run_points(cluster, "scorpio", rates, args, slo_mix, work)
+    progress("starting an fcfs cluster ...")
+    with LocalCluster(ClusterSpec(port=0, policy="fcfs"), work / "logs-fcfs").start(progress=True) as cluster:
+        bench_point(cluster.address, args.base_rate, args, "", work / "warm-fcfs", num_prompts=args.base_prompts)
+        real += run_points(cluster, "fcfs", rates, args, slo_mix, work)
+    simulated = [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(config), "policy": policy}), models,
+                           truth) for policy in ("scorpio", "fcfs") for rate in rates]
+    points = compare(real, simulated)
+    for p in points:
+        progress(f"{p['policy']:8s} @ {p['rate']:5g}: goodput real {p['real_goodput']:.2f} sim {p['sim_goodput']:.2f}; "
+                 f"admitted attainment real {p['real_admitted_attainment']:.1%} sim {p['sim_admitted_attainment']:.1%}")
+    if args.plot:
+        plot(points, args.plot)
+    emit({"device": device_name(), "slo_classes": slo_mix, "unloaded": {k: unloaded[k] for k in (
+        "median_ttft_ms", "median_tpot_ms")}, "machine": machine, "knee_rate": the_knee, "points": points,
+          "all_within_15pct": all(p["goodput_within_15pct"] and p["attainment_within_15pct"] for p in points)},
+         args.out)
+
+
+if __name__ == "__main__":
+    main()
