@@ -46,12 +46,16 @@ FIRST_TOKEN_HOPS = 6  # client → gateway → decode (reserve) → gateway → 
 GRID = (2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
 
 
+def requests(args: argparse.Namespace) -> tuple[str, ...]:
+    return ("--random-input-len", str(args.prompt_len), "--random-output-len", str(args.output_len),
+            "--random-range-ratio", "0.5")
+
+
 def bench_namespace(args: argparse.Namespace, rate: float, slo_mix: str, num_prompts: int) -> argparse.Namespace:
     """The ``pdserve bench`` arguments ``bench_point`` runs with, for building the same plan."""
     parser = argparse.ArgumentParser()
     add_bench_args(parser)
-    argv = ["--num-prompts", str(num_prompts), "--request-rate", str(rate), "--seed", "7", "--random-input-len",
-            str(args.prompt_len), "--random-output-len", str(args.output_len), "--random-range-ratio", "0.5",
+    argv = ["--num-prompts", str(num_prompts), "--request-rate", str(rate), "--seed", "7", *requests(args),
             "--ignore-eos"] + (["--slo-mix", slo_mix] if slo_mix else [])
     return parser.parse_args(argv)
 
@@ -134,7 +138,8 @@ def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: arg
                work: Path) -> list[dict]:
     points = []
     for rate in rates:
-        points.append(point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix, work / policy)))
+        points.append(point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix, work / policy,
+                                                              requests=requests(args))))
         p = points[-1]
         progress(f"  real {policy} @ {rate:g} req/s: goodput {p['goodput']:.2f}, admitted attainment "
                  f"{p['admitted_attainment']:.1%}, rejected {p['rejected']}")
@@ -198,12 +203,13 @@ def main() -> None:
     with LocalCluster(ClusterSpec(port=0, policy="scorpio", metrics=True), work / "logs-scorpio").start(
             progress=True) as cluster:
         hop_s = hop_seconds(cluster.address)
-        bench_point(cluster.address, args.base_rate, args, "", work / "warm", num_prompts=args.base_prompts)
+        bench_point(cluster.address, args.base_rate, args, "", work / "warm", num_prompts=args.base_prompts,
+                    requests=requests(args))
         unloaded = bench_point(cluster.address, args.base_rate, args, "", work / "unloaded",
-                               num_prompts=args.base_prompts)
+                               num_prompts=args.base_prompts, requests=requests(args))
         slo_mix = slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
         bench_point(cluster.address, args.calibration_rate, args, "", work / "calibration",
-                    num_prompts=round(args.calibration_rate * args.calibration_s))
+                    num_prompts=round(args.calibration_rate * args.calibration_s), requests=requests(args))
         truth, machine = machine_truth(models, unloaded, hop_s, in_cluster_decode(cluster), args)
         progress(f"unloaded TTFT {unloaded['median_ttft_ms']:.1f} ms, TPOT {unloaded['median_tpot_ms']:.2f} ms; "
                  + ", ".join(f"{k} {v:.4g}" for k, v in machine.items()))
@@ -214,7 +220,8 @@ def main() -> None:
         real += run_points(cluster, "scorpio", rates, args, slo_mix, work)
     progress("starting an fcfs cluster ...")
     with LocalCluster(ClusterSpec(port=0, policy="fcfs"), work / "logs-fcfs").start(progress=True) as cluster:
-        bench_point(cluster.address, args.base_rate, args, "", work / "warm-fcfs", num_prompts=args.base_prompts)
+        bench_point(cluster.address, args.base_rate, args, "", work / "warm-fcfs", num_prompts=args.base_prompts,
+                    requests=requests(args))
         real += run_points(cluster, "fcfs", rates, args, slo_mix, work)
     simulated = [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(config), "policy": policy}), models,
                            truth) for policy in ("scorpio", "fcfs") for rate in rates]

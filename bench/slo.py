@@ -1,19 +1,23 @@
-"""fcfs against scorpio on one arrival sequence, through ``pdserve bench``, on a 1+1 cluster.
+"""fcfs against scorpio on one arrival sequence per rate, through ``pdserve bench``, on a 1+1
+cluster started as ``pdserve up`` starts it (its defaults: cores by plan, no worker flags, each
+worker measuring or loading its own cost models).
 
-Six SLO classes (TTFT tight/medium/loose × TPOT tight/loose) are scaled to the latency the
-cluster itself shows when nearly idle (median TTFT and TPOT of a short run at a low rate,
-measured first): a class is a multiple of what this model, machine and deployment can do,
-RPC hops and all, so every class is attainable when the cluster is not loaded. Rates: a
-grid up to the first rate where fcfs meets fewer than 90% of SLOs (the knee), then 1.5× and
-2× the knee. Each point runs ``--duration-s`` of arrivals (at least ``--min-prompts``), so an
-overload is measured in its steady state, not only its first seconds.
+Workloads (``--workload``, repeatable, or ``all``):
 
-Every cluster gets the same short unloaded run before its first point (so neither policy pays
-for cold connections in its measurements). Clusters start as ``pdserve up`` starts them, with
-its defaults: cores divided by its plan, each worker measuring (or loading from its cache)
-its own cost models at start-up.
+- ``scaled``: random prompts of 192 tokens ± 50%, outputs of 48 ± 50%, Poisson arrivals; six SLO
+  classes (TTFT tight/medium/loose × TPOT tight/loose) as multiples of the cluster's own unloaded
+  latency (median TTFT and TPOT of a short run at a low rate, measured first), so every class is
+  attainable when the cluster is idle.
+- ``fixed``: the same requests with six fixed classes, TTFT 100 / 300 / 1,000 ms × TPOT 15 / 50 ms.
+- ``bursty``: bursty arrivals (gamma, CV² = 2), long-tailed prompts up to 3,500 tokens and short
+  outputs (up to 128), six fixed classes TTFT 0.5/2/3/0.5/1/7.5 s × TPOT 30/30/30/50/50/50 ms.
 
-    python bench/slo.py [--duration-s 20] [--out bench/results/slo-cpu.json] [--plot slo.png]
+Rates: a grid up to the first rate where fcfs meets fewer than 90% of SLOs (the knee), then 1.5×
+and 2× the knee. Each point runs ``--duration-s`` of arrivals (at least ``--min-prompts``), so an
+overload is measured in its steady state. Every cluster gets a short unloaded run first (so
+neither policy pays for cold connections in its measurements).
+
+    python bench/slo.py [--workload scaled --workload fixed] [--out bench/results/slo-cpu.json] [--plot slo.png]
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,13 +36,25 @@ from bench.common import device_name, emit, progress  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 
-# A small prefill token budget: a forward of at most ~2 prompts, so least-slack-first order
-# decides who goes next (a 4096-token forward finishes every prompt in it together).
-WORKER_ARGS = ("--num-kv-blocks", "4096", "--max-batch-size", "64", "--max-num-tokens", "512")
-
-
 TTFT_MULTIPLES = {"ttft_tight": 4.0, "ttft_medium": 12.0, "ttft_loose": 40.0}
 TPOT_MULTIPLES = {"tpot_tight": 3.0, "tpot_loose": 10.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    requests: tuple[str, ...]  # `pdserve bench` flags: dataset, lengths, arrivals
+    slo_mix: str  # "" : scaled to the unloaded latency
+
+
+RANDOM = ("--random-input-len", "192", "--random-output-len", "48", "--random-range-ratio", "0.5")
+WORKLOADS = {
+    "scaled": Workload("scaled", RANDOM, ""),
+    "fixed": Workload("fixed", RANDOM, ",".join(f"t{t}-p{p}:{t}:{p}" for t in (100, 300, 1000) for p in (15, 50))),
+    "bursty": Workload("bursty", ("--dataset-name", "sharegpt-like", "--max-input-len", "3500", "--max-output-len",
+                                  "128", "--burstiness", "0.5"),
+                       "a:500:30,b:2000:30,c:3000:30,d:500:50,e:1000:50,f:7500:50"),
+}
 
 
 def slo_classes(base_ttft_ms: float, base_tpot_ms: float) -> str:
@@ -47,24 +63,15 @@ def slo_classes(base_ttft_ms: float, base_tpot_ms: float) -> str:
                     for t, tm in TTFT_MULTIPLES.items() for p, pm in TPOT_MULTIPLES.items())
 
 
-def unloaded_latency(address: str, args: argparse.Namespace, out_dir: Path) -> tuple[float, float]:
-    """Median TTFT and TPOT (ms) of a short run at a low rate without SLOs."""
-    r = bench_point(address, args.base_rate, args, "", out_dir, num_prompts=args.base_prompts)
-    progress(f"unloaded ({args.base_rate:g} req/s): median TTFT {r['median_ttft_ms']:.1f} ms, "
-             f"median TPOT {r['median_tpot_ms']:.2f} ms")
-    return r["median_ttft_ms"], r["median_tpot_ms"]
-
-
 def bench_point(address: str, rate: float, args: argparse.Namespace, slo_mix: str, out_dir: Path,
-                num_prompts: int | None = None) -> dict:
+                num_prompts: int | None = None, requests: tuple[str, ...] = RANDOM) -> dict:
     host, port = address.rsplit(":", 1)
     name = f"{rate:g}.json"
     n = num_prompts or max(args.min_prompts, round(rate * args.duration_s))
-    cmd = [sys.executable, "-m", "client.bench", "--host", host, "--port", port, "--num-prompts",
-           str(n), "--request-rate", str(rate), "--seed", "7", "--random-input-len",
-           str(args.prompt_len), "--random-output-len", str(args.output_len), "--random-range-ratio", "0.5",
-           "--ignore-eos", "--save-result", "--result-dir", str(out_dir),
-           "--result-filename", name, "--percentile-metrics", "ttft,tpot"] + (["--slo-mix", slo_mix] if slo_mix else [])
+    cmd = [sys.executable, "-m", "client.bench", "--host", host, "--port", port, "--num-prompts", str(n),
+           "--request-rate", str(rate), "--seed", "7", *requests, "--ignore-eos", "--save-result", "--result-dir",
+           str(out_dir), "--result-filename", name, "--percentile-metrics", "ttft,tpot"]
+    cmd += ["--slo-mix", slo_mix] if slo_mix else []
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=900)
     return json.loads((out_dir / name).read_text())
 
@@ -80,58 +87,81 @@ def point_summary(policy: str, rate: float, r: dict) -> dict:
                           for k, v in r["per_class"].items()}}
 
 
-def run_policy(policy: str, rates: list[float], args: argparse.Namespace, slo_mix: str, work: Path,
-               stop_below: float | None = None) -> tuple[list[dict], tuple[float, float]]:
-    """Runs ``rates`` in order on one cluster (stopping after the first point under
-    ``stop_below`` adherence), after its unloaded run; returns the points and that run's
-    median TTFT and TPOT. With no ``slo_mix``, the classes come from that unloaded run."""
-    spec = ClusterSpec(port=0, worker_args=(*WORKER_ARGS, "--device", args.device), policy=policy,
-                       preset=args.preset)
+def run_policy(policy: str, rates: list[float], args: argparse.Namespace, workload: Workload, slo_mix: str,
+               work: Path, stop_below: float | None = None) -> tuple[list[dict], str]:
+    """Runs ``rates`` in order on one cluster (stopping after the first point under ``stop_below``
+    adherence), after an unloaded run; returns the points and the SLO mix (scaled to that run when
+    none is given)."""
+    spec = ClusterSpec(port=0, policy=policy, preset=args.preset, worker_args=("--device", args.device))
     points = []
-    progress(f"starting a {policy} cluster ...")
+    progress(f"[{workload.name}] starting a {policy} cluster ...")
     with LocalCluster(spec, work / f"logs-{policy}").start(progress=True) as cluster:
-        unloaded = unloaded_latency(cluster.address, args, work / f"unloaded-{policy}")
+        r = bench_point(cluster.address, args.base_rate, args, "", work / f"unloaded-{policy}",
+                        num_prompts=args.base_prompts, requests=workload.requests)
+        progress(f"  unloaded ({args.base_rate:g} req/s): median TTFT {r['median_ttft_ms']:.1f} ms, "
+                 f"median TPOT {r['median_tpot_ms']:.2f} ms")
         if not slo_mix:
-            slo_mix = slo_classes(*unloaded)
-            progress(f"SLO classes (name:TTFT ms:TPOT ms): {slo_mix}")
+            slo_mix = slo_classes(r["median_ttft_ms"], r["median_tpot_ms"])
+            progress(f"  SLO classes (name:TTFT ms:TPOT ms): {slo_mix}")
         for rate in rates:
             result = point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix,
-                                                             work / policy))
+                                                             work / policy, requests=workload.requests))
             points.append(result)
-            progress(f"[{policy} @ {rate:g} req/s, {result['num_prompts']} requests] goodput {result['goodput']:.2f}, "
-                     f"adherence {result['adherence']:.0%}, admitted meeting SLOs "
-                     f"{result['admitted_attainment']:.0%}, rejected {result['rejected']}")
+            progress(f"  [{policy} @ {rate:g} req/s, {result['num_prompts']} requests] goodput "
+                     f"{result['goodput']:.2f}, adherence {result['adherence']:.0%}, admitted meeting SLOs "
+                     f"{result['admitted_attainment']:.1%}, rejected {result['rejected']}")
             if stop_below is not None and result["adherence"] < stop_below:
                 break
-    return points, unloaded
+    return points, slo_mix
 
 
-def plot(points: list[dict], out: Path) -> None:
+def run_workload(workload: Workload, args: argparse.Namespace) -> dict:
+    work = Path(tempfile.mkdtemp(prefix=f"pdserve-slo-{workload.name}-"))
+    grid = [float(r) for r in args.grid.split(",")]
+    fcfs, slo_mix = run_policy("fcfs", grid, args, workload, workload.slo_mix, work / "knee", stop_below=0.9)
+    knee = fcfs[-1]["rate"]
+    rates = sorted({r for r in grid if r <= knee} | {knee * 1.5, knee * 2})
+    fcfs += run_policy("fcfs", [r for r in rates if r > knee], args, workload, slo_mix, work)[0]
+    scorpio = run_policy("scorpio", rates, args, workload, slo_mix, work)[0]
+    points = sorted(fcfs + scorpio, key=lambda p: (p["policy"], p["rate"]))
+    top = max(rates)
+    f_top = next(p for p in points if p["policy"] == "fcfs" and p["rate"] == top)
+    s_top = next(p for p in points if p["policy"] == "scorpio" and p["rate"] == top)
+    summary = {"rate": top, "goodput_ratio": s_top["goodput"] / max(f_top["goodput"], 1e-9),
+               "scorpio_admitted_attainment": s_top["admitted_attainment"]}
+    progress(f"[{workload.name}] at twice the knee ({top:g} req/s): scorpio goodput {summary['goodput_ratio']:.1f}x "
+             f"fcfs, {summary['scorpio_admitted_attainment']:.1%} of admitted requests meeting both SLOs")
+    return {"requests": list(workload.requests), "slo_classes": slo_mix, "knee_rate": knee, "points": points,
+            "at_twice_the_knee": summary}
+
+
+def plot(results: dict[str, dict], out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     panels = (("goodput", "Goodput", "good requests / s"), ("adherence", "SLO adherence (good / sent)", "fraction"),
               ("admitted_attainment", "Admitted requests meeting both SLOs", "fraction"))
-    for ax, (key, title, ylabel) in zip(axes, panels):
-        for policy in ("fcfs", "scorpio"):
-            ps = [p for p in points if p["policy"] == policy]
-            ax.plot([p["rate"] for p in ps], [p[key] for p in ps], marker="o", label=policy)
-        ax.set(title=title, xlabel="request rate (req/s)", ylabel=ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend()
+    fig, axes = plt.subplots(len(results), 3, figsize=(15, 4 * len(results)), squeeze=False)
+    for row, (name, result) in zip(axes, results.items()):
+        for ax, (key, title, ylabel) in zip(row, panels):
+            for policy in ("fcfs", "scorpio"):
+                ps = [p for p in result["points"] if p["policy"] == policy]
+                ax.plot([p["rate"] for p in ps], [p[key] for p in ps], marker="o", label=policy)
+            ax.set(title=f"{name}: {title}", xlabel="request rate (req/s)", ylabel=ylabel)
+            ax.grid(alpha=0.3)
+            ax.legend()
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=100)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", action="append", choices=(*WORKLOADS, "all"), default=None,
+                        help="repeatable (default: scaled and fixed)")
     parser.add_argument("--duration-s", type=float, default=20.0, help="seconds of arrivals per point")
     parser.add_argument("--min-prompts", type=int, default=100)
-    parser.add_argument("--prompt-len", type=int, default=192)
-    parser.add_argument("--output-len", type=int, default=48)
     parser.add_argument("--base-rate", type=float, default=2.0, help="the low rate the unloaded latency is taken at")
     parser.add_argument("--base-prompts", type=int, default=40)
     parser.add_argument("--grid", default="4,8,12,16,20,24,32,40,48,64", help="rates tried until fcfs's knee")
@@ -140,27 +170,14 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny", help="embedded model preset (tiny, small, 1b)")
     parser.add_argument("--device", default="cpu", help="the workers' device, e.g. cuda (both share it)")
     args = parser.parse_args()
+    names = args.workload or ["scaled", "fixed"]
+    names = list(WORKLOADS) if "all" in names else names
     ensure_model(args.preset)
-    device = device_name(args.device)
-    work = Path(tempfile.mkdtemp(prefix="pdserve-slo-"))
-    grid = [float(r) for r in args.grid.split(",")]
-    fcfs, (base_ttft, base_tpot) = run_policy("fcfs", grid, args, "", work, stop_below=0.9)
-    scale = {"unloaded_ttft_ms": base_ttft, "unloaded_tpot_ms": base_tpot}
-    slo_mix = slo_classes(base_ttft, base_tpot)
-    knee = fcfs[-1]["rate"]
-    rates = sorted({r for r in grid if r <= knee} | {knee * 1.5, knee * 2})
-    fcfs += run_policy("fcfs", [r for r in rates if r > knee], args, slo_mix, work)[0]
-    scorpio = run_policy("scorpio", rates, args, slo_mix, work)[0]
-    points = sorted(fcfs + scorpio, key=lambda p: (p["policy"], p["rate"]))
+    results = {name: run_workload(WORKLOADS[name], args) for name in names}
     if args.plot:
-        plot(points, args.plot)
-    top = max(rates)
-    f_top = next(p for p in points if p["policy"] == "fcfs" and p["rate"] == top)
-    s_top = next(p for p in points if p["policy"] == "scorpio" and p["rate"] == top)
-    emit({"device": device, "cores": "pdserve up's plan", "worker_args": list(WORKER_ARGS),
-          "slo_classes": slo_mix, "scale": scale, "knee_rate": knee, "duration_s": args.duration_s, "points": points,
-          "at_top_rate": {"rate": top, "goodput_ratio": s_top["goodput"] / max(f_top["goodput"], 1e-9),
-                          "scorpio_admitted_attainment": s_top["admitted_attainment"]}}, args.out)
+        plot(results, args.plot)
+    emit({"device": device_name(args.device), "cores": "pdserve up's plan", "worker_args": [],
+          "duration_s": args.duration_s, "workloads": results}, args.out)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from common.rpc.server import channel
 from common.kv_transfer.pairing import TRANSPORTS, PoolLocation, TransportMismatch, pair_transport
 from common.slo.promise import DEFAULT_TARGET
 from common.slo.tpot_guard import DecodeView, tpot_epsilon
-from common.slo.ttft_guard import TtftGuard, ttft_headroom
+from common.slo.ttft_guard import TtftGuard, new_guard
 from gateway.loop_lag import LoopLag
 from wire.v1 import worker_pb2, worker_pb2_grpc
 
@@ -103,8 +103,8 @@ class WorkerRegistry:
         record = WorkerRecord(descriptor, load, now, heard_at, ch, stub_cls(ch), ready=descriptor.role == "prefill",
                               progress_at=heard_at)
         if descriptor.role == "prefill":
-            record.ttft = TtftGuard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
-                                    headroom=ttft_headroom(self.slo_target))
+            record.ttft = new_guard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
+                                    self.slo_target)
             record.ttft.heard(load.queued_tokens, load.running)
         else:
             record.decode_view = DecodeView(tpot_epsilon(self.slo_target))

@@ -22,11 +22,10 @@ from common.engine.leases import Lease
 from common.engine.request import RequestOutput
 from common.engine.sampling_params import SamplingParams
 from common.slo.admission_round import AdmissionRound
-from common.slo.calibration import Calibration, WindowQuantile
 from common.slo.promise import feed_back
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
 from common.slo.tpot_guard import DecodeView, tpot_epsilon
-from common.slo.ttft_guard import TtftGuard, last_useful_admission, ttft_headroom, ttft_refusal
+from common.slo.ttft_guard import TtftGuard, last_useful_admission, new_guard, ttft_refusal
 from simulator.config import SimConfig
 from simulator.events import Simulation
 from simulator.workers import SimDecodeWorker, SimPrefillWorker
@@ -95,11 +94,8 @@ class SimGateway:
     def __post_init__(self) -> None:
         target = self.config.slo_target
         for w in self.prefills:
-            self.guards[w.worker_id] = TtftGuard(w.core.cost_models.prefill if w.core.cost_models else None,
-                                                 self.config.max_num_tokens,
-                                                 Calibration(quantile=0.9, clock=self.sim.clock),
-                                                 overhead=WindowQuantile(quantile=0.95, clock=self.sim.clock),
-                                                 headroom=ttft_headroom(target))
+            self.guards[w.worker_id] = new_guard(w.core.cost_models.prefill if w.core.cost_models else None,
+                                                 self.config.max_num_tokens, target, self.sim.clock)
         for w in self.decodes:
             self.views[w.worker_id] = DecodeView(tpot_epsilon(target))
         self.inflight = {w.worker_id: 0 for w in [*self.prefills, *self.decodes]}

@@ -16,8 +16,10 @@ def this_machine() -> CostModels:
     from common.worker.cpu_plan import apply_to_this_process, plan_cores
     from common.worker.state import warm_up
 
+    import torch
+
     share = plan_cores(["prefill-0", "decode-0"])[-1]  # what `pdserve up` gives a worker here
-    affinity = os.sched_getaffinity(0)
+    affinity, threads = os.sched_getaffinity(0), torch.get_num_threads()
     apply_to_this_process(share.cores, share.threads)
     try:
         print(f"cost profile: the default model on this machine ({share.describe()}), measured once and cached",
@@ -26,6 +28,7 @@ def this_machine() -> CostModels:
         warm_up(engine)
     finally:
         os.sched_setaffinity(0, affinity)
+        torch.set_num_threads(threads)
     if engine.cost_models is None:
         raise ValueError("no cost profile could be measured here; pass --cost-model FILE")
     return engine.cost_models

@@ -4,7 +4,8 @@ of the guards' state, for the gateway's routers and the simulator alike.
 - ``prefill_order`` (TTFT guard): least predicted time to first token first, workers where the
   request would make an already queued request late last.
 - ``decode_order_by_vbs`` (TPOT guard): most VBS headroom first: the lowest virtual batch size
-  of what was routed there, with the new request counted, then the most free KV blocks.
+  of what was routed there, with the new request counted, then the fewest requests routed
+  there (what decides among requests without a TPOT SLO), then the most free KV blocks.
 - ``least_loaded_order`` (fcfs): fewest requests in flight first.
 - ``RoundRobin``: each role's workers in turn, whatever their load (a baseline).
 """
@@ -26,7 +27,7 @@ def prefill_order(guards: Sequence[TtftGuard], prompt_tokens: int, deadline: flo
 
 def decode_order_by_vbs(views: Sequence[DecodeView], free_blocks: Sequence[int], tpot_s: float) -> list[int]:
     """Indices of ``views``, the most VBS headroom first."""
-    keys = [(v.vbs_with(tpot_s), -free) for v, free in zip(views, free_blocks)]
+    keys = [(v.vbs_with(tpot_s), len(v.routed), -free) for v, free in zip(views, free_blocks)]
     return sorted(range(len(views)), key=keys.__getitem__)
 
 

@@ -56,29 +56,45 @@ def projected_tpots(requests: Sequence[Decoding], model: DecodeModel,
                     calibration: Callable[[float], float] = _uncalibrated) -> list[float]:
     """Each request's mean seconds per token over the rest of its decode, if nobody joins.
 
-    Piecewise: between two departures the set is fixed, so every request advances at its credit
-    rate through steps of one predicted length (the model at the set's virtual batch size and
-    its mean length halfway through the piece)."""
+    Phases: while the tightest SLO present stays, every request advances at a fixed credit rate,
+    so the requests leave in the order of their remaining steps, and between two departures the
+    steps cost the model at the set's virtual batch size and mean length (halfway through: every
+    context grows by its rate a step, so the mean is linear in the step). When the last request
+    of the tightest SLO leaves, the rates change and a new phase begins."""
     remaining = [float(max(r.remaining, 0)) for r in requests]
     length = [float(r.length) for r in requests]
     spent = [0.0] * len(requests)
     tpots = [0.0] * len(requests)
     active = [i for i, left in enumerate(remaining) if left > 0]
     while active:
-        with_slo = [requests[i].slo_s for i in active if requests[i].slo_s]
-        tightest = min(with_slo, default=0.0)
+        tightest = min((requests[i].slo_s for i in active if requests[i].slo_s), default=0.0)
         rate = {i: tightest / requests[i].slo_s if requests[i].slo_s and tightest else 1.0 for i in active}
-        steps = min(remaining[i] / rate[i] for i in active)
+        last_tightest = sum(1 for i in active if requests[i].slo_s == tightest)
         batch = sum(rate.values())
-        mean_len = sum(rate[i] * (length[i] + rate[i] * steps / 2) for i in active) / batch
-        seconds = calibration(model.predict(batch, mean_len)) * steps
-        for i in active:
-            remaining[i] -= rate[i] * steps
-            length[i] += rate[i] * steps
-            spent[i] += seconds
-        for i in [i for i in active if remaining[i] <= 1e-9]:
-            tpots[i] = spent[i] / requests[i].remaining
-        active = [i for i in active if remaining[i] > 1e-9]
+        base = sum(rate[i] * length[i] for i in active)  # Σ rate·length: the mean length is
+        growth = sum(rate[i] * rate[i] for i in active)  # (base + growth·step) / batch
+        step = elapsed = 0.0
+        left = set(active)
+        for i in sorted(active, key=lambda i: remaining[i] / rate[i]):
+            leaves = remaining[i] / rate[i]
+            if leaves > step:
+                middle = (step + leaves) / 2
+                elapsed += calibration(model.predict(batch, (base + growth * middle) / batch)) * (leaves - step)
+                step = leaves
+            tpots[i] = (spent[i] + elapsed) / requests[i].remaining
+            left.discard(i)
+            batch -= rate[i]
+            base -= rate[i] * length[i]
+            growth -= rate[i] * rate[i]
+            if requests[i].slo_s == tightest and tightest:
+                last_tightest -= 1
+                if last_tightest == 0:
+                    break  # the rates change from here
+        for i in left:
+            remaining[i] -= rate[i] * step
+            length[i] += rate[i] * step
+            spent[i] += elapsed
+        active = [i for i in active if i in left]
     return tpots
 
 

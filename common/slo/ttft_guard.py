@@ -1,12 +1,13 @@
 """The TTFT guard's view of one prefill worker's queue, and the best first token over workers.
 
 A ``TtftGuard`` belongs to one prefill worker. It knows the worker's fitted prefill model, how
-wrong that model has been lately (``Calibration`` of the time the worker itself reports for a
-call: its queue, forward and KV copy), what a call costs beyond that (``overhead``: the RPC hops
-and the gateway's own delays, a high quantile of what was observed less what the worker
-reported: a fixed cost, not a multiple of the forward), what this gateway sent there and still
-awaits, and what the worker last reported it holds (heartbeats), and predicts from those how
-soon a new prompt's prefill would be over::
+wrong that model typically is (``calibration``: the median ratio of the time the worker itself
+reports for a call, its queue, forward and KV copy, to the model's prediction), what a call
+costs beyond that (``overhead``: a high quantile of what calls really took less the calibrated
+prediction: the RPC hops, the gateway's own delays and the worker's spread, a fixed cost rather
+than a multiple of the forward, and one tail rather than two added together), what this gateway
+sent there and still awaits, and what the worker last reported it holds (heartbeats), and
+predicts from those how soon a new prompt's prefill would be over::
 
     predicted call = (calibration × model(queue ahead + prompt) + overhead) × headroom Its ``headroom`` multiplies
 every calibrated prediction; the closed loop (``common.slo.promise``) steers it from the TTFTs
@@ -18,7 +19,8 @@ reads the clock it is given), so a simulator can drive it on a virtual clock.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from common.slo.calibration import Calibration, WindowQuantile
@@ -28,16 +30,24 @@ from common.slo.promise import DEFAULT_TARGET, MarginController
 Queued = tuple[float, int]  # (TTFT deadline, inf without one; prompt tokens)
 
 
-TTFT_HEADROOM = 1.5  # where the closed loop starts the margin on predicted prefill calls: on the safe side
+TTFT_HEADROOM = 1.0  # where the closed loop starts the margin on predicted prefill calls: on the safe side
 
 
 def prefill_calibration() -> Calibration:
-    """Observed / predicted prefill calls: one call, not a mean over many, decides a TTFT."""
-    return Calibration(quantile=0.9)
+    """The typical ratio of a worker's own time for a call to the model's prediction: the tail is
+    the overhead's (one call, not a mean over many, decides a TTFT)."""
+    return Calibration(quantile=0.5)
 
 
 def ttft_headroom(target: float = DEFAULT_TARGET) -> MarginController:
     return MarginController(TTFT_HEADROOM, target=target)
+
+
+def new_guard(model: PrefillModel | None, forward_tokens: int, target: float = DEFAULT_TARGET,
+              clock: Callable[[], float] = time.monotonic) -> TtftGuard:
+    """A prefill worker's guard as the gateway (or the simulator, on its virtual clock) makes it."""
+    return TtftGuard(model, forward_tokens, Calibration(quantile=0.5, clock=clock),
+                     overhead=WindowQuantile(quantile=0.9, clock=clock), headroom=ttft_headroom(target))
 
 
 @dataclass(slots=True, eq=False)
@@ -46,11 +56,12 @@ class TtftGuard:
     forward_tokens: int = 0  # prompt tokens per forward (the worker's max_num_tokens); 0: all in one
     calibration: Calibration = field(default_factory=prefill_calibration)
     # seconds a call adds to what the worker reports spending on it (RPC hops, the gateway's delays)
-    overhead: WindowQuantile = field(default_factory=lambda: WindowQuantile(quantile=0.95))
+    overhead: WindowQuantile = field(default_factory=lambda: WindowQuantile(quantile=0.9))
     # what this gateway sent and awaits, in sending order: request id -> (deadline, tokens);
     # deadlines are on the clock ``now`` is read from
     queued: dict[str, Queued] = field(default_factory=dict)
     reported_tokens: int = 0  # prompt tokens the worker last said it has queued (all gateways')
+    others_tokens: int = 0  # ... beyond what this gateway had sent and awaited when it said so
     reported_running: int = 0  # requests the worker last said it is running
     headroom: MarginController = field(default_factory=ttft_headroom)
     extrapolations: int = 0  # predictions of a forward larger than any the model was fitted on
@@ -58,6 +69,9 @@ class TtftGuard:
     def heard(self, queued_tokens: int, running: int) -> None:
         """The worker's own account of its load (registration, heartbeat)."""
         self.reported_tokens, self.reported_running = queued_tokens, running
+        # other gateways' work, as of the report: this gateway's own share is followed live in
+        # ``queued`` (a report soon goes stale for what this gateway's answers already took off)
+        self.others_tokens = max(0, queued_tokens - sum(tokens for _, tokens in self.queued.values()))
 
     def sent(self, request_id: str, deadline: float, tokens: int) -> None:
         self.queued[request_id] = (deadline, tokens)
@@ -75,7 +89,7 @@ class TtftGuard:
             self.calibration.observe(predicted_s, observed_s)
         else:
             self.calibration.observe(predicted_s, worker_s)
-            self.overhead.observe(max(0.0, observed_s - worker_s))
+            self.overhead.observe(max(0.0, observed_s - self.calibration.scale(predicted_s)))
 
     def dropped(self, request_id: str) -> None:
         """The call ended without an answer (failed, cancelled): its tokens leave the queue and
@@ -87,14 +101,14 @@ class TtftGuard:
 
         Prefill queues run least slack first, so only queued requests with an earlier deadline
         are ahead, plus the oldest one, which may already be in its (non-preemptible) forward.
-        Work the worker reports beyond what this gateway sent (other gateways') counts as ahead.
+        Work the worker last reported beyond what this gateway had sent (other gateways') counts
+        as ahead.
         """
         mine = list(self.queued.values())
         ahead = sum(tokens for d, tokens in mine if d <= deadline)
         if mine and mine[0][0] > deadline:
             ahead += mine[0][1]
-        others = max(0, self.reported_tokens - sum(tokens for _, tokens in mine))
-        return ahead + others
+        return ahead + self.others_tokens
 
     def predict_s(self, prompt_tokens: int, deadline: float = float("inf"), calibrated: bool = True) -> float | None:
         """The queue ahead plus this prompt through the fitted model, one forward per

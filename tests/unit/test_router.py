@@ -20,8 +20,8 @@ def _worker(queued: dict[str, tuple[float, int]], reported_tokens: int = 0, test
     record = WorkerRecord(descriptor, load, 0.0, 0.0, None, None,  # type: ignore[arg-type]
                           ttft=TtftGuard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
                                          headroom=MarginController(1.0)))  # predictions exactly as the fit
+    record.guard.queued.update(queued)  # sent before the worker's report: it counts them
     record.guard.heard(load.queued_tokens, load.running)
-    record.guard.queued.update(queued)
     if tested:
         record.guard.calibration.observe(0.010, 0.010)
     return record

@@ -54,10 +54,10 @@ def test_credit_batching_gives_tpot_slos_of_2_4_and_6_ms_a_token_every_1_2_and_3
 
 def test_the_ttft_guard_refuses_at_its_boundary_and_not_before():
     # the first call teaches the guard that a prefill call takes what its model says (10 ms); the
-    # closed loop starts its headroom at 1.5 (TTFT_HEADROOM): the boundary is 15 ms
+    # closed loop starts its headroom at 1 (TTFT_HEADROOM): the boundary is 10 ms
     warm = _request(0, 0.0, 2)
     late, on_time, exact = (_request(i, 1.0, 2, SloClass(n, ms, 0)) for i, n, ms in
-                            ((1, "late", 14.9), (2, "on_time", 15.1), (3, "exact", 15.0)))
+                            ((1, "late", 9.9), (2, "on_time", 10.1), (3, "exact", 10.0)))
     late = PlannedRequest(1, late.prompt, 2, late.slo_class, 1.0)
     on_time = PlannedRequest(2, on_time.prompt, 2, on_time.slo_class, 2.0)
     exact = PlannedRequest(3, exact.prompt, 2, exact.slo_class, 3.0)
