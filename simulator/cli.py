@@ -1,7 +1,7 @@
 """``pdserve simulate``: the load tester's workloads through a simulated cluster.
 
     pdserve simulate --prefill 8 --decode 8 --dataset-name trace --num-prompts 19366 \\
-        --slo-mix a:500:30,b:2000:50 --cost-model bench/profiles/h100-1b-bfloat16.json --policy scorpio
+        --slo-mix a:500:30,b:2000:50 --cost-model simulator/profiles/h100-1b-bfloat16.json --policy scorpio
     pdserve simulate --plan --request-rate 12 --slo-mix ...     # the cheapest prefill/decode split
 
 Prints the figures ``pdserve bench`` prints, under the same keys, for every rate of ``--sweep``.

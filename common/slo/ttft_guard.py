@@ -9,8 +9,9 @@ than a multiple of the forward, and one tail rather than two added together), wh
 sent there and still awaits, and what the worker last reported it holds (heartbeats), and
 predicts from those how soon a new prompt's prefill would be over::
 
-    predicted call = (calibration × model(queue ahead + prompt) + overhead) × headroom Its ``headroom`` multiplies
-every calibrated prediction; the closed loop (``common.slo.promise``) steers it from the TTFTs
+    predicted call = (calibration × model(queue ahead + prompt) + overhead) × headroom
+
+Its ``headroom`` multiplies every calibrated prediction; the closed loop (``common.slo.promise``) steers it from the TTFTs
 admitted requests really got.
 
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
