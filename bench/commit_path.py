@@ -145,7 +145,7 @@ def main() -> None:
     args = parser.parse_args()
     ensure_model("tiny")
     progress("1 prefill + 1 decode cluster (pdserve up defaults), one request at a time ...")
-    with LocalCluster(ClusterSpec(port=0), Path(tempfile.mkdtemp(prefix="pdserve-bench-"))).start(progress=True) as cluster:
+    with LocalCluster(ClusterSpec(port=0, preset="tiny"), Path(tempfile.mkdtemp(prefix="pdserve-bench-"))).start(progress=True) as cluster:
         gaps = asyncio.run(token_gaps(cluster.address, args.prompt_len, args.requests, args.output_len))
     progress(f"  TTFT p50 {gaps['ttft_p50_ms']:.1f} ms, first → second token {gaps['first_to_second_token_p50_ms']:.1f} ms, "
              f"later tokens {gaps['steady_token_gap_p50_ms']:.1f} ms apart")

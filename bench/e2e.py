@@ -54,7 +54,7 @@ def engine_figures(batch: list[list[int]], single: list[int], output_len: int, r
 
 
 def _engine_figures(batch: list[list[int]], single: list[int], output_len: int, repeats: int) -> tuple[float, float]:
-    engine = LLMEngine(EngineConfig(num_kv_blocks=4096, max_batch_size=len(batch)))
+    engine = LLMEngine(EngineConfig(preset="tiny", num_kv_blocks=4096, max_batch_size=len(batch)))
     params = SamplingParams(max_tokens=output_len, ignore_eos=True)
     engine.generate(batch[:2], params)  # warm-up
     started = time.perf_counter()
@@ -111,7 +111,7 @@ def main() -> None:
     engine_tok_s, prefill_ms = engine_figures(batch, single, args.output_len, args.repeats, decode_cores)
     progress(f"  {engine_tok_s:.0f} output tok/s on a worker's share ({decode_cores.describe()}), "
              f"{engine_all_tok_s:.0f} on every core; prefill p50 {prefill_ms:.1f} ms")
-    spec = ClusterSpec(port=0, worker_args=("--num-kv-blocks", "4096", "--max-batch-size", str(args.batch)))
+    spec = ClusterSpec(port=0, preset="tiny", worker_args=("--num-kv-blocks", "4096", "--max-batch-size", str(args.batch)))
     progress("1 prefill + 1 decode cluster, cores as pdserve up plans them ...")
     with LocalCluster(spec, Path(tempfile.mkdtemp(prefix="pdserve-bench-"))).start(progress=True) as cluster:
         e2e_tok_s, ttft_ms = asyncio.run(cluster_figures(cluster.address, batch, single, args.output_len,

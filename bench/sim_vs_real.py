@@ -197,10 +197,10 @@ def main() -> None:
     args = parser.parse_args()
     ensure_model("tiny")
     work = Path(tempfile.mkdtemp(prefix="pdserve-sim-vs-real-"))
-    models = this_machine()
+    models = this_machine("tiny")
     real: list[dict] = []
     progress("starting a scorpio cluster (pdserve up's defaults) ...")
-    with LocalCluster(ClusterSpec(port=0, policy="scorpio", metrics=True), work / "logs-scorpio").start(
+    with LocalCluster(ClusterSpec(port=0, preset="tiny", policy="scorpio", metrics=True), work / "logs-scorpio").start(
             progress=True) as cluster:
         hop_s = hop_seconds(cluster.address)
         bench_point(cluster.address, args.base_rate, args, "", work / "warm", num_prompts=args.base_prompts,
@@ -219,7 +219,7 @@ def main() -> None:
         progress(f"knee (simulated fcfs): {the_knee:g} req/s; rates {rates}")
         real += run_points(cluster, "scorpio", rates, args, slo_mix, work)
     progress("starting an fcfs cluster ...")
-    with LocalCluster(ClusterSpec(port=0, policy="fcfs"), work / "logs-fcfs").start(progress=True) as cluster:
+    with LocalCluster(ClusterSpec(port=0, preset="tiny", policy="fcfs"), work / "logs-fcfs").start(progress=True) as cluster:
         bench_point(cluster.address, args.base_rate, args, "", work / "warm-fcfs", num_prompts=args.base_prompts,
                     requests=requests(args))
         real += run_points(cluster, "fcfs", rates, args, slo_mix, work)

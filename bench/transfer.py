@@ -86,7 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     ensure_model("tiny")
     blocks = (args.mib << 20) // 32768 + 2 * LEASE_BLOCKS
-    spec = ClusterSpec(port=0, prefill=0, decode=1, worker_args=("--num-kv-blocks", str(blocks)))
+    spec = ClusterSpec(port=0, preset="tiny", prefill=0, decode=1, worker_args=("--num-kv-blocks", str(blocks)))
     progress(f"starting a decode worker with {blocks} KV blocks ...")
     with LocalCluster(spec, Path(tempfile.mkdtemp(prefix="pdserve-bench-"))) as cluster:
         memcpy = memcpy_gb_s(args.mib << 20, args.repeats * 3)

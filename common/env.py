@@ -17,3 +17,8 @@ def cache_dir() -> Path:
 def default_model() -> str | None:
     """A checkpoint directory to use instead of the embedded model (``PDSERVE_MODEL``)."""
     return os.environ.get("PDSERVE_MODEL") or None
+
+
+def default_preset() -> str | None:
+    """The model every command uses when given none (``PDSERVE_PRESET``, e.g. ``tiny`` for fast tests)."""
+    return os.environ.get("PDSERVE_PRESET") or None

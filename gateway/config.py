@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 
-from common.model.presets import DEFAULT_PRESET, PRESETS
+from common.model.presets import DEFAULT_PRESET, MODEL_NAMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,12 +27,16 @@ class GatewayConfig:
     registry_port: int = 0  # where workers register: 0 = the public port; its own port for mutual TLS
     max_prompt_bytes: int = 0  # longer prompt text is refused untokenized; 0: what can fit max_model_len
     slo_target: float = 0.99  # share of admitted requests that must meet both SLOs: the guards' margins are steered to it
+    http_port: int = 0  # the OpenAI-compatible HTTP server's port; 0: none
+    served_model_name: str = ""  # the model's name in the OpenAI API; empty: the preset's, or the checkpoint's directory
 
     def __post_init__(self) -> None:
-        if self.preset not in PRESETS:
-            raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        if self.preset not in MODEL_NAMES:
+            raise ValueError(f"preset must be one of {', '.join(MODEL_NAMES)}, got {self.preset!r}")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if not 0 <= self.http_port < 65536:
+            raise ValueError(f"http_port must be in [0, 65535], got {self.http_port}")
         if not 0 <= self.registry_port < 65536:
             raise ValueError(f"registry_port must be in [0, 65535], got {self.registry_port}")
         if self.worker_timeout_ms <= self.heartbeat_ms:
@@ -55,6 +59,11 @@ class GatewayConfig:
                 raise ValueError(f"slo_classes entry {item!r} must be name:ttft_ms:tpot_ms")
             classes[parts[0]] = (int(parts[1]), int(parts[2]))
         return classes
+
+    def model_name(self, model_dir: str) -> str:
+        from pathlib import Path
+
+        return self.served_model_name or (Path(model_dir).name if self.model else self.preset)
 
     @property
     def ttft_guard(self) -> bool:

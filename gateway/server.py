@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import time
 import uuid
+from typing import TYPE_CHECKING
 
 from common.model.location import resolve_model_dir
 from common.model.config import load_model_config
@@ -14,6 +16,7 @@ from common.process.metrics import Metrics
 from common.process.options import ProcessOptions, add_process_args, process_options_from_args
 from common.rpc.server import bind, new_server, run_main, use_tls
 from common.rpc.tls import PeerRoleInterceptor
+from common.text.chat_template import load_chat_template
 from common.text.text_tokenizer import load_text_tokenizer
 from gateway.admission import AdmissionQueue
 from gateway.config import GatewayConfig, add_gateway_args, gateway_config_from_args
@@ -22,10 +25,14 @@ from gateway.loop_lag import LoopLag
 from gateway.registry import RegistryServicer, WorkerRegistry
 from gateway.request_flow import RequestFlow
 from gateway.router import router_for
+from gateway.front_door import FrontDoor
 from gateway.servicer import GatewayServicer
 from gateway.tenants import TenantTable
 from gateway.validation import ModelLimits
 from wire.v1 import gateway_pb2_grpc, worker_pb2_grpc
+
+if TYPE_CHECKING:
+    from gateway.openai.server import HttpServer
 
 log = logging.getLogger("pdserve.gateway")
 SERVICE = "pdserve.v1.Gateway"
@@ -75,9 +82,9 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
                        admission=admission)
     server = new_server([PeerRoleInterceptor(GATEWAY_CALLERS)] if options.tls.mutual else [])
     lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)
-    gateway_pb2_grpc.add_GatewayServicer_to_server(
-        GatewayServicer(flow, registry, tokenizer, limits, str(model_dir), tenants, metrics,
-                        draining=lambda: lifecycle.draining), server)
+    front = FrontDoor(flow, tokenizer, limits, load_chat_template(model_dir), tenants, metrics,
+                      draining=lambda: lifecycle.draining)
+    gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayServicer(front, registry, str(model_dir)), server)
     worker_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registry, config.heartbeat_ms), server)
     address = bind(server, config.host, config.port, options.tls, require_client_auth=False)
     if options.tls.mutual and not config.registry_port:
@@ -86,7 +93,10 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
         registry_address = bind(server, config.host, config.registry_port, options.tls,
                                 require_client_auth=options.tls.mutual)
         log.info("workers register on %s", registry_address)
+    http = _http_server(config, front, registry, lifecycle, metrics, str(model_dir), limits.max_model_len)
     await server.start()
+    if http is not None:
+        http.start()
     await lifecycle.serving("")
     await lifecycle.serving("pdserve.v1.Registry")
     await lifecycle.not_serving(SERVICE)
@@ -104,6 +114,8 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
         pass  # Generate refuses new requests from now on (UNAVAILABLE); in-flight ones go on
 
     async def stop() -> None:
+        if http is not None:
+            await http.stop()
         watcher.cancel()
         lag_probe.cancel()
         await streams.close()
@@ -111,6 +123,27 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
         metrics.close()
 
     await lifecycle.run(lambda: len(flow.active), on_drain, stop)
+
+
+def _http_server(config: GatewayConfig, front: FrontDoor, registry: WorkerRegistry, lifecycle: Lifecycle,
+                 metrics: Metrics, model_dir: str, max_model_len: int) -> HttpServer | None:
+    """The OpenAI-compatible server on ``--http-port``, or None without one (it imports FastAPI)."""
+    if not config.http_port:
+        return None
+    from gateway.openai.app import ServedModel, build_app
+    from gateway.openai.server import HttpServer
+
+    def ready() -> tuple[bool, str]:
+        if lifecycle.draining:
+            return False, "draining"
+        if not (registry.routable("prefill") and registry.routable("decode")):
+            return False, "waiting for a prefill and a decode worker"
+        return True, "ok"
+
+    name = config.model_name(model_dir)
+    served = ServedModel(name, frozenset({model_dir, config.preset if not config.model else name}), max_model_len,
+                         int(time.time()))
+    return HttpServer(build_app(front, served, metrics.registry, ready), config.host, config.http_port)
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

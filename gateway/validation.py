@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from common.rpc.convert import sampling_from_proto
@@ -57,6 +58,9 @@ def validate(request: gateway_pb2.GenerateRequest, text_ids: list[int] | None,
         params = sampling_from_proto(request.sampling)
     except ValueError as exc:
         raise invalid(f"sampling.{exc}") from None
+    if request.WhichOneof("prompt") == "messages" and not request.sampling.HasField("max_tokens"):
+        # a chat reply without a limit may run to the model's (it ends at the end of its turn)
+        params = dataclasses.replace(params, max_tokens=max(1, limits.max_model_len - len(prompt)))
     if len(prompt) + params.max_tokens > limits.max_model_len:
         raise invalid(f"prompt ({len(prompt)} tokens) + sampling.max_tokens ({params.max_tokens}) exceeds the "
                       f"model's limit of {limits.max_model_len} tokens")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 
+from common.model.presets import DEFAULT_PRESET
 from common.worker.cpu_plan import CoreAssignment, format_cores, plan_cores
 from common.kv_transfer.shm import pool_segment_name, unlink_shared
 from pdserve.device_share import device_workers, worker_device
@@ -34,7 +35,7 @@ class ClusterSpec:
     prefill: int = 1
     decode: int = 1
     model: str | None = None
-    preset: str = "tiny"
+    preset: str = DEFAULT_PRESET
     kv_transport: str = "auto"
     worker_args: tuple[str, ...] = ()  # extra engine flags for every worker, e.g. ("--num-kv-blocks", "512")
     policy: str = "scorpio"  # scheduling policy of the gateway and every worker
@@ -55,6 +56,7 @@ class ClusterSpec:
     # them under a CUDA MPS daemon of the cluster's own (``pdserve.mps``).
     device: str = ""
     mps: bool = False
+    http_port: int | None = None  # the gateway's OpenAI-compatible HTTP port: None none, 0 a free one
 
 
 @dataclass
@@ -63,6 +65,7 @@ class LocalCluster:
     log_dir: Path
     address: str = ""
     registry_address: str = ""  # where workers register: the gateway's address or its registry port
+    http_address: str = ""  # host:port of the OpenAI-compatible HTTP server, where the spec asks for one
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     plan: dict[str, CoreAssignment] = field(default_factory=dict)  # process name -> its cores and threads
     metrics_ports: dict[str, int] = field(default_factory=dict)  # process name -> its metrics port
@@ -102,6 +105,8 @@ class LocalCluster:
             self.address = f"{self.spec.host}:{port}"
             self.registry_address = (f"{self.spec.host}:{_free_port(self.spec.host)}" if self.spec.registry_port
                                      else self.address)
+            if self.spec.http_port is not None:
+                self.http_address = f"{self.spec.host}:{self.spec.http_port or _free_port(self.spec.host)}"
             self.start_gateway()
             if self._gateway_listening(timeout_s) or self.spec.port or attempt == 2:
                 break
@@ -111,7 +116,8 @@ class LocalCluster:
         """Starts (or, after it died, restarts) the gateway on the cluster's address."""
         port = self.address.rsplit(":", 1)[1]
         registry = ["--registry-port", self.registry_address.rsplit(":", 1)[1]] if self.spec.registry_port else []
-        self._spawn("gateway", ["gateway", "--host", self.spec.host, "--port", port, *registry,
+        http = ["--http-port", self.http_address.rsplit(":", 1)[1]] if self.http_address else []
+        self._spawn("gateway", ["gateway", "--host", self.spec.host, "--port", port, *registry, *http,
                                 "--policy", self.spec.policy,
                                 *self._model_args(), *self._metrics_args("gateway"), *self.spec.gateway_args])
 

@@ -14,7 +14,7 @@ from common.engine.llm_engine import LLMEngine
 from common.engine.args import add_engine_args, engine_config_from_args
 from common.model.create import create_model
 from common.model.location import default_model_dir
-from common.model.presets import DEFAULT_PRESET, PRESETS
+from common.model.presets import DEFAULT_PRESET, MODEL_NAMES
 from common.engine.sampling_params import SamplingParams
 from common.text.auto_tokenizer import load_tokenizer
 
@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
     model = sub.add_parser("model", help="manage the embedded default model")
     model_sub = model.add_subparsers(dest="model_command", required=True)
     create = model_sub.add_parser("create", help="write a seeded random-weight Llama checkpoint, offline")
-    create.add_argument("--preset", choices=tuple(PRESETS), default=DEFAULT_PRESET)
+    create.add_argument("--preset", choices=tuple(MODEL_NAMES), default=DEFAULT_PRESET)
     create.add_argument("--out", type=Path, default=None, help="directory (default: the pdserve cache)")
     create.add_argument("--seed", type=int, default=0)
     create.set_defaults(handler=_model_create)

@@ -12,7 +12,7 @@ from typing import Any
 
 from common.worker.cpu_plan import parse_cores
 from common.model.location import ensure_model
-from common.model.presets import DEFAULT_PRESET, PRESETS
+from common.model.presets import DEFAULT_PRESET, MODEL_NAMES
 from common.worker.config import KV_TRANSPORTS
 from pdserve.cluster import ClusterSpec, LocalCluster
 from pdserve.mps import MpsError
@@ -34,10 +34,12 @@ def register(sub: Any) -> None:
     defaults = ClusterSpec()
     up.add_argument("--port", type=int, default=defaults.port)
     up.add_argument("--host", default=defaults.host)
+    up.add_argument("--http-port", type=int, default=None, help="also serve the OpenAI-compatible HTTP API "
+                    "(/v1/chat/completions, /v1/completions, /v1/models) on this port, e.g. 8000")
     up.add_argument("--prefill", type=int, default=defaults.prefill, help="prefill workers")
     up.add_argument("--decode", type=int, default=defaults.decode, help="decode workers")
     up.add_argument("--model", default=None, help="Hugging Face checkpoint directory")
-    up.add_argument("--preset", choices=tuple(PRESETS), default=DEFAULT_PRESET)
+    up.add_argument("--preset", choices=tuple(MODEL_NAMES), default=DEFAULT_PRESET)
     up.add_argument("--kv-transport", choices=KV_TRANSPORTS, default=defaults.kv_transport)
     up.add_argument("--policy", choices=("fcfs", "scorpio", "ttft_guard", "tpot_guard"), default=defaults.policy)
     up.add_argument("--device", default=defaults.device, help="every worker's device, e.g. cuda or cuda:1 "
@@ -74,7 +76,7 @@ def _up(args: argparse.Namespace) -> int:
                        preset=args.preset, kv_transport=args.kv_transport, worker_args=tuple(args.worker_arg),
                        policy=args.policy, gateway_args=tuple(args.gateway_arg),
                        cpu_cores=parse_cores(args.cpu_cores) if args.cpu_cores else (), threads=args.threads,
-                       device=args.device, mps=args.mps)
+                       device=args.device, mps=args.mps, http_port=args.http_port)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="pdserve-up-"))
     cluster = LocalCluster(spec, log_dir)
     print(f"starting gateway + {spec.prefill} prefill + {spec.decode} decode (logs in {log_dir}) ...",
@@ -91,7 +93,8 @@ def _serve_until_stopped(cluster: LocalCluster) -> None:
     stopping = _stop_flag()
     try:
         cluster.start(progress=True)
-        print(f"pdserve is up: gateway at {cluster.address}. Ctrl-C stops every process.", flush=True)
+        http = f", OpenAI API at http://{cluster.http_address}/v1" if cluster.http_address else ""
+        print(f"pdserve is up: gateway at {cluster.address}{http}. Ctrl-C stops every process.", flush=True)
         while not stopping["now"]:
             _report_exits(cluster)
             time.sleep(0.5)

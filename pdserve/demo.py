@@ -1,6 +1,7 @@
-"""``pdserve demo``: start a local cluster, stream one completion, run a short load, stop.
+"""``pdserve demo``: start a local cluster, stream a chat answer, run a short load, stop.
 
-What ``make demo`` runs. Everything happens on this machine with the embedded model.
+What ``make demo`` runs. Everything happens on this machine with the default model
+(SmolLM2-135M-Instruct, converted from its package on first use).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import Any
 import grpc
 
 from common.model.location import ensure_model
+from common.model.presets import DEFAULT_PRESET
 from pdserve.cluster import ClusterSpec, LocalCluster
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 PROMPT = "Disaggregated serving runs prefill and decode on separate workers because"
+QUESTION = "What is the capital of France, and what is it famous for?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,15 +35,16 @@ class Timing:
 
 
 def register(sub: Any) -> None:
-    demo = sub.add_parser("demo", help="local cluster + one streamed completion + a short load test")
-    demo.add_argument("--requests", type=int, default=48)
-    demo.add_argument("--concurrency", type=int, default=16)
-    demo.add_argument("--max-tokens", type=int, default=64)
+    demo = sub.add_parser("demo", help="local cluster + one streamed chat answer + a short load test")
+    demo.add_argument("--requests", type=int, default=32)
+    demo.add_argument("--concurrency", type=int, default=8)
+    demo.add_argument("--max-tokens", type=int, default=32)
     demo.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    ensure_model("tiny")
+    print(f"model: {DEFAULT_PRESET} (set up once in the model cache) ...", flush=True)
+    ensure_model(DEFAULT_PRESET)
     log_dir = Path(tempfile.mkdtemp(prefix="pdserve-demo-"))
     print(f"starting a local cluster: gateway + 1 prefill + 1 decode worker (logs in {log_dir})", flush=True)
     spec = ClusterSpec(port=0, worker_args=("--num-kv-blocks", "2048"))
@@ -60,11 +64,11 @@ async def _demo(address: str, args: argparse.Namespace) -> None:
 
 
 async def _stream_one(stub: gateway_pb2_grpc.GatewayStub) -> None:
-    print(f"prompt: {PROMPT!r}\ncompletion (random weights, so noise): ", end="", flush=True)
-    request = gateway_pb2.GenerateRequest(text=PROMPT, sampling=gateway_pb2.SamplingParams(max_tokens=48,
-                                                                                        ignore_eos=True))
+    print(f"user: {QUESTION}\nassistant: ", end="", flush=True)
+    request = gateway_pb2.GenerateRequest(sampling=gateway_pb2.SamplingParams(max_tokens=96))
+    request.messages.messages.add(role="user", content=QUESTION)
     async for message in stub.Generate(request):
-        sys.stdout.write(message.text.encode("ascii", "replace").decode())
+        sys.stdout.write(message.text)
         sys.stdout.flush()
         if message.finish_reason:
             t = message.timings

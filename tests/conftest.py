@@ -16,3 +16,6 @@ except ImportError:  # pragma: no cover
 
 # Embedded models are deterministic, so one cache inside the checkout serves every run.
 os.environ.setdefault("PDSERVE_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".pdserve-cache"))
+
+# Tests run on the tiny random-weight model unless they name another (the real default is slower).
+os.environ.setdefault("PDSERVE_PRESET", "tiny")

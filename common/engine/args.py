@@ -8,11 +8,11 @@ import types
 from typing import Any, get_args, get_type_hints
 
 from common.engine.config import ATTENTION_BACKENDS, DTYPES, EngineConfig
-from common.model.presets import PRESETS
+from common.model.presets import MODEL_NAMES
 from common.engine.scheduler import MEMORY_POLICIES, POLICIES
 
 _CHOICES: dict[str, tuple[str, ...]] = {
-    "preset": tuple(PRESETS),
+    "preset": tuple(MODEL_NAMES),
     "dtype": tuple(DTYPES),
     "memory_policy": MEMORY_POLICIES,
     "attention_backend": ATTENTION_BACKENDS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from common.model.presets import DEFAULT_PRESET, PRESETS
+from common.model.presets import DEFAULT_PRESET, MODEL_NAMES
 from common.engine.scheduler import MEMORY_POLICIES, POLICIES
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class EngineConfig:
     quarantine_s: float = 10.0  # decode: blocks a writer may still be writing stay unused this long
 
     def __post_init__(self) -> None:
-        _require(self.preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}", self.preset)
+        _require(self.preset in MODEL_NAMES, "preset", f"must be one of {', '.join(MODEL_NAMES)}", self.preset)
         _require(self.dtype in DTYPES, "dtype", f"must be one of {', '.join(DTYPES)}", self.dtype)
         _require(self.block_size >= 1, "block_size", "must be >= 1", self.block_size)
         _require(self.num_kv_blocks is None or self.num_kv_blocks >= 1, "num_kv_blocks", "must be >= 1",

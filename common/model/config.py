@@ -69,7 +69,13 @@ def load_model_config(model_dir: str | Path) -> ModelConfig:
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: --model must be a Hugging Face checkpoint directory")
-    return parse_model_config(json.loads(path.read_text()))
+    raw = json.loads(path.read_text())
+    generation = Path(model_dir) / "generation_config.json"
+    if generation.is_file():
+        # the ids generation stops at (an instruct model's end-of-turn) live here, beside config.json's
+        ends = _as_tuple(json.loads(generation.read_text()).get("eos_token_id"))
+        raw = {**raw, "eos_token_id": list(dict.fromkeys((*ends, *_as_tuple(raw.get("eos_token_id")))))}
+    return parse_model_config(raw)
 
 
 def parse_model_config(raw: dict[str, Any]) -> ModelConfig:

@@ -1,6 +1,8 @@
-"""``pdserve model create``: a deterministic Llama checkpoint written locally, no network.
+"""``pdserve model create``: a model by name written into a directory, no network.
 
-Weights are drawn from a seeded generator with scales chosen so that attention is sharp
+A packaged real model is converted from the GGUF file its package installed
+(``common.model.packaged``). A random-weight preset is a deterministic Llama checkpoint:
+weights are drawn from a seeded generator with scales chosen so that attention is sharp
 and logits are well separated: greedy decoding then depends on the whole context, which
 makes token-exactness tests meaningful, and near-ties that float rounding could flip are rare.
 """
@@ -10,33 +12,46 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
-from common.model.presets import PRESETS, ModelPreset
+from common.model.presets import MODEL_NAMES, PACKAGED, PRESETS, ModelPreset
 from common.text.tokenizer_files import BOS_ID, EOS_ID, PAD_ID, write_tokenizer
 
 def create_model(preset: str, out_dir: Path, seed: int = 0) -> Path:
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
-    spec = PRESETS[preset]
+    if preset not in MODEL_NAMES:
+        raise ValueError(f"preset must be one of {', '.join(MODEL_NAMES)}, got {preset!r}")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     # Write into a sibling temp dir and rename, so a concurrent reader never sees half a model.
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        if preset in PACKAGED:
+            from common.model.packaged import write_packaged
+
+            write_packaged(PACKAGED[preset], staging)
+        else:
+            _write_random(PRESETS[preset], seed, staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    try:
+        os.replace(staging, out_dir)
+    except OSError:  # out_dir exists and is not empty: another process won the race, or a re-create.
+        _replace_dir(staging, out_dir)
+    return out_dir
+
+
+def _write_random(spec: ModelPreset, seed: int, staging: Path) -> None:
     save_file(_random_weights(spec, seed), str(staging / "model.safetensors"), metadata={"format": "pt"})
     (staging / "config.json").write_text(json.dumps(_hf_config(spec), indent=2))
     (staging / "generation_config.json").write_text(
         json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}, indent=2)
     )
     write_tokenizer(staging, spec.vocab_size, spec.max_position_embeddings)
-    try:
-        os.replace(staging, out_dir)
-    except OSError:  # out_dir exists and is not empty: another process won the race, or a re-create.
-        _replace_dir(staging, out_dir)
-    return out_dir
 
 
 def _replace_dir(staging: Path, out_dir: Path) -> None:

@@ -22,6 +22,15 @@ from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 # Up to a whole forward's budget: the TTFT guard predicts forwards of up to max_num_tokens, and a
 # fit asked about a size it never measured only extrapolates. Sizes past the budget are skipped.
 QUICK_PREFILL_TOKENS = (16, 64, 128, 256, 512, 1024, 2048, 4096)
+# ... and no larger once a forward took this long (a slow device: start-up stays short; the
+# guard counts the predictions it extrapolates, and refits from the steps it runs)
+LONGEST_PROFILED_FORWARD_S = 2.0
+# A decode point is skipped when filling its batch would take longer than this (its prompts'
+# prefill, estimated from the prefill points): on a slow device the large batches are learnt
+# from the steps the worker runs (``common.slo.refit``) rather than at start-up.
+LONGEST_DECODE_SETUP_S = 4.0
+# A point is measured twice (the better run) unless one run already took this long.
+REPEAT_BELOW_S = 1.0
 # Up to the batch the TPOT guard asks about (VBS up to max_batch_size), and large enough to show
 # where a GPU's flat step time ends. Batches past max_batch_size are cut to it.
 QUICK_DECODE_POINTS = tuple((b, n) for b in (1, 4, 16, 64) for n in (64, 256))
@@ -74,23 +83,35 @@ def measure(engine: LLMEngine, prefill_tokens: tuple[int, ...] = QUICK_PREFILL_T
             progress: Callable[[str], None] = lambda _: None) -> Measurements:
     tokens, seconds = [], []
     for n in prefill_tokens:
-        if n + 2 <= engine.max_model_len and n <= engine.config.max_num_tokens:
+        fits = n + 2 <= engine.max_model_len and blocks_for(n + 2, engine.config.block_size) <= engine.pool.num_blocks
+        if fits and n <= engine.config.max_num_tokens:
             tokens.append(n)
-            seconds.append(min(_prefill_seconds(engine, n) for _ in range(2)))
+            seconds.append(_better_of_two(lambda: _prefill_seconds(engine, n)))
             progress(f"prefill {n} tokens: {seconds[-1] * 1000:.1f} ms")
+            if seconds[-1] > LONGEST_PROFILED_FORWARD_S:
+                break
     batches, lengths, steps = [], [], []
+    per_token_s = seconds[-1] / tokens[-1] if tokens else 0.0
     for wanted, length in decode_points:
         # as many requests as the pool holds whole (a request waiting for blocks would mix its
         # prefill into the steps timed)
         batch = min(wanted, engine.config.max_batch_size, engine.pool.num_blocks // blocks_for(length + 26, engine.config.block_size))
+        if batches and batch * length * per_token_s > LONGEST_DECODE_SETUP_S:
+            continue
         if length + 24 <= engine.max_model_len and batch >= 1 and (batch, length + 10) not in zip(batches, lengths):
             batches.append(batch)
             lengths.append(length + 10)  # the mean length over the steps timed
-            # the better of two runs: a burst of other work on the core (a process starting) is
-            # not this engine's speed
-            steps.append(min(_decode_step_seconds(engine, batch, length) for _ in range(2)))
+            steps.append(_better_of_two(lambda: _decode_step_seconds(engine, batch, length)))
             progress(f"decode batch {batch} at length {length}: {steps[-1] * 1000:.2f} ms/step")
     return Measurements(tokens, seconds, batches, lengths, steps)
+
+
+def _better_of_two(run: Callable[[], float]) -> float:
+    """The better of two runs of a measurement (a burst of other work on the core is not this
+    engine's speed), or one run when it alone took ``REPEAT_BELOW_S`` or more."""
+    started = time.perf_counter()
+    first = run()
+    return first if time.perf_counter() - started >= REPEAT_BELOW_S else min(first, run())
 
 
 def unloaded_step_seconds(engine: LLMEngine) -> float:

@@ -27,7 +27,7 @@ from common.slo.profile import profile_checked
 
 log = logging.getLogger(__name__)
 
-PROFILE_VERSION = 5  # bump when what ``profile_checked`` measures changes: old cache entries then miss
+PROFILE_VERSION = 6  # bump when what ``profile_checked`` measures changes: old cache entries then miss
 
 
 def cost_models_at_start(engine: LLMEngine, path: str = "", cache: str = "") -> CostModels | None:

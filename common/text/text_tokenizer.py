@@ -39,8 +39,11 @@ class TextTokenizer:
         config = json.loads(config_file.read_text()) if config_file.is_file() else {}
         return cls(Tokenizer.from_file(str(directory / "tokenizer.json")), config)
 
-    def encode(self, text: str) -> list[int]:
-        ids = self._tokenizer.encode(text, add_special_tokens=True).ids
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """``add_special_tokens=False`` for text that already holds them (a rendered chat template)."""
+        ids = self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        if not add_special_tokens:
+            return ids
         if self._bos is not None and ids[:1] != [self._bos]:
             ids.insert(0, self._bos)
         if self._eos is not None and ids[-1:] != [self._eos]:

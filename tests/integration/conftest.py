@@ -17,10 +17,10 @@ from wire.v1 import gateway_pb2, gateway_pb2_grpc
 WORKER_ARGS = ("--num-kv-blocks", "256", "--max-num-tokens", "2048")
 
 
-def start_cluster(tmp_path: Path, **spec: object) -> LocalCluster:
-    ensure_model("tiny")  # once, before several processes look for it
+def start_cluster(tmp_path: Path, timeout_s: float = 120, **spec: object) -> LocalCluster:
+    ensure_model(str(spec.get("preset", "tiny")))  # once, before several processes look for it
     spec = {"port": 0, "worker_args": WORKER_ARGS, **spec}  # cores and threads as `pdserve up` plans them
-    return LocalCluster(ClusterSpec(**spec), tmp_path / "logs").start(timeout_s=120)  # type: ignore[arg-type]
+    return LocalCluster(ClusterSpec(**spec), tmp_path / "logs").start(timeout_s=timeout_s)  # type: ignore[arg-type]
 
 
 def scrape_metrics(port: int) -> dict[str, float]:

@@ -1,0 +1,150 @@
+"""What every public entry of the gateway goes through, whatever its protocol.
+
+gRPC's ``Generate`` and the OpenAI-compatible HTTP routes both hand a ``GenerateRequest`` and
+the caller's credentials here: the drain check, authentication, the tenant's quota, the chat
+template, tokenizing (off the event loop), validation, then the request's flow. Every refusal is
+a ``RequestError`` carrying a gRPC status; each protocol maps it to its own way of saying so.
+Accounting (metrics of finished and failed requests) is done here, once for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from common.process.logs import request_id_var
+from common.process.metrics import Metrics
+from common.text.chat_template import ChatTemplate, ChatTemplateError
+from gateway.accounting import RequestAccounting
+from gateway.errors import RequestError, invalid
+from gateway.request_flow import RequestFlow
+from gateway.tenants import AuthError, QuotaError, TenantTable
+from gateway.validation import ModelLimits, prompt_text, validate
+from wire.v1 import gateway_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    metadata: Sequence[tuple[str, str | bytes]]  # headers: ``authorization`` carries the API key
+    time_remaining: float | None = None  # seconds until the client stops waiting; None: no deadline
+    # registers a clean-up to run when the call ends, however it ends (gRPC's done callback: a
+    # cancelled call's suspended generator may never run its ``finally``); None: ``finally`` only
+    on_done: Callable[[Callable[[], None]], None] | None = None
+
+
+class FrontDoor:
+    def __init__(self, flow: RequestFlow, tokenizer: Any, limits: ModelLimits, chat: ChatTemplate | None,
+                 tenants: TenantTable | None = None, metrics: Metrics | None = None,
+                 draining: Callable[[], bool] = lambda: False) -> None:
+        self.flow = flow
+        self.tokenizer = tokenizer
+        self.limits = limits
+        self.chat = chat
+        self.tenants = tenants or TenantTable.open()
+        self.metrics = metrics or Metrics("gateway")
+        self.draining = draining
+        # Tokenizing a long prompt takes milliseconds to seconds: never on the event loop, which
+        # also serves every other stream and the workers' heartbeats.
+        self._tokenizing = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
+
+    def authenticate(self, caller: Caller) -> str:
+        """The caller's tenant name ("" with open access), or UNAUTHENTICATED."""
+        try:
+            return self.tenants.authenticate(caller.metadata).name
+        except AuthError as exc:
+            raise RequestError(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
+
+    async def generate(self, request: gateway_pb2.GenerateRequest,
+                       caller: Caller) -> AsyncIterator[gateway_pb2.GenerateResponse]:
+        """The request's messages; raises ``RequestError`` when it is refused or fails."""
+        received_at = time.perf_counter()
+        accounting = RequestAccounting(self.metrics)
+        request_id_var.set(request.request_id)
+        try:
+            tenant = self._admit_caller(request, caller)
+        except RequestError as exc:
+            accounting.failed(exc.code.name, exc.reason, exc.message, before_work=True)
+            raise
+        admission = tenant.admit_slot
+        try:
+            validated = await self._validated(request, caller, received_at, tenant.name)
+            request_id_var.set(validated.request_id)
+
+            def clean_up() -> None:
+                self.flow.abandon(validated)
+                admission.release()
+
+            if caller.on_done is not None:
+                caller.on_done(clean_up)
+            reason = ""
+            try:
+                async for message in self.flow.run(validated):
+                    accounting.on_message(message)
+                    reason = message.finish_reason or reason
+                    yield message
+            finally:
+                clean_up()
+            accounting.finished(validated, reason or "stop")
+        except RequestError as exc:
+            accounting.failed(exc.code.name, exc.reason, exc.message, before_work=accounting.tokens == 0)
+            raise
+        finally:
+            admission.release()
+
+    def _admit_caller(self, request: gateway_pb2.GenerateRequest, caller: Caller) -> _Admitted:
+        if self.draining():
+            raise RequestError(grpc.StatusCode.UNAVAILABLE, "gateway is draining; retry on another replica", "draining")
+        try:
+            tenant = self.tenants.authenticate(caller.metadata)
+        except AuthError as exc:
+            raise RequestError(grpc.StatusCode.UNAUTHENTICATED, str(exc), "unauthenticated") from None
+        if request.tenant and tenant.name and request.tenant != tenant.name:
+            raise RequestError(grpc.StatusCode.PERMISSION_DENIED,
+                               f"tenant {request.tenant!r} does not match the API key's tenant", "wrong_tenant")
+        try:
+            return _Admitted(tenant.name, tenant.admit())
+        except QuotaError as exc:
+            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), "tenant_quota") from None
+
+    async def _validated(self, request: gateway_pb2.GenerateRequest, caller: Caller, received_at: float,
+                         tenant: str) -> Any:
+        chat = request.WhichOneof("prompt") == "messages"
+        text = self._render_chat(request) if chat else prompt_text(request, self.limits)
+        ids = None if text is None else await asyncio.get_running_loop().run_in_executor(
+            self._tokenizing, lambda: self.tokenizer.encode(text, add_special_tokens=not chat))
+        validated = validate(request, ids, self.limits)
+        remaining = caller.time_remaining
+        return dataclasses.replace(validated, received_at=received_at, tenant=tenant or validated.tenant,
+                                   deadline=received_at + remaining if remaining is not None else None)
+
+    def _render_chat(self, request: gateway_pb2.GenerateRequest) -> str:
+        messages = request.messages.messages
+        if not messages:
+            raise invalid("messages is empty: a chat needs at least one message")
+        for i, m in enumerate(messages):
+            if not m.role:
+                raise invalid(f"messages[{i}].role is empty")
+        if self.chat is None:
+            raise invalid("this model has no chat template: send text or token_ids")
+        try:
+            text = self.chat.render([{"role": m.role, "content": m.content} for m in messages])
+        except ChatTemplateError as exc:
+            raise invalid(f"messages: {exc}") from None
+        limit = self.limits.max_prompt_bytes
+        if limit and len(text.encode("utf-8")) > limit:
+            raise invalid(f"messages are longer than the {limit} bytes that can fit the model's limit of "
+                          f"{self.limits.max_model_len} tokens")
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class _Admitted:
+    name: str
+    admit_slot: Any  # the tenant's ``Admission``: released once when the request ends

@@ -1,0 +1,228 @@
+"""The OpenAI-compatible routes, in the gateway's process and event loop, over its front door.
+
+Every request takes the path a gRPC ``Generate`` takes (authentication, tenants' quotas, the
+SLO guards, the request's flow): only the shapes differ. A streamed answer is checked up to its
+first message before the response starts, so a refusal (an unattainable SLO, a quota, no
+workers) still gets its HTTP status; a failure after that ends the stream with an error event.
+A client that disconnects mid-stream ends the request and frees its KV blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import grpc
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from gateway.errors import RequestError, invalid
+from gateway.front_door import Caller, FrontDoor
+from gateway.openai.convert import chat_request, completion_request, created, usage
+from gateway.openai.errors import error_body, http_status, not_found
+from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
+from wire.v1 import gateway_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    name: str  # what /v1/models lists and answers carry
+    aliases: frozenset[str]  # other names a request may use for it (the checkpoint's path)
+    max_model_len: int
+    created: int
+
+
+def build_app(front: FrontDoor, model: ServedModel, metrics: CollectorRegistry,
+              ready: Callable[[], tuple[bool, str]]) -> FastAPI:
+    app = FastAPI(title="pdserve", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid body"}
+        param = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        error = invalid(f"{param or 'body'}: {first.get('msg')}")
+        error.param = param or None  # type: ignore[attr-defined]
+        return _error(error)
+
+    @app.get("/health")
+    async def health() -> Response:
+        ok, why = ready()
+        return JSONResponse({"status": "ok"}) if ok else JSONResponse({"status": why}, status_code=503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        try:
+            front.authenticate(_caller(request))
+        except RequestError as exc:
+            return _error(exc)
+        return JSONResponse({"object": "list", "data": [{"id": model.name, "object": "model", "created": model.created,
+                                                         "owned_by": "pdserve", "max_model_len": model.max_model_len}]})
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        rid = _request_id(request)
+        return await _answer(front, model, request, body.model, body.stream, body.stream_options, rid,
+                             lambda: completion_request(body, request.headers, rid), _CompletionShape(rid, model.name))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        rid = _request_id(request)
+        return await _answer(front, model, request, body.model, body.stream, body.stream_options, rid,
+                             lambda: chat_request(body, request.headers, rid, model.max_model_len),
+                             _ChatShape(rid, model.name))
+
+    return app
+
+
+async def _answer(front: FrontDoor, model: ServedModel, request: Request, name: str, stream: bool,
+                  stream_options: object, rid: str, build: Callable[[], gateway_pb2.GenerateRequest],
+                  shape: _Shape) -> Response:
+    caller = _caller(request)
+    try:
+        front.authenticate(caller)
+        if name != model.name and name not in model.aliases:
+            raise not_found(f"model {name!r} does not exist: this server serves {model.name!r}")
+        messages = front.generate(build(), caller)
+        first = await anext(messages)
+    except RequestError as exc:
+        return _error(exc)
+    except StopAsyncIteration:
+        return _error(RequestError(grpc.StatusCode.INTERNAL, "the request ended without an answer"))
+    if not stream:
+        return await _whole(first, messages, shape)
+    include_usage = bool(getattr(stream_options, "include_usage", False))
+    return _ClosingStream(_events(first, messages, shape, include_usage), media_type="text/event-stream",
+                          headers={"x-request-id": rid, "cache-control": "no-cache"})
+
+
+async def _whole(first: gateway_pb2.GenerateResponse, rest: AsyncIterator[gateway_pb2.GenerateResponse],
+                 shape: _Shape) -> Response:
+    texts, last = [first.text], first
+    try:
+        async for message in rest:
+            texts.append(message.text)
+            last = message
+    except RequestError as exc:
+        return _error(exc)
+    return JSONResponse(shape.whole("".join(texts), last.finish_reason or "stop",
+                                    usage(last.usage.prompt_tokens, last.usage.completion_tokens)),
+                        headers={"x-request-id": shape.rid})
+
+
+async def _events(first: gateway_pb2.GenerateResponse, rest: AsyncIterator[gateway_pb2.GenerateResponse],
+                  shape: _Shape, include_usage: bool) -> AsyncIterator[str]:
+    try:
+        for chunk in shape.opening():
+            yield _sse(chunk)
+        message: gateway_pb2.GenerateResponse | None = first
+        while message is not None:
+            if message.text:
+                yield _sse(shape.delta(message.text))
+            if message.finish_reason:
+                yield _sse(shape.finish(message.finish_reason))
+                if include_usage:
+                    yield _sse(shape.usage_chunk(usage(message.usage.prompt_tokens, message.usage.completion_tokens)))
+            message = await anext(rest, None)
+    except RequestError as exc:
+        yield _sse(error_body(exc))
+    finally:
+        await rest.aclose()
+    yield "data: [DONE]\n\n"
+
+
+class _ClosingStream(StreamingResponse):
+    """Closes its body when the response ends for any reason, a disconnect included, so the
+    request's clean-up runs at once rather than whenever the suspended generator is collected."""
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[union-attr]
+
+
+class _Shape:
+    object_whole = object_chunk = id_prefix = ""
+
+    def __init__(self, rid: str, model: str) -> None:
+        self.rid, self.model, self.created = rid, model, created()
+
+    def _envelope(self, obj: str, choices: list[dict[str, object]]) -> dict[str, object]:
+        return {"id": f"{self.id_prefix}-{self.rid}", "object": obj, "created": self.created, "model": self.model, "choices": choices}
+
+    def whole(self, text: str, finish: str, counts: dict[str, int]) -> dict[str, object]:
+        raise NotImplementedError
+
+    def opening(self) -> list[dict[str, object]]:
+        return []
+
+    def delta(self, text: str) -> dict[str, object]:
+        raise NotImplementedError
+
+    def finish(self, reason: str) -> dict[str, object]:
+        raise NotImplementedError
+
+    def usage_chunk(self, counts: dict[str, int]) -> dict[str, object]:
+        return {**self._envelope(self.object_chunk, []), "usage": counts}
+
+
+class _CompletionShape(_Shape):
+    object_whole = object_chunk = "text_completion"
+    id_prefix = "cmpl"
+
+    def whole(self, text: str, finish: str, counts: dict[str, int]) -> dict[str, object]:
+        choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+        return {**self._envelope(self.object_whole, [choice]), "usage": counts}
+
+    def delta(self, text: str) -> dict[str, object]:
+        return self._envelope(self.object_chunk, [{"index": 0, "text": text, "finish_reason": None, "logprobs": None}])
+
+    def finish(self, reason: str) -> dict[str, object]:
+        return self._envelope(self.object_chunk, [{"index": 0, "text": "", "finish_reason": reason, "logprobs": None}])
+
+
+class _ChatShape(_Shape):
+    object_whole, object_chunk = "chat.completion", "chat.completion.chunk"
+    id_prefix = "chatcmpl"
+
+    def whole(self, text: str, finish: str, counts: dict[str, int]) -> dict[str, object]:
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
+                  "logprobs": None}
+        return {**self._envelope(self.object_whole, [choice]), "usage": counts}
+
+    def opening(self) -> list[dict[str, object]]:
+        return [self._chunk({"role": "assistant", "content": ""}, None)]
+
+    def delta(self, text: str) -> dict[str, object]:
+        return self._chunk({"content": text}, None)
+
+    def finish(self, reason: str) -> dict[str, object]:
+        return self._chunk({}, reason)
+
+    def _chunk(self, delta: dict[str, object], finish: str | None) -> dict[str, object]:
+        return self._envelope(self.object_chunk, [{"index": 0, "delta": delta, "finish_reason": finish,
+                                                   "logprobs": None}])
+
+
+def _sse(payload: dict[str, object]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def _caller(request: Request) -> Caller:
+    return Caller(list(request.headers.items()))
+
+
+def _request_id(request: Request) -> str:
+    return request.headers.get("x-request-id") or uuid.uuid4().hex
+
+
+def _error(error: RequestError) -> JSONResponse:
+    return JSONResponse(error_body(error), status_code=http_status(error))

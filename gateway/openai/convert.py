@@ -1,0 +1,106 @@
+"""OpenAI request bodies into the public ``GenerateRequest``, and pdserve's answers back.
+
+One request, one choice: ``n`` > 1, several prompts, log probabilities, penalties, ``echo``,
+``suffix`` and tools are refused with a 400 that names the field. SLOs come from the body's
+``slo`` extension or, for clients that cannot add body fields, the headers
+``x-slo-ttft-ms``, ``x-slo-tpot-ms`` and ``x-slo-class`` (the body wins).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from gateway.errors import RequestError, invalid
+from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from wire.v1 import gateway_pb2
+
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions; chat replies default to what fits the model
+
+
+def completion_request(body: CompletionRequest, headers: Mapping[str, str], request_id: str) -> gateway_pb2.GenerateRequest:
+    _refuse_unserved(body)
+    if body.echo:
+        raise _field_error("echo", "echo is not supported")
+    if body.suffix:
+        raise _field_error("suffix", "suffix is not supported")
+    request = gateway_pb2.GenerateRequest(request_id=request_id, sampling=_sampling(body, body.max_tokens),
+                                          slo=_slo(body, headers))
+    prompt = body.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+        if len(prompt) != 1:
+            raise _field_error("prompt", "one prompt per request: send several requests for several prompts")
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        request.text = prompt
+    else:
+        request.token_ids.ids.extend(prompt)  # type: ignore[arg-type]
+    return request
+
+
+def chat_request(body: ChatCompletionRequest, headers: Mapping[str, str], request_id: str,
+                 max_model_len: int) -> gateway_pb2.GenerateRequest:
+    _refuse_unserved(body)
+    if body.tools:
+        raise _field_error("tools", "tools are not supported")
+    if body.top_logprobs:
+        raise _field_error("top_logprobs", "log probabilities are not supported")
+    if not body.messages:
+        raise _field_error("messages", "messages must not be empty")
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    request = gateway_pb2.GenerateRequest(request_id=request_id, sampling=_sampling(body, max_tokens),
+                                          slo=_slo(body, headers))
+    if max_tokens is None:
+        request.sampling.ClearField("max_tokens")  # filled in below, once the prompt's length is known
+    for i, m in enumerate(body.messages):
+        content = m.content if isinstance(m.content, str) else "".join(p.text for p in m.content or [])
+        request.messages.messages.add(role=m.role, content=content)
+    return request
+
+
+def _refuse_unserved(body: SamplingFields) -> None:
+    if body.n != 1:
+        raise _field_error("n", "only n = 1 is supported: send several requests for several choices")
+    if body.logprobs:
+        raise _field_error("logprobs", "log probabilities are not supported")
+    if body.presence_penalty or body.frequency_penalty:
+        raise _field_error("presence_penalty" if body.presence_penalty else "frequency_penalty",
+                           "penalties are not supported")
+
+
+def _sampling(body: SamplingFields, max_tokens: int | None) -> gateway_pb2.SamplingParams:
+    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    params = gateway_pb2.SamplingParams(
+        temperature=1.0 if body.temperature is None else body.temperature, top_k=body.top_k,
+        min_tokens=body.min_tokens, stop_token_ids=body.stop_token_ids, stop=stop, ignore_eos=body.ignore_eos,
+        max_tokens=max_tokens or DEFAULT_MAX_TOKENS)
+    if body.top_p is not None:
+        params.top_p = body.top_p
+    if body.seed is not None:
+        params.seed = body.seed
+    return params
+
+
+def _slo(body: SamplingFields, headers: Mapping[str, str]) -> gateway_pb2.SLO:
+    if body.slo is not None:
+        return gateway_pb2.SLO(ttft_ms=body.slo.ttft_ms, tpot_ms=body.slo.tpot_ms, name=body.slo.name)
+    try:
+        return gateway_pb2.SLO(ttft_ms=int(headers.get("x-slo-ttft-ms", 0)), tpot_ms=int(headers.get("x-slo-tpot-ms", 0)),
+                               name=headers.get("x-slo-class", ""))
+    except ValueError:
+        raise invalid("x-slo-ttft-ms and x-slo-tpot-ms must be whole milliseconds") from None
+
+
+def _field_error(param: str, message: str) -> RequestError:
+    error = invalid(message)
+    error.param = param  # type: ignore[attr-defined]
+    return error
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def created() -> int:
+    return int(time.time())

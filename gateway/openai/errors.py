@@ -1,0 +1,35 @@
+"""pdserve's refusals as OpenAI error bodies: ``{"error": {"message", "type", "param", "code"}}``
+with the HTTP status a client of the OpenAI API expects for each gRPC status."""
+
+from __future__ import annotations
+
+import grpc
+
+from gateway.errors import RequestError
+
+# gRPC status -> (HTTP status, OpenAI error type)
+_STATUS: dict[grpc.StatusCode, tuple[int, str]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error"),
+    grpc.StatusCode.OUT_OF_RANGE: (400, "invalid_request_error"),
+    grpc.StatusCode.UNAUTHENTICATED: (401, "authentication_error"),
+    grpc.StatusCode.PERMISSION_DENIED: (403, "permission_error"),
+    grpc.StatusCode.NOT_FOUND: (404, "not_found_error"),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "rate_limit_error"),
+    grpc.StatusCode.CANCELLED: (499, "cancelled"),
+    grpc.StatusCode.UNAVAILABLE: (503, "service_unavailable"),
+    grpc.StatusCode.DEADLINE_EXCEEDED: (504, "timeout"),
+}
+
+
+def http_status(error: RequestError) -> int:
+    return _STATUS.get(error.code, (500, ""))[0]
+
+
+def error_body(error: RequestError) -> dict[str, object]:
+    kind = _STATUS.get(error.code, (500, "internal_error"))[1]
+    return {"error": {"message": error.message, "type": kind, "param": getattr(error, "param", None),
+                      "code": error.reason}}
+
+
+def not_found(message: str) -> RequestError:
+    return RequestError(grpc.StatusCode.NOT_FOUND, message, "model_not_found")

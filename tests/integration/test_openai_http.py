@@ -1,0 +1,165 @@
+"""The OpenAI-compatible HTTP front door, driven by the official ``openai`` client, against a
+real cluster on the real default model (SmolLM2-135M-Instruct), checked against transformers."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import openai
+import pytest
+import torch
+
+from common.model.location import ensure_model
+from pdserve.cluster import LocalCluster
+from tests.integration.conftest import assert_pools_whole, start_cluster
+from wire.v1 import gateway_pb2, gateway_pb2_grpc
+
+MODEL = "smollm2-135m"
+KEY = "pk-openai-test"
+CHATS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You answer in one short sentence."},
+     {"role": "user", "content": "Name a colour of the sky."}],
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    return ensure_model(MODEL)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[LocalCluster]:
+    tmp = tmp_path_factory.mktemp("openai")
+    keys = tmp / "api-keys.json"
+    keys.write_text(json.dumps({"tenants": {"team": {"api_keys": [KEY]}}}))
+    # the first start measures the workers' cost models on the real model (then cached)
+    cluster = start_cluster(tmp, timeout_s=400, preset=MODEL, http_port=0, api_key=KEY,
+                            gateway_args=("--api-keys", str(keys)),
+                            worker_args=("--num-kv-blocks", "256", "--max-num-tokens", "512"))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def client(served: LocalCluster) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"http://{served.http_address}/v1", api_key=KEY, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir: Path) -> dict[int, tuple[str, int, int]]:
+    """transformers' greedy reply to each chat: (text, prompt tokens, completion tokens)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    replies = {}
+    for i, chat in enumerate(CHATS):
+        ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        out = model.generate(**ids, max_new_tokens=24, do_sample=False)[0, ids["input_ids"].shape[1]:]
+        replies[i] = (tokenizer.decode(out, skip_special_tokens=True), ids["input_ids"].shape[1], len(out))
+    return replies
+
+
+@pytest.mark.parametrize("which", range(len(CHATS)))
+def test_a_greedy_chat_completion_is_transformers_reply(client, reference, which):
+    text, prompt_tokens, completion_tokens = reference[which]
+    reply = client.chat.completions.create(model=MODEL, messages=CHATS[which], temperature=0, max_tokens=24)
+    assert reply.choices[0].message.content == text
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.choices[0].finish_reason == ("length" if completion_tokens == 24 else "stop")
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (prompt_tokens, completion_tokens)
+    assert reply.usage.total_tokens == prompt_tokens + completion_tokens
+    assert reply.model == MODEL and reply.object == "chat.completion"
+
+
+def test_streamed_chunks_join_to_the_same_reply_and_end_with_usage(client, reference):
+    text, prompt_tokens, completion_tokens = reference[0]
+    chunks = list(client.chat.completions.create(model=MODEL, messages=CHATS[0], temperature=0, max_tokens=24,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    assert not chunks[-1].choices and chunks[-1].usage.completion_tokens == completion_tokens
+    assert chunks[-1].usage.prompt_tokens == prompt_tokens
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_grpc_messages_give_the_same_tokens_as_http(served, client, reference):
+    text, _, completion_tokens = reference[1]
+    request = gateway_pb2.GenerateRequest(sampling=gateway_pb2.SamplingParams(max_tokens=24))
+    for m in CHATS[1]:
+        request.messages.messages.add(role=m["role"], content=m["content"])
+    with grpc.insecure_channel(served.address) as channel:
+        responses = list(gateway_pb2_grpc.GatewayStub(channel).Generate(
+            request, metadata=(("authorization", f"Bearer {KEY}"),)))
+    assert "".join(r.text for r in responses) == text
+    assert responses[-1].usage.completion_tokens == completion_tokens
+
+
+def test_completions_of_text_and_of_token_ids(client, model_dir):
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(str(model_dir)).encode("The capital of France is")
+    by_text = client.completions.create(model=MODEL, prompt="The capital of France is", temperature=0, max_tokens=6)
+    by_ids = client.completions.create(model=MODEL, prompt=ids, temperature=0, max_tokens=6)
+    assert by_text.choices[0].text == by_ids.choices[0].text and by_text.choices[0].text.startswith(" Paris")
+    assert by_text.usage.prompt_tokens == len(ids) and by_text.object == "text_completion"
+    streamed = client.completions.create(model=MODEL, prompt=ids, temperature=0, max_tokens=6, stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == by_ids.choices[0].text
+
+
+def test_models_health_and_metrics(served, client):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    assert urllib.request.urlopen(f"http://{served.http_address}/health", timeout=5).status == 200
+    metrics = urllib.request.urlopen(f"http://{served.http_address}/metrics", timeout=5).read().decode()
+    assert "pdserve:requests_total" in metrics or "pdserve:" in metrics
+
+
+def _error(call) -> tuple[int, dict[str, object]]:  # type: ignore[no-untyped-def]
+    with pytest.raises(openai.APIStatusError) as caught:
+        call()
+    return caught.value.status_code, caught.value.body  # type: ignore[return-value]
+
+
+def test_each_error_has_its_status_and_an_openai_error_body(served, client):
+    chat = CHATS[0]
+    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat, top_p=1.5))
+    assert status == 400 and body["param"] == "top_p" and body["type"] == "invalid_request_error"
+    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat, n=3))
+    assert status == 400 and body["param"] == "n"
+    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=[]))
+    assert status == 400 and "messages" in body["message"]
+    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat, max_tokens=10**6))
+    assert status == 400 and "limit" in body["message"]
+    status, body = _error(lambda: client.chat.completions.create(model="gpt-4o", messages=chat))
+    assert status == 404 and body["code"] == "model_not_found"
+    wrong_key = openai.OpenAI(base_url=f"http://{served.http_address}/v1", api_key="pk-wrong", max_retries=0)
+    status, body = _error(lambda: wrong_key.chat.completions.create(model=MODEL, messages=chat))
+    assert status == 401 and body["type"] == "authentication_error"
+    # a TTFT no worker can meet is refused at once
+    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat,
+                                                                 extra_body={"slo": {"ttft_ms": 1, "tpot_ms": 1}}))
+    assert status == 429 and body["type"] == "rate_limit_error"
+    status, _ = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat,
+                                                              extra_headers={"x-slo-ttft-ms": "1"}))
+    assert status == 429
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_blocks(served):
+    body = {"model": MODEL, "messages": CHATS[0], "max_tokens": 400, "ignore_eos": True, "stream": True}
+    host, port = served.http_address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    connection.request("POST", "/v1/chat/completions", json.dumps(body),
+                       {"authorization": f"Bearer {KEY}", "content-type": "application/json"})
+    response = connection.getresponse()
+    assert response.status == 200
+    events = [response.fp.readline() for _ in range(6)]
+    assert any(e.startswith(b"data: ") for e in events)
+    connection.close()  # 400 tokens before the stream's end
+    assert_pools_whole(served, timeout_s=10)
