@@ -56,10 +56,13 @@ class FrontDoor:
 
     def authenticate(self, caller: Caller) -> str:
         """The caller's tenant name ("" with open access), or UNAUTHENTICATED."""
+        return self._tenant(caller).name
+
+    def _tenant(self, caller: Caller) -> Any:
         try:
-            return self.tenants.authenticate(caller.metadata).name
+            return self.tenants.authenticate(caller.metadata)
         except AuthError as exc:
-            raise RequestError(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
+            raise RequestError(grpc.StatusCode.UNAUTHENTICATED, str(exc), "unauthenticated") from None
 
     async def generate(self, request: gateway_pb2.GenerateRequest,
                        caller: Caller) -> AsyncIterator[gateway_pb2.GenerateResponse]:
@@ -101,10 +104,7 @@ class FrontDoor:
     def _admit_caller(self, request: gateway_pb2.GenerateRequest, caller: Caller) -> _Admitted:
         if self.draining():
             raise RequestError(grpc.StatusCode.UNAVAILABLE, "gateway is draining; retry on another replica", "draining")
-        try:
-            tenant = self.tenants.authenticate(caller.metadata)
-        except AuthError as exc:
-            raise RequestError(grpc.StatusCode.UNAUTHENTICATED, str(exc), "unauthenticated") from None
+        tenant = self._tenant(caller)
         if request.tenant and tenant.name and request.tenant != tenant.name:
             raise RequestError(grpc.StatusCode.PERMISSION_DENIED,
                                f"tenant {request.tenant!r} does not match the API key's tenant", "wrong_tenant")

@@ -34,10 +34,10 @@ Queued = tuple[float, int]  # (TTFT deadline, inf without one; prompt tokens)
 TTFT_HEADROOM = 1.0  # where the closed loop starts the margin on predicted prefill calls: on the safe side
 
 
-def prefill_calibration() -> Calibration:
+def prefill_calibration(clock: Callable[[], float] = time.monotonic) -> Calibration:
     """The typical ratio of a worker's own time for a call to the model's prediction: the tail is
     the overhead's (one call, not a mean over many, decides a TTFT)."""
-    return Calibration(quantile=0.5)
+    return Calibration(quantile=0.5, clock=clock)
 
 
 def ttft_headroom(target: float = DEFAULT_TARGET) -> MarginController:
@@ -47,7 +47,7 @@ def ttft_headroom(target: float = DEFAULT_TARGET) -> MarginController:
 def new_guard(model: PrefillModel | None, forward_tokens: int, target: float = DEFAULT_TARGET,
               clock: Callable[[], float] = time.monotonic) -> TtftGuard:
     """A prefill worker's guard as the gateway (or the simulator, on its virtual clock) makes it."""
-    return TtftGuard(model, forward_tokens, Calibration(quantile=0.5, clock=clock),
+    return TtftGuard(model, forward_tokens, prefill_calibration(clock),
                      overhead=WindowQuantile(quantile=0.9, clock=clock), headroom=ttft_headroom(target))
 
 

@@ -9,6 +9,7 @@ A client that disconnects mid-stream ends the request and frees its KV blocks.
 
 from __future__ import annotations
 
+import abc
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -76,7 +77,7 @@ def build_app(front: FrontDoor, model: ServedModel, metrics: CollectorRegistry,
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         rid = _request_id(request)
         return await _answer(front, model, request, body.model, body.stream, body.stream_options, rid,
-                             lambda: chat_request(body, request.headers, rid, model.max_model_len),
+                             lambda: chat_request(body, request.headers, rid),
                              _ChatShape(rid, model.name))
 
     return app
@@ -149,7 +150,9 @@ class _ClosingStream(StreamingResponse):
             await self.body_iterator.aclose()  # type: ignore[union-attr]
 
 
-class _Shape:
+class _Shape(abc.ABC):
+    """How one endpoint's answers look: whole, and as stream chunks."""
+
     object_whole = object_chunk = id_prefix = ""
 
     def __init__(self, rid: str, model: str) -> None:
@@ -158,17 +161,17 @@ class _Shape:
     def _envelope(self, obj: str, choices: list[dict[str, object]]) -> dict[str, object]:
         return {"id": f"{self.id_prefix}-{self.rid}", "object": obj, "created": self.created, "model": self.model, "choices": choices}
 
-    def whole(self, text: str, finish: str, counts: dict[str, int]) -> dict[str, object]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def whole(self, text: str, finish: str, counts: dict[str, int]) -> dict[str, object]: ...
 
     def opening(self) -> list[dict[str, object]]:
         return []
 
-    def delta(self, text: str) -> dict[str, object]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def delta(self, text: str) -> dict[str, object]: ...
 
-    def finish(self, reason: str) -> dict[str, object]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def finish(self, reason: str) -> dict[str, object]: ...
 
     def usage_chunk(self, counts: dict[str, int]) -> dict[str, object]:
         return {**self._envelope(self.object_chunk, []), "usage": counts}

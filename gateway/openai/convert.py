@@ -15,9 +15,6 @@ from gateway.errors import RequestError, invalid
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from wire.v1 import gateway_pb2
 
-DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions; chat replies default to what fits the model
-
-
 def completion_request(body: CompletionRequest, headers: Mapping[str, str], request_id: str) -> gateway_pb2.GenerateRequest:
     _refuse_unserved(body)
     if body.echo:
@@ -38,8 +35,7 @@ def completion_request(body: CompletionRequest, headers: Mapping[str, str], requ
     return request
 
 
-def chat_request(body: ChatCompletionRequest, headers: Mapping[str, str], request_id: str,
-                 max_model_len: int) -> gateway_pb2.GenerateRequest:
+def chat_request(body: ChatCompletionRequest, headers: Mapping[str, str], request_id: str) -> gateway_pb2.GenerateRequest:
     _refuse_unserved(body)
     if body.tools:
         raise _field_error("tools", "tools are not supported")
@@ -50,9 +46,7 @@ def chat_request(body: ChatCompletionRequest, headers: Mapping[str, str], reques
     max_tokens = body.max_completion_tokens or body.max_tokens
     request = gateway_pb2.GenerateRequest(request_id=request_id, sampling=_sampling(body, max_tokens),
                                           slo=_slo(body, headers))
-    if max_tokens is None:
-        request.sampling.ClearField("max_tokens")  # filled in below, once the prompt's length is known
-    for i, m in enumerate(body.messages):
+    for m in body.messages:
         content = m.content if isinstance(m.content, str) else "".join(p.text for p in m.content or [])
         request.messages.messages.add(role=m.role, content=content)
     return request
@@ -73,7 +67,7 @@ def _sampling(body: SamplingFields, max_tokens: int | None) -> gateway_pb2.Sampl
     params = gateway_pb2.SamplingParams(
         temperature=1.0 if body.temperature is None else body.temperature, top_k=body.top_k,
         min_tokens=body.min_tokens, stop_token_ids=body.stop_token_ids, stop=stop, ignore_eos=body.ignore_eos,
-        max_tokens=max_tokens or DEFAULT_MAX_TOKENS)
+        max_tokens=max_tokens)  # None leaves it unset: 16 for text, what fits the model for a chat
     if body.top_p is not None:
         params.top_p = body.top_p
     if body.seed is not None:
