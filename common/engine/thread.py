@@ -230,7 +230,24 @@ class AsyncEngine:
 
     async def reserve(self, request_id: str, prompt_len: int, max_tokens: int, tpot_slo_ms: float = 0.0,
                       epsilon: float = TPOT_MARGIN) -> Lease | None:
-        return await self.thread.run(lambda e: e.reserve(request_id, prompt_len, max_tokens, tpot_slo_ms, epsilon))
+        """A caller cancelled meanwhile (its RPC's deadline passed) never hands the lease id to
+        anyone, so nothing can write into the blocks: they are freed as soon as they are
+        reserved, not held until the lease runs out."""
+        made: list[Lease] = []
+
+        def reserve(engine: LLMEngine) -> Lease | None:
+            lease = engine.reserve(request_id, prompt_len, max_tokens, tpot_slo_ms, epsilon)
+            if lease is not None:
+                made.append(lease)
+            return lease
+
+        try:
+            return await self.thread.run(reserve)
+        except asyncio.CancelledError:
+            # queued behind the reserve (the inbox is FIFO), so ``made`` is filled when it runs
+            self.thread.call(lambda e: [e.release_reservation(request_id, lease.lease_id, writer_may_still_write=False)
+                                        for lease in made])
+            raise
 
     async def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
                      params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:

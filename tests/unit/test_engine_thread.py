@@ -78,6 +78,26 @@ async def test_a_call_whose_caller_gave_up_still_runs_and_the_engine_thread_surv
     assert outputs[-1].finished
 
 
+async def test_a_reservation_whose_caller_gave_up_is_freed_once_made(engine_thread):
+    # A Reserve RPC past its deadline: the handler is cancelled while the engine thread is
+    # busy, the reservation is made afterwards, and its lease id never reaches anyone.
+    gate = threading.Event()
+    blocker = engine_thread.call(lambda e: gate.wait(10))
+    engine = AsyncEngine(engine_thread)
+    waiting = asyncio.ensure_future(engine.reserve("late", prompt_len=100, max_tokens=10))
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    gate.set()
+    blocker.result(timeout=10)
+    pool = engine_thread.engine.pool
+    assert await asyncio.wait_for(engine_thread.run(lambda e: e.leases.leases()), 10) == []
+    assert pool.num_free == pool.num_blocks
+    lease = await engine.reserve("late", prompt_len=100, max_tokens=10)  # the id is free to reserve again
+    assert lease is not None and pool.num_free < pool.num_blocks
+
+
 async def test_a_thread_that_dies_fails_its_callers_refuses_new_calls_and_reports_its_death():
     engine = LLMEngine(EngineConfig(num_kv_blocks=64))
     deaths: list[str] = []
