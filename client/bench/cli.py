@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from client.bench import metrics, plots
+from client.bench.openai_runner import BACKENDS, OpenAITarget, run_plan_openai, served_model
 from client.bench.plan import build_plan
 from client.bench.workload import PlannedRequest
 from client.bench.report import ProgressBar, summary_table
@@ -23,8 +25,17 @@ Execute = Callable[[argparse.Namespace, list[PlannedRequest], str], "tuple[list[
 
 
 def add_bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=BACKENDS, default="pdserve",
+                   help="pdserve: the gateway's gRPC API; openai / openai-chat: any OpenAI-compatible HTTP "
+                        "server's /v1/completions / /v1/chat/completions")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=50051)
+    p.add_argument("--port", type=int, default=50051, help="the gRPC port (pdserve backend)")
+    p.add_argument("--base-url", default=None, help="openai backends: the server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--endpoint", default="", help="openai backends: the path, if not the backend's usual one")
+    p.add_argument("--model", default=None, help="openai backends: the model to ask for (default: the "
+                                                  "first one /v1/models lists)")
+    p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", ""),
+                   help="sent as a bearer token, over gRPC and HTTP alike (default: $OPENAI_API_KEY)")
     p.add_argument("--max-concurrency", type=int, default=None)
     add_workload_args(p)
     add_report_args(p)
@@ -75,7 +86,7 @@ def parse_goodput(items: list[str]) -> tuple[float | None, float | None]:
 def run_point(args: argparse.Namespace, rate: float,
               execute: Execute | None = None) -> tuple[dict[str, Any], list[metrics.RequestRecord]]:
     plan = build_plan(args, rate)
-    records, duration = (execute or _over_grpc)(args, plan, f"rate {rate:g}")
+    records, duration = (execute or _backend(args))(args, plan, f"rate {rate:g}")
     wanted = [m for m in args.percentile_metrics.split(",") if m in METRICS]
     percentiles = [float(p) for p in args.metric_percentiles.split(",")]
     result = metrics.summarize(records, duration, percentiles, wanted)
@@ -93,7 +104,27 @@ def _over_grpc(args: argparse.Namespace, plan: list[PlannedRequest],
 
     bar = ProgressBar(len(plan), label)
     return asyncio.run(run_plan(f"{args.host}:{args.port}", plan, args.ignore_eos, args.max_concurrency,
-                                parse_goodput(args.goodput), bar.update))
+                                parse_goodput(args.goodput), bar.update, api_key=getattr(args, "api_key", "")))
+
+
+def _backend(args: argparse.Namespace) -> Execute:
+    return _over_grpc if getattr(args, "backend", "pdserve") == "pdserve" else _over_openai
+
+
+def _over_openai(args: argparse.Namespace, plan: list[PlannedRequest],
+                 label: str) -> tuple[list[metrics.RequestRecord], float]:
+    if not args.base_url:
+        raise ValueError(f"--backend {args.backend} needs --base-url (e.g. http://127.0.0.1:8000)")
+
+    async def go() -> tuple[list[metrics.RequestRecord], float]:
+        model = args.model or await served_model(args.base_url, args.api_key)
+        target = OpenAITarget(args.base_url, args.backend, model, args.api_key, args.endpoint)
+        print(f"{label}: {target.url} model {model}", file=sys.stderr, flush=True)
+        bar = ProgressBar(len(plan), label)
+        return await run_plan_openai(target, plan, args.ignore_eos, args.max_concurrency,
+                                     parse_goodput(args.goodput), bar.update)
+
+    return asyncio.run(go())
 
 
 def run(args: argparse.Namespace, execute: Execute | None = None, prefix: str = "pdserve-bench") -> int:

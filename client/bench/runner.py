@@ -1,10 +1,12 @@
-"""Sends the planned requests at their times (under a concurrency cap) and records each token's arrival."""
+"""Sends the planned requests at their times (under a concurrency cap) and records each token's
+arrival; ``run_plan`` speaks pdserve's gRPC API, ``client.bench.openai_runner`` the OpenAI HTTP API
+of any server, through the same schedule and the same records."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -12,38 +14,58 @@ from client.bench.metrics import RequestRecord
 from client.bench.workload import PlannedRequest
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
+Goodput = tuple[float | None, float | None]  # default TTFT and TPOT SLOs (ms) for requests without a class
+Send = Callable[[PlannedRequest, float], Awaitable[RequestRecord]]  # (request, the run's start) → its record
 
-async def run_plan(address: str, plan: list[PlannedRequest], ignore_eos: bool, max_concurrency: int | None,
-                   goodput: tuple[float | None, float | None], on_done: Callable[[RequestRecord], None],
-                   timeout_s: float = 600) -> tuple[list[RequestRecord], float]:
+
+async def schedule(plan: list[PlannedRequest], max_concurrency: int | None, send: Send,
+                   on_done: Callable[[RequestRecord], None]) -> tuple[list[RequestRecord], float]:
     """Returns the records (in plan order) and the wall time from the first send to the last finish."""
     gate = asyncio.Semaphore(max_concurrency or len(plan) or 1)
+    started = time.perf_counter()
+
+    async def one(item: PlannedRequest) -> RequestRecord:
+        await asyncio.sleep(max(0.0, item.send_at - (time.perf_counter() - started)))
+        async with gate:
+            record = await send(item, started)
+        on_done(record)
+        return record
+
+    records = await asyncio.gather(*(one(item) for item in plan))
+    return list(records), time.perf_counter() - started
+
+
+def new_record(item: PlannedRequest, goodput: Goodput, started: float) -> RequestRecord:
+    """The record of a request sent now: its class's SLOs, else the run's ``--goodput`` ones."""
+    cls = item.slo_class
+    return RequestRecord(item.index, len(item.prompt), time.perf_counter() - started, cls.name if cls else "",
+                         cls.ttft_ms if cls else goodput[0], cls.tpot_ms if cls else goodput[1])
+
+
+async def run_plan(address: str, plan: list[PlannedRequest], ignore_eos: bool, max_concurrency: int | None,
+                   goodput: Goodput, on_done: Callable[[RequestRecord], None],
+                   timeout_s: float = 600, api_key: str = "") -> tuple[list[RequestRecord], float]:
+    metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
     async with grpc.aio.insecure_channel(address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        started = time.perf_counter()
 
-        async def one(item: PlannedRequest) -> RequestRecord:
-            await asyncio.sleep(max(0.0, item.send_at - (time.perf_counter() - started)))
-            async with gate:
-                record = await _send(stub, item, ignore_eos, goodput, started, timeout_s)
-            on_done(record)
-            return record
+        async def send(item: PlannedRequest, started: float) -> RequestRecord:
+            return await _send(stub, item, ignore_eos, goodput, started, timeout_s, metadata)
 
-        records = await asyncio.gather(*(one(item) for item in plan))
-        return list(records), time.perf_counter() - started
+        return await schedule(plan, max_concurrency, send, on_done)
 
 
 async def _send(stub: gateway_pb2_grpc.GatewayStub, item: PlannedRequest, ignore_eos: bool,
-                goodput: tuple[float | None, float | None], started: float, timeout_s: float) -> RequestRecord:
+                goodput: Goodput, started: float, timeout_s: float,
+                metadata: tuple[tuple[str, str], ...] | None) -> RequestRecord:
+    record = new_record(item, goodput, started)
     cls = item.slo_class
-    record = RequestRecord(item.index, len(item.prompt), time.perf_counter() - started,
-                           cls.name if cls else "", cls.ttft_ms if cls else goodput[0], cls.tpot_ms if cls else goodput[1])
     request = gateway_pb2.GenerateRequest(
         token_ids=gateway_pb2.TokenIds(ids=item.prompt),
         sampling=gateway_pb2.SamplingParams(max_tokens=item.output_len, ignore_eos=ignore_eos),
         slo=gateway_pb2.SLO(ttft_ms=int(cls.ttft_ms) if cls else 0, tpot_ms=int(cls.tpot_ms) if cls else 0))
     try:
-        async for message in stub.Generate(request, timeout=timeout_s):
+        async for message in stub.Generate(request, timeout=timeout_s, metadata=metadata):
             if message.token_ids:
                 record.token_times.append(time.perf_counter() - started)
                 record.tokens_per_message.append(len(message.token_ids))

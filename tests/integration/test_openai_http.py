@@ -163,3 +163,28 @@ def test_a_client_that_disconnects_mid_stream_frees_its_blocks(served):
     assert any(e.startswith(b"data: ") for e in events)
     connection.close()  # 400 tokens before the stream's end
     assert_pools_whole(served, timeout_s=10)
+
+
+def test_the_load_tester_measures_http_and_grpc_by_one_definition(served, tmp_path):
+    from client.bench.cli import main as bench
+
+    host, port = served.address.rsplit(":", 1)
+    shared = ["--num-prompts", "6", "--random-input-len", "24", "--random-output-len", "6", "--ignore-eos",
+              "--max-concurrency", "3", "--save-result", "--result-dir", str(tmp_path)]
+    by_backend = {"pdserve": ["--host", host, "--port", port],
+                  "openai": ["--base-url", f"http://{served.http_address}"],
+                  "openai-chat": ["--base-url", f"http://{served.http_address}", "--model", MODEL]}
+    results = {}
+    for backend, where in by_backend.items():
+        assert bench(["--backend", backend, *where, *shared, "--api-key", KEY, "--result-filename", f"{backend}.json"]) == 0
+        results[backend] = json.loads((tmp_path / f"{backend}.json").read_text())
+    for backend, result in results.items():
+        assert (result["completed"], result["failed"], result["rejected"]) == (6, 0, 0), backend
+        assert result["total_output_tokens"] == 36, backend
+        assert result["median_ttft_ms"] > 0 and result["median_tpot_ms"] > 0, backend
+    assert results["openai"]["total_input_tokens"] == results["pdserve"]["total_input_tokens"] == 6 * 24
+    assert results["openai-chat"]["total_input_tokens"] > 6 * 24, "the chat template's tokens count, as the server saw"
+    bad_key = by_backend["openai-chat"] + shared[:-1] + [str(tmp_path / "denied")]
+    assert bench(["--backend", "openai-chat", *bad_key, "--api-key", "pk-wrong", "--result-filename", "denied.json"]) == 0
+    denied = json.loads((tmp_path / "denied" / "denied.json").read_text())
+    assert denied["errors_by_code"] == {"UNAUTHENTICATED": 6} and denied["completed"] == 0
