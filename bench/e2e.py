@@ -54,7 +54,9 @@ def engine_figures(batch: list[list[int]], single: list[int], output_len: int, r
 
 
 def _engine_figures(batch: list[list[int]], single: list[int], output_len: int, repeats: int) -> tuple[float, float]:
-    engine = LLMEngine(EngineConfig(preset="tiny", num_kv_blocks=4096, max_batch_size=len(batch)))
+    # no prefix caching: the timed prefills repeat one prompt, and what is timed is computing it
+    engine = LLMEngine(EngineConfig(preset="tiny", num_kv_blocks=4096, max_batch_size=len(batch),
+                                    enable_prefix_caching=False))
     params = SamplingParams(max_tokens=output_len, ignore_eos=True)
     engine.generate(batch[:2], params)  # warm-up
     started = time.perf_counter()
@@ -89,7 +91,9 @@ async def cluster_figures(address: str, batch: list[list[int]], single: list[int
         started = time.perf_counter()
         results = await asyncio.gather(*(one_request(stub, p, output_len) for p in batch))
         tok_s = sum(count for _, count in results) / (time.perf_counter() - started)
-        ttfts = [(await one_request(stub, single, 2))[0] for _ in range(repeats)]
+        # distinct prompts: a repeated one would be served from the prefill worker's prefix cache
+        singles = prompts(repeats, len(single), seed=2)
+        ttfts = [(await one_request(stub, p, 2))[0] for p in singles]
     return tok_s, statistics.median(ttfts)
 
 

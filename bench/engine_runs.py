@@ -42,8 +42,9 @@ def engine_config(args: Any, max_batch: int, prefill_tokens: int = 0) -> EngineC
     or for ``prefill_tokens`` of prompts prefilled together."""
     blocks_per_request = -(-(args.prompt_len + args.output_len) // BLOCK_SIZE)
     blocks = max(max_batch * blocks_per_request, -(-prefill_tokens // BLOCK_SIZE) + max_batch)
+    # no prefix caching: runs repeat their prompts, and what is timed is computing them
     return EngineConfig(model=args.model, preset=args.preset, dtype=args.dtype, device=args.device,
-                        block_size=BLOCK_SIZE, num_kv_blocks=blocks + 1,
+                        block_size=BLOCK_SIZE, num_kv_blocks=blocks + 1, enable_prefix_caching=False,
                         max_batch_size=max_batch, max_num_tokens=max(MAX_NUM_TOKENS, args.prompt_len))
 
 

@@ -56,12 +56,13 @@ async def drive(cluster: LocalCluster, backend: str, requests: list[PlannedReque
     return await run_plan_openai(target, requests, True, concurrency, (None, None), ignore)
 
 
-def one_round(cluster: LocalCluster, backend: str, args: argparse.Namespace) -> dict[str, float]:
-    single = plan(args.ttft_requests, args.prompt_len, args.output_len_ttft, seed=1)
+def one_round(cluster: LocalCluster, backend: str, args: argparse.Namespace, seed: int) -> dict[str, float]:
+    """``seed``: different in every round and backend, so no prompt is served from the prefix cache."""
+    single = plan(args.ttft_requests, args.prompt_len, args.output_len_ttft, seed=2 * seed)
     records, _ = asyncio.run(drive(cluster, backend, single, 1))
     _check(records, backend)
     ttft_ms = statistics.median(r.ttft * 1000 for r in records)
-    batch = plan(args.requests, args.prompt_len, args.output_len, seed=2)
+    batch = plan(args.requests, args.prompt_len, args.output_len, seed=2 * seed + 1)
     records, duration = asyncio.run(drive(cluster, backend, batch, args.concurrency))
     _check(records, backend)
     return {"ttft_p50_ms": ttft_ms, "output_tok_s": sum(r.output_len for r in records) / duration,
@@ -96,7 +97,7 @@ def main() -> None:
         for i in range(args.rounds):
             order = BACKENDS[i % len(BACKENDS):] + BACKENDS[:i % len(BACKENDS)]
             for backend in order:
-                figures = one_round(cluster, backend, args)
+                figures = one_round(cluster, backend, args, seed=10 + i * len(BACKENDS) + BACKENDS.index(backend))
                 rounds[backend].append(figures)
                 progress(f"round {i + 1}/{args.rounds} {backend:12s} TTFT p50 {figures['ttft_p50_ms']:7.1f} ms  "
                          f"{figures['output_tok_s']:7.1f} output tok/s  TPOT p50 {figures['tpot_p50_ms']:6.1f} ms")

@@ -24,9 +24,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engine")
     hints = get_type_hints(EngineConfig)
     for field in dataclasses.fields(EngineConfig):
-        if hints[field.name] is bool:  # a switch, off by default: --enforce-eager
-            group.add_argument("--" + field.name.replace("_", "-"), action="store_true", default=field.default,
-                               help="(default: off)")
+        if hints[field.name] is bool:  # a switch: --enforce-eager, --no-enable-prefix-caching
+            group.add_argument("--" + field.name.replace("_", "-"), action=argparse.BooleanOptionalAction,
+                               default=field.default, help=f"(default: {'on' if field.default else 'off'})")
             continue
         group.add_argument(
             "--" + field.name.replace("_", "-"),

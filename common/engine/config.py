@@ -33,6 +33,7 @@ class EngineConfig:
     memory_policy: str = "guaranteed_no_evict"
     attention_backend: str = "auto"  # kernels: triton (fused ops, paged attention; GPU) | torch (CPU) | auto
     enforce_eager: bool = False  # GPU: launch every decode step op by op instead of replaying CUDA graphs
+    enable_prefix_caching: bool = True  # reuse the KV of full blocks a prompt shares with earlier ones
     policy: str = "scorpio"  # scheduling: scorpio (both SLO guards) | fcfs (the baseline) | ttft_guard | tpot_guard
     lease_timeout_s: float = 60.0  # decode: a reservation neither committed nor released returns its blocks
     quarantine_s: float = 10.0  # decode: blocks a writer may still be writing stay unused this long

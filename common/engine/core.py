@@ -23,6 +23,7 @@ from common.engine.block_pool import BlockPool, blocks_for
 from common.engine.config import EngineConfig
 from common.engine.leases import Lease, LeaseTable
 from common.engine.load import EngineLoad, measure
+from common.engine.prefix_cache import PrefixIndex, model_salt
 from common.engine.request import Request, RequestOutput
 from common.engine.sampling_params import SamplingParams
 from common.engine.scheduler import Scheduler, SchedulerConfig
@@ -45,10 +46,11 @@ class EngineCore:
         self.clock = clock
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
-        self.pool = BlockPool(num_blocks)
+        self.pool = BlockPool(num_blocks, PrefixIndex() if config.enable_prefix_caching else None)
+        self.prefix_salt = model_salt(f"{config.model or config.preset}:{config.dtype}")
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_batch_size, config.max_num_tokens, config.block_size, max_model_len,
-                            config.memory_policy, eos_token_ids, config.policy),
+                            config.memory_policy, eos_token_ids, config.policy, self.prefix_salt),
             self.pool,
         )
         self.leases = LeaseTable(self.pool, config.lease_timeout_s, config.quarantine_s)
@@ -73,7 +75,8 @@ class EngineCore:
         """
         self._validate(request_id, prompt_token_ids, params)
         self.scheduler.add(Request(request_id, list(prompt_token_ids), params, arrival_time=self.clock(),
-                                   prefill_only=prefill_only, ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms))
+                                   prefill_only=prefill_only, ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms,
+                                   cacheable=self.pool.prefix_index is not None))
         self.load = self._measure()
 
     def release_held(self, request_id: str) -> bool:

@@ -7,6 +7,8 @@ beside an event loop.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from common.engine.config import EngineConfig
@@ -41,6 +43,8 @@ class LLMEngine(EngineCore):
             reserve = capture_memory_bytes(self.model, config.block_size, config.max_batch_size, max_model_len)
         blocks = num_kv_blocks(config, mcfg, self.device, reserve)
         super().__init__(config, blocks, max_model_len, mcfg.vocab_size, mcfg.eos_token_ids)
+        if self.pool.prefix_index is not None:  # a worker's heartbeat reads its digest from the event loop
+            self.pool.prefix_index.guard_with(threading.Lock())
         self.cache = PagedKVCache(mcfg, blocks, config.block_size, config.torch_dtype, self.device, kv_storage)
         stage = DecodeStage(self.cache, config.max_batch_size) if self.backend == "torch" else None
         graphs = None

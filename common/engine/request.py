@@ -48,6 +48,12 @@ class Request:
     uid: int = field(default_factory=lambda: next(_UIDS))
     ttft_slo_ms: float = 0.0  # 0: no TTFT objective
     tpot_slo_ms: float = 0.0  # 0: no TPOT objective
+    # Prefix caching: whether this engine computes the request's KV itself (not a committed
+    # hand-off), the chained hashes of its full blocks worked out so far, and how many of its
+    # blocks the prefix index names (its leading ones).
+    cacheable: bool = False
+    block_hashes: list[int] = field(default_factory=list)
+    num_registered: int = 0
 
     @property
     def ttft_deadline(self) -> float:

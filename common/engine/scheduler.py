@@ -9,6 +9,11 @@ Memory policies (TensorRT-LLM's names):
   are free, and never loses them.
 - ``max_utilization``: blocks are taken as tokens arrive; when none are left the most
   recently admitted request is preempted (its KV dropped) and later recomputed.
+
+Prefix caching (with the pool's prefix index): a request admitted with nothing computed first
+takes the longest cached run of its full blocks (shared, not copied) and starts computing after
+it, always leaving at least its last token to compute (the step samples after it); every block
+a step fills is named in the index, so preempted, finished and later requests find it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 
 from common.engine.batch import ScheduledBatch, ScheduledSeq
 from common.engine.block_pool import BlockPool, blocks_for
+from common.engine.prefix_cache import chain_hashes
 from common.engine.request import FINISH_REASONS, Request, RequestOutput, RequestStatus
 from common.slo.credit import CreditBatcher
 
@@ -34,6 +40,7 @@ class SchedulerConfig:
     memory_policy: str
     eos_token_ids: tuple[int, ...]
     policy: str = "fcfs"  # fcfs | scorpio (both guards) | ttft_guard | tpot_guard
+    prefix_salt: int = 0  # the model's identity, where block hashes start (``prefix_cache.model_salt``)
 
     @property
     def ttft_guard(self) -> bool:
@@ -54,6 +61,7 @@ class Scheduler:
         self._pending_aborts: list[str] = []
         self.held: dict[str, list[int]] = {}  # prefill-only requests' KV, awaiting hand-off
         self.credit = CreditBatcher()
+        self.match_prefixes = pool.prefix_index is not None  # off while an engine profiles itself
 
     def add(self, request: Request) -> None:
         """Queues a request, fresh or committed: a committed one's prompt KV already sits in
@@ -161,15 +169,60 @@ class Scheduler:
             self.waiting = deque(sorted(self.waiting, key=lambda r: r.ttft_deadline))
         while self.waiting and budget > 0 and len(self.running) < self.config.max_batch_size:
             request = self.waiting[0]
+            hit = self._attach_cached_prefix(request)
             n = min(request.num_tokens - request.num_computed_tokens, budget)
             if not self._grow_blocks(request, self._admission_tokens(request, n)):
+                if hit:
+                    self._drop_blocks(request)
                 break  # FCFS: nobody jumps the head of the queue
+            if hit is not None:
+                assert self.pool.prefix_index is not None
+                self.pool.prefix_index.count(request.num_tokens, hit * self.config.block_size)
             self.waiting.popleft()
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             seqs.append(self._scheduled(request, n))
             budget -= n
         return budget
+
+    def _attach_cached_prefix(self, request: Request) -> int | None:
+        """Shares the cached blocks of the request's longest cached prefix into it; returns how
+        many (None when it is not looked up: no cache, a hand-off, or KV already computed)."""
+        index = self.pool.prefix_index
+        if index is None or not self.match_prefixes or not request.cacheable or request.block_ids:
+            return None
+        size = self.config.block_size
+        usable = (request.num_tokens - 1) // size  # the last token is always computed: it is sampled after
+        if len(request.block_hashes) < usable:
+            request.block_hashes = chain_hashes(request.token_ids(0, usable * size), size, self.config.prefix_salt,
+                                                request.block_hashes)
+        blocks = index.lookup(request.block_hashes[:usable])
+        if blocks:
+            self.pool.share(blocks)
+            request.block_ids = list(blocks)
+            request.num_computed_tokens = len(blocks) * size
+            request.num_registered = len(blocks)
+        return len(blocks)
+
+    def _register_full_blocks(self, request: Request) -> None:
+        """Names in the prefix index each block of the request that a step has just filled."""
+        index = self.pool.prefix_index
+        size = self.config.block_size
+        full = request.num_computed_tokens // size
+        if index is None or not request.cacheable or full <= request.num_registered:
+            return
+        if len(request.block_hashes) < full:
+            request.block_hashes = chain_hashes(request.token_ids(0, full * size), size, self.config.prefix_salt,
+                                                request.block_hashes)
+        for i in range(request.num_registered, full):
+            index.add(request.block_ids[i], request.block_hashes[i])
+        request.num_registered = full
+
+    def _drop_blocks(self, request: Request) -> None:
+        """Gives back every block of a request and forgets its computed KV (it starts over)."""
+        self.pool.free(request.block_ids)
+        request.block_ids = []
+        request.num_computed_tokens = request.num_registered = 0
 
     def _admission_tokens(self, request: Request, n: int) -> int:
         if self.config.memory_policy == "guaranteed_no_evict":
@@ -199,9 +252,7 @@ class Scheduler:
 
     def _preempt(self, request: Request) -> None:
         self.running.remove(request)
-        self.pool.free(request.block_ids)
-        request.block_ids = []
-        request.num_computed_tokens = 0
+        self._drop_blocks(request)  # named blocks stay parked: its re-admission may find them
         request.num_preemptions += 1
         request.status = RequestStatus.PREEMPTED
         self.waiting.appendleft(request)
@@ -225,6 +276,7 @@ class Scheduler:
         for seq in batch.seqs:
             request = self.requests[seq.request_id]
             request.num_computed_tokens += len(seq.token_ids)
+            self._register_full_blocks(request)
             if not seq.sample:
                 continue
             token = sampled[seq.request_id]

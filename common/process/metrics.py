@@ -12,6 +12,8 @@ from collections.abc import Callable
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 disable_created_metrics()  # the *_created series only add noise to every scrape
 
@@ -96,6 +98,12 @@ class Metrics:
         if draining is not None:
             self._draining.labels(self.role).set_function(draining)
 
+    def watch_prefix_cache(self, queries: Callable[[], float], hits: Callable[[], float]) -> None:
+        """vLLM's prefix cache counters (prompt tokens looked up, of which found), read at scrape time."""
+        self.registry.register(_ReadCounters(self.role, {
+            "pdserve:prefix_cache_queries": ("Prompt tokens looked up in the prefix cache", queries),
+            "pdserve:prefix_cache_hits": ("Prompt tokens found in the prefix cache (prefill skipped)", hits)}))
+
     def watch_loop_lag(self, worst_recent_s: Callable[[], float]) -> None:
         self._loop_lag.labels(self.role).set_function(worst_recent_s)
 
@@ -138,3 +146,17 @@ class Metrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class _ReadCounters(Collector):
+    """Counters whose values live elsewhere (the engine counts them), read at scrape time."""
+
+    def __init__(self, role: str, counters: dict[str, tuple[str, Callable[[], float]]]) -> None:
+        self.role = role
+        self.counters = counters
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        for name, (text, read) in self.counters.items():
+            family = CounterMetricFamily(name, text, labels=["role"])
+            family.add_metric([self.role], read())
+            yield family

@@ -8,8 +8,9 @@ measured: pessimistic, so admission errs on the safe side until observed steps c
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -119,7 +120,23 @@ def unloaded_step_seconds(engine: LLMEngine) -> float:
     return _decode_step_seconds(engine, 1, 16)
 
 
+@contextlib.contextmanager
+def _uncached(engine: LLMEngine) -> Iterator[None]:
+    """Prefix caching paused: the profile's prompts repeat, and a hit is not a forward's cost."""
+    before = engine.scheduler.match_prefixes
+    engine.scheduler.match_prefixes = False
+    try:
+        yield
+    finally:
+        engine.scheduler.match_prefixes = before
+
+
 def _prefill_seconds(engine: LLMEngine, n: int) -> float:
+    with _uncached(engine):
+        return _timed_prefill(engine, n)
+
+
+def _timed_prefill(engine: LLMEngine, n: int) -> float:
     engine.add_request("profile-prefill", _prompt(n), SamplingParams(max_tokens=1, ignore_eos=True))
     started = time.perf_counter()
     while engine.has_unfinished_requests():
@@ -129,6 +146,11 @@ def _prefill_seconds(engine: LLMEngine, n: int) -> float:
 
 
 def _decode_step_seconds(engine: LLMEngine, batch: int, length: int) -> float:
+    with _uncached(engine):
+        return _timed_decode_steps(engine, batch, length)
+
+
+def _timed_decode_steps(engine: LLMEngine, batch: int, length: int) -> float:
     for i in range(batch):
         engine.add_request(f"profile-decode-{i}", _prompt(length), SamplingParams(max_tokens=24, ignore_eos=True))
     while any(r.num_computed_tokens < length for r in engine.scheduler.requests.values()):

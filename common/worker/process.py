@@ -79,6 +79,9 @@ class WorkerProcess:
         engine = self.engine
         self.metrics.watch(running=lambda: engine.load.running, waiting=lambda: engine.load.waiting,
                            kv_usage=lambda: engine.load.kv_usage, draining=lambda: float(self.draining))
+        index = engine.pool.prefix_index
+        if index is not None:
+            self.metrics.watch_prefix_cache(lambda: index.queries, lambda: index.hits)
         models = engine.cost_models
         if models is not None:
             # (prefill predictions are calibrated at the gateway, which exports that calibration)
