@@ -38,7 +38,7 @@ def chunk(message: gateway_pb2.GenerateResponse, received_at: float) -> Chunk:
     """One response message as a Chunk; ``usage``/``timings`` only where the message carries them."""
     usage = None
     if message.HasField("usage"):
-        usage = Usage(message.usage.prompt_tokens, message.usage.completion_tokens)
+        usage = Usage(message.usage.prompt_tokens, message.usage.completion_tokens, message.usage.cached_tokens)
     timings = timings_dict(message.timings) if message.HasField("timings") else None
     return Chunk(message.request_id, message.text, tuple(message.token_ids), message.finish_reason or None,
                  usage, timings, received_at)

@@ -35,6 +35,7 @@ class Usage:
 
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens served from a prefill worker's prefix cache
 
 
 @dataclass(frozen=True, slots=True)

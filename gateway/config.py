@@ -29,6 +29,7 @@ class GatewayConfig:
     slo_target: float = 0.99  # share of admitted requests that must meet both SLOs: the guards' margins are steered to it
     http_port: int = 0  # the OpenAI-compatible HTTP server's port; 0: none
     served_model_name: str = ""  # the model's name in the OpenAI API; empty: the preset's, or the checkpoint's directory
+    prefill_routing: str = "kv_aware"  # kv_aware: queue and prefix-cache hits weighed together | round_robin
 
     def __post_init__(self) -> None:
         if self.preset not in MODEL_NAMES:
@@ -45,6 +46,8 @@ class GatewayConfig:
             raise ValueError("worker_stall_ms must be longer than heartbeat_ms")
         if self.policy not in ("fcfs", "scorpio", "ttft_guard", "tpot_guard"):
             raise ValueError(f"policy must be fcfs, scorpio, ttft_guard or tpot_guard, got {self.policy!r}")
+        if self.prefill_routing not in ("kv_aware", "round_robin"):
+            raise ValueError(f"prefill_routing must be kv_aware or round_robin, got {self.prefill_routing!r}")
         if not 0 < self.slo_target < 1:
             raise ValueError(f"slo_target must be in (0, 1), got {self.slo_target}")
         if self.max_prompt_bytes < 0:

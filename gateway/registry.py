@@ -19,6 +19,7 @@ from common.kv_transfer.pairing import TRANSPORTS, PoolLocation, TransportMismat
 from common.slo.promise import DEFAULT_TARGET
 from common.slo.tpot_guard import DecodeView, tpot_epsilon
 from common.slo.ttft_guard import TtftGuard, new_guard
+from gateway.prefix_view import PrefixView
 from gateway.loop_lag import LoopLag
 from wire.v1 import worker_pb2, worker_pb2_grpc
 
@@ -43,6 +44,7 @@ class WorkerRecord:
     suspect: bool = False  # a call to it just failed: out of routing until it heartbeats again
     stalled: bool = False  # has work and finished no step for the stall timeout: out of routing
     progress_at: float = 0.0  # LoopLag.clock() when its step count last moved (or it had no work)
+    prefix: PrefixView | None = None  # prefill with prefix caching: a copy of what its cache holds
 
     @property
     def worker_id(self) -> str:
@@ -106,6 +108,10 @@ class WorkerRegistry:
             record.ttft = new_guard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
                                     self.slo_target)
             record.ttft.heard(load.queued_tokens, load.running)
+            if descriptor.prefix_salt:
+                record.prefix = PrefixView(descriptor.block_size, descriptor.prefix_salt)
+                if load.HasField("prefix"):
+                    record.prefix.apply(load.prefix)
         else:
             record.decode_view = DecodeView(tpot_epsilon(self.slo_target))
         self.workers[descriptor.worker_id] = record
@@ -125,8 +131,15 @@ class WorkerRegistry:
         record.load = load
         if record.ttft is not None:
             record.ttft.heard(load.queued_tokens, load.running)
+        if record.prefix is not None and load.HasField("prefix"):
+            record.prefix.apply(load.prefix)
         record.suspect = False
         return True
+
+    def prefix_out_of_step(self, worker_id: str) -> bool:
+        """Whether the copy of a worker's prefix digest missed a digest (it is asked for a snapshot)."""
+        record = self.workers.get(worker_id)
+        return record is not None and record.prefix is not None and not record.prefix.in_step
 
     def check_transports(self, descriptor: worker_pb2.WorkerDescriptor) -> None:
         """Raises TransportMismatch if the worker cannot move KV with a worker already here."""
@@ -198,4 +211,5 @@ class RegistryServicer(worker_pb2_grpc.RegistryServicer):
 
     async def Heartbeat(self, request: worker_pb2.HeartbeatRequest,
                         context: grpc.aio.ServicerContext) -> worker_pb2.HeartbeatResponse:
-        return worker_pb2.HeartbeatResponse(known=self.registry.heartbeat(request.worker_id, request.load))
+        known = self.registry.heartbeat(request.worker_id, request.load)
+        return worker_pb2.HeartbeatResponse(known=known, prefix_resync=self.registry.prefix_out_of_step(request.worker_id))

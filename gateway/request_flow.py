@@ -32,6 +32,7 @@ from gateway.admission import AdmissionQueue
 from gateway.decode_reservation import DecodeReservations
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import ABORTED, RequestError, unavailable
+from gateway.prefix_view import PromptBlocks
 from gateway.promise_loop import PromiseLoop
 from gateway.registry import WorkerRecord, WorkerRegistry, transport_between
 from gateway.request_state import EXIT_CLEAN_UP, Progress, Stage
@@ -149,8 +150,8 @@ class RequestFlow:
         deadline = _deadline(req, p)
         assert p.decode is not None
         decode = p.decode
-        candidates = [(w, transport) for w in self.router.prefill_candidates(self.registry, len(req.prompt_token_ids),
-                                                                              deadline)
+        prompt = PromptBlocks(req.prompt_token_ids)
+        candidates = [(w, transport) for w in self.router.prefill_candidates(self.registry, prompt, deadline)
                       if w.worker_id not in avoid and (transport := _transport(w, decode))]
         if not candidates:
             raise unavailable("no prefill worker is available")
@@ -163,7 +164,8 @@ class RequestFlow:
         request = worker_pb2.PrefillRequest(request_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
                                             sampling=sampling_to_proto(req.params), destination=destination,
                                             slo=_slo(req))
-        tokens, guard = len(req.prompt_token_ids), worker.guard
+        # what this worker will compute: its guard predicts, queues and calibrates on that
+        tokens, guard = prompt.uncached_tokens(worker.prefix), worker.guard
         raw_s = guard.predict_s(tokens, deadline, calibrated=False)
         p.prefill_predicted_s = guard.predict_s(tokens, deadline)
         worker.inflight += 1
@@ -244,7 +246,8 @@ class RequestFlow:
                                       e2e_ms=_ms_since(p.started), kv_transport=reply.transport,
                                       prefill_worker=p.prefill.worker_id if p.prefill else "",
                                       decode_worker=p.decode.worker_id if p.decode else "")
-        usage = gateway_pb2.Usage(prompt_tokens=len(req.prompt_token_ids), completion_tokens=p.completion_tokens)
+        usage = gateway_pb2.Usage(prompt_tokens=len(req.prompt_token_ids), completion_tokens=p.completion_tokens,
+                                  cached_tokens=reply.cached_tokens)
         return gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=token_ids, text=text,
                                             finish_reason=reason, usage=usage, timings=timings)
 

@@ -5,6 +5,11 @@
 prefill workers by predicted time to first token and decode workers by VBS headroom, and the
 request flow refuses, or holds in the admission queue, what it predicts too late (scorpio,
 ttft_guard). The orders themselves are ``common.slo.routing``'s, which the simulator runs too.
+
+Both are KV-aware: a prefill worker's cost for a prompt is the prompt less what its prefix
+cache already holds (``gateway.prefix_view``), so the queue a worker has and the work a hit
+saves are weighed in one figure (the predicted TTFT, or queued plus uncached tokens).
+``--prefill-routing round_robin`` takes prefill workers in turn instead (a baseline).
 """
 
 from __future__ import annotations
@@ -12,14 +17,17 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from common.slo.routing import decode_order_by_vbs, least_loaded_order, prefill_order
+from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
+from gateway.prefix_view import PromptBlocks
 from gateway.registry import WorkerRecord, WorkerRegistry
+
+PREFILL_ROUTINGS = ("kv_aware", "round_robin")
 
 
 class Router(Protocol):
     ttft_guard: bool  # whether requests with a TTFT SLO are refused when predicted too late
 
-    def prefill_candidates(self, registry: WorkerRegistry, prompt_tokens: int,
+    def prefill_candidates(self, registry: WorkerRegistry, prompt: PromptBlocks,
                            deadline: float = float("inf")) -> list[WorkerRecord]:
         """Prefill workers to try, best first."""
         ...
@@ -32,11 +40,12 @@ class Router(Protocol):
 class LeastLoadedRouter:
     ttft_guard = False
 
-    def prefill_candidates(self, registry: WorkerRegistry, prompt_tokens: int,
+    def prefill_candidates(self, registry: WorkerRegistry, prompt: PromptBlocks,
                            deadline: float = float("inf")) -> list[WorkerRecord]:
         workers = registry.routable("prefill")
         return _pick(workers, least_loaded_order([w.inflight for w in workers],
-                                                 [w.load.queued_tokens for w in workers]))
+                                                 [w.load.queued_tokens + prompt.uncached_tokens(w.prefix)
+                                                  for w in workers]))
 
     def decode_candidates(self, registry: WorkerRegistry, tpot_s: float) -> list[WorkerRecord]:
         workers = registry.routable("decode")
@@ -49,10 +58,11 @@ class SloAwareRouter(LeastLoadedRouter):
 
     ttft_guard = True
 
-    def prefill_candidates(self, registry: WorkerRegistry, prompt_tokens: int,
+    def prefill_candidates(self, registry: WorkerRegistry, prompt: PromptBlocks,
                            deadline: float = float("inf")) -> list[WorkerRecord]:
         workers = registry.routable("prefill")
-        return _pick(workers, prefill_order([w.guard for w in workers], prompt_tokens, deadline, time.perf_counter()))
+        return _pick(workers, prefill_order([w.guard for w in workers], [prompt.uncached_tokens(w.prefix) for w in workers],
+                                            deadline, time.perf_counter()))
 
     def decode_candidates(self, registry: WorkerRegistry, tpot_s: float) -> list[WorkerRecord]:
         workers = registry.routable("decode")
@@ -64,5 +74,25 @@ def _pick(workers: list[WorkerRecord], order: list[int]) -> list[WorkerRecord]:
     return [workers[i] for i in order]
 
 
-def router_for(ttft_guard: bool) -> Router:
-    return SloAwareRouter() if ttft_guard else LeastLoadedRouter()
+class RoundRobinPrefill:
+    """Prefill workers in turn, whatever their load or cache; decode as ``base`` places it."""
+
+    def __init__(self, base: Router) -> None:
+        self.base = base
+        self.ttft_guard = base.ttft_guard
+        self._turn = RoundRobin()
+
+    def prefill_candidates(self, registry: WorkerRegistry, prompt: PromptBlocks,
+                           deadline: float = float("inf")) -> list[WorkerRecord]:
+        workers = registry.routable("prefill")
+        return _pick(workers, self._turn.order(len(workers)))
+
+    def decode_candidates(self, registry: WorkerRegistry, tpot_s: float) -> list[WorkerRecord]:
+        return self.base.decode_candidates(registry, tpot_s)
+
+
+def router_for(ttft_guard: bool, prefill_routing: str = "kv_aware") -> Router:
+    if prefill_routing not in PREFILL_ROUTINGS:
+        raise ValueError(f"prefill_routing must be one of {', '.join(PREFILL_ROUTINGS)}, got {prefill_routing!r}")
+    base: Router = SloAwareRouter() if ttft_guard else LeastLoadedRouter()
+    return RoundRobinPrefill(base) if prefill_routing == "round_robin" else base

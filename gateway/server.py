@@ -78,7 +78,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
                               config.slo_target)
     admission = AdmissionQueue()
     streams = DecodeStreams(f"gateway-{uuid.uuid4().hex[:8]}", registry, on_finished=admission.notify)
-    flow = RequestFlow(registry, router_for(config.ttft_guard), streams, tokenizer, metrics=metrics,
+    flow = RequestFlow(registry, router_for(config.ttft_guard, config.prefill_routing), streams, tokenizer, metrics=metrics,
                        admission=admission)
     server = new_server([PeerRoleInterceptor(GATEWAY_CALLERS)] if options.tls.mutual else [])
     lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)

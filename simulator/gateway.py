@@ -292,8 +292,8 @@ class SimGateway:
         if self.config.policy == "round_robin":
             order = self.round_robin["prefill"].order(len(workers))
         elif self.config.ttft_guard:
-            order = prefill_order([self.guards[w.worker_id] for w in workers], flight.tokens, flight.deadline,
-                                  self.sim.now)
+            order = prefill_order([self.guards[w.worker_id] for w in workers], [flight.tokens] * len(workers),
+                                  flight.deadline, self.sim.now)
         else:
             order = least_loaded_order([self.inflight[w.worker_id] for w in workers],
                                        [self.guards[w.worker_id].reported_tokens for w in workers])

@@ -52,6 +52,7 @@ class Request:
     # hand-off), the chained hashes of its full blocks worked out so far, and how many of its
     # blocks the prefix index names (its leading ones).
     cacheable: bool = False
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache when it was (last) admitted
     block_hashes: list[int] = field(default_factory=list)
     num_registered: int = 0
 
@@ -87,3 +88,4 @@ class RequestOutput:
     finish_reason: str | None = None
     error: str | None = None
     kv_block_ids: tuple[int, ...] = ()  # prefill-only: the held blocks holding the prompt's KV
+    cached_tokens: int = 0  # with the first token: prompt tokens whose KV came from the prefix cache

@@ -202,6 +202,7 @@ class Scheduler:
             request.block_ids = list(blocks)
             request.num_computed_tokens = len(blocks) * size
             request.num_registered = len(blocks)
+        request.num_cached_tokens = len(blocks) * size
         return len(blocks)
 
     def _register_full_blocks(self, request: Request) -> None:
@@ -287,8 +288,10 @@ class Scheduler:
             held = tuple(request.block_ids) if request.prefill_only else ()
             if status is not None:
                 self._finish(request, status)
+            cached = request.num_cached_tokens if len(request.output_token_ids) == 1 else 0
             outputs.append(RequestOutput(request.request_id, (token,), status is not None,
-                                         FINISH_REASONS.get(status) if status else None, kv_block_ids=held))
+                                         FINISH_REASONS.get(status) if status else None, kv_block_ids=held,
+                                         cached_tokens=cached))
         return outputs
 
     def _stop_status(self, request: Request, token: int) -> RequestStatus | None:

@@ -22,6 +22,7 @@ from common.worker.registration import Registrar
 from common.rpc.server import bind, new_server, use_tls
 from common.rpc.tls import PeerRoleInterceptor
 from common.worker.config import WorkerConfig
+from common.worker.prefix_digest import DigestPublisher
 from common.worker.state import current_load, describe
 
 log = logging.getLogger(__name__)
@@ -98,8 +99,9 @@ class WorkerProcess:
         await self.lifecycle.serving()
         descriptor = describe(engine, self.role, self.worker_id, address,
                               self.worker.kv_transport if self.role == "prefill" else "", self.kv_receives)
-        self.registrar = Registrar(self.worker.gateway, descriptor, lambda: current_load(engine, self.draining),
-                                   on_refused=self.lifecycle.fail)
+        digest = DigestPublisher(engine.pool.prefix_index) if self.role == "prefill" else None
+        self.registrar = Registrar(self.worker.gateway, descriptor, lambda: current_load(engine, self.draining, digest),
+                                   on_refused=self.lifecycle.fail, on_resync=digest.resync if digest else None)
         self.registrar.start()
         log.info("%s worker %s listening on %s (advertised as %s)", self.role, self.worker_id, bound, address)
 

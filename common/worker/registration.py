@@ -26,9 +26,11 @@ def host_id() -> str:
 class Registrar:
     def __init__(self, gateway: str, descriptor: worker_pb2.WorkerDescriptor,
                  load: Callable[[], worker_pb2.WorkerLoad], period_s: float = HEARTBEAT_S,
-                 on_refused: Callable[[str], None] = lambda reason: None) -> None:
+                 on_refused: Callable[[str], None] = lambda reason: None,
+                 on_resync: Callable[[], None] | None = None) -> None:
         self.descriptor = descriptor
         self.load = load
+        self.on_resync = on_resync  # the gateway needs a whole prefix digest: before a registration, or asked
         self.period_s = period_s
         self.on_refused = on_refused  # the gateway will never take this worker as configured
         self._channel = gateway_channel(gateway)
@@ -74,10 +76,14 @@ class Registrar:
 
     async def _tick(self, registered: bool) -> bool:
         if not registered:
+            if self.on_resync is not None:
+                self.on_resync()
             await self._stub.Register(worker_pb2.RegisterRequest(worker=self.descriptor, load=self.load()),
                                       timeout=2)
             log.info("registered with the gateway as %s", self.descriptor.worker_id)
             return True
         reply = await self._stub.Heartbeat(worker_pb2.HeartbeatRequest(worker_id=self.descriptor.worker_id,
                                                                        load=self.load()), timeout=2)
+        if reply.prefix_resync and self.on_resync is not None:
+            self.on_resync()
         return reply.known

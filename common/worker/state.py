@@ -11,6 +11,7 @@ import torch
 
 from common.engine.llm_engine import LLMEngine
 from common.rpc.convert import cost_models_to_proto
+from common.worker.prefix_digest import DigestPublisher
 from common.worker.registration import host_id
 from common.slo.credit import virtual_batch_size
 from wire.v1 import worker_pb2
@@ -36,16 +37,21 @@ def describe(engine: LLMEngine, role: str, worker_id: str, address: str, kv_tran
         kv_dtype=str(cache.dtype).removeprefix("torch."), block_bytes=engine.cache.block_bytes,
         device_kind=engine.device.type, gpu_uuid=gpu_uuid(engine.device), kv_transport=kv_transport,
         kv_receives=list(kv_receives),
+        prefix_salt=engine.prefix_salt if engine.pool.prefix_index is not None and role == "prefill" else 0,
     )
 
 
-def current_load(engine: LLMEngine, draining: bool) -> worker_pb2.WorkerLoad:
+def current_load(engine: LLMEngine, draining: bool, digest: DigestPublisher | None = None) -> worker_pb2.WorkerLoad:
     """Read from the event loop while the engine thread runs: the engine's latest snapshot
-    (``LLMEngine.load``), as of its last step or call."""
+    (``LLMEngine.load``), as of its last step or call; and, from a prefill worker, its prefix
+    digest (every load built is sent: the digest's changes are drained)."""
     snapshot = engine.load
     load = worker_pb2.WorkerLoad(free_blocks=snapshot.free_blocks, running=snapshot.running,
                                  waiting=snapshot.waiting, queued_tokens=snapshot.queued_tokens, draining=draining,
                                  reserved=snapshot.reserved, steps=snapshot.steps)
+    prefix = digest.next() if digest is not None else None
+    if prefix is not None:
+        load.prefix.CopyFrom(prefix)
     if engine.config.policy == "fcfs":
         return load
     if snapshot.earliest_ttft_deadline is not None:

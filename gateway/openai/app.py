@@ -114,7 +114,7 @@ async def _whole(first: gateway_pb2.GenerateResponse, rest: AsyncIterator[gatewa
     except RequestError as exc:
         return _error(exc)
     return JSONResponse(shape.whole("".join(texts), last.finish_reason or "stop",
-                                    usage(last.usage.prompt_tokens, last.usage.completion_tokens)),
+                                    usage(last.usage.prompt_tokens, last.usage.completion_tokens, last.usage.cached_tokens)),
                         headers={"x-request-id": shape.rid})
 
 
@@ -130,7 +130,7 @@ async def _events(first: gateway_pb2.GenerateResponse, rest: AsyncIterator[gatew
             if message.finish_reason:
                 yield _sse(shape.finish(message.finish_reason))
                 if include_usage:
-                    yield _sse(shape.usage_chunk(usage(message.usage.prompt_tokens, message.usage.completion_tokens)))
+                    yield _sse(shape.usage_chunk(usage(message.usage.prompt_tokens, message.usage.completion_tokens, message.usage.cached_tokens)))
             message = await anext(rest, None)
     except RequestError as exc:
         yield _sse(error_body(exc))
@@ -162,7 +162,7 @@ class _Shape(abc.ABC):
         return {"id": f"{self.id_prefix}-{self.rid}", "object": obj, "created": self.created, "model": self.model, "choices": choices}
 
     @abc.abstractmethod
-    def whole(self, text: str, finish: str, counts: dict[str, int]) -> dict[str, object]: ...
+    def whole(self, text: str, finish: str, counts: dict[str, object]) -> dict[str, object]: ...
 
     def opening(self) -> list[dict[str, object]]:
         return []
@@ -173,7 +173,7 @@ class _Shape(abc.ABC):
     @abc.abstractmethod
     def finish(self, reason: str) -> dict[str, object]: ...
 
-    def usage_chunk(self, counts: dict[str, int]) -> dict[str, object]:
+    def usage_chunk(self, counts: dict[str, object]) -> dict[str, object]:
         return {**self._envelope(self.object_chunk, []), "usage": counts}
 
 
@@ -181,7 +181,7 @@ class _CompletionShape(_Shape):
     object_whole = object_chunk = "text_completion"
     id_prefix = "cmpl"
 
-    def whole(self, text: str, finish: str, counts: dict[str, int]) -> dict[str, object]:
+    def whole(self, text: str, finish: str, counts: dict[str, object]) -> dict[str, object]:
         choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
         return {**self._envelope(self.object_whole, [choice]), "usage": counts}
 
@@ -196,7 +196,7 @@ class _ChatShape(_Shape):
     object_whole, object_chunk = "chat.completion", "chat.completion.chunk"
     id_prefix = "chatcmpl"
 
-    def whole(self, text: str, finish: str, counts: dict[str, int]) -> dict[str, object]:
+    def whole(self, text: str, finish: str, counts: dict[str, object]) -> dict[str, object]:
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
                   "logprobs": None}
         return {**self._envelope(self.object_whole, [choice]), "usage": counts}

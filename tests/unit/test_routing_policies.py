@@ -22,8 +22,8 @@ def _guard(queued: dict[str, tuple[float, int]]) -> TtftGuard:
 def test_prefill_order_is_least_predicted_ttft_with_workers_it_would_make_late_last():
     idle, busy = _guard({}), _guard({"a": (10.0, 2000)})
     crowded = _guard({"due": (0.050, 300)})  # 30 ms of work due at 50 ms: 250 more tokens make it late
-    assert prefill_order([busy, idle], 250, deadline=0.020, now=0.0) == [1, 0]
-    assert prefill_order([crowded, busy], 250, deadline=0.020, now=0.0) == [1, 0]
+    assert prefill_order([busy, idle], [250, 250], deadline=0.020, now=0.0) == [1, 0]
+    assert prefill_order([crowded, busy], [250, 250], deadline=0.020, now=0.0) == [1, 0]
 
 
 def test_decode_order_prefers_the_most_vbs_headroom_then_free_blocks():

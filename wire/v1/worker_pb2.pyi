@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerDescriptor(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "host_id", "device", "model", "block_size", "total_blocks", "max_model_len", "vocab_size", "kv_dtype", "block_bytes", "cost_model", "policy", "incarnation", "max_num_tokens", "device_kind", "gpu_uuid", "kv_transport", "kv_receives")
+    __slots__ = ("worker_id", "role", "address", "host_id", "device", "model", "block_size", "total_blocks", "max_model_len", "vocab_size", "kv_dtype", "block_bytes", "cost_model", "policy", "incarnation", "max_num_tokens", "device_kind", "gpu_uuid", "kv_transport", "kv_receives", "prefix_salt")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class WorkerDescriptor(_message.Message):
     GPU_UUID_FIELD_NUMBER: _ClassVar[int]
     KV_TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     KV_RECEIVES_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_SALT_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     role: str
     address: str
@@ -49,7 +50,8 @@ class WorkerDescriptor(_message.Message):
     gpu_uuid: str
     kv_transport: str
     kv_receives: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., device: _Optional[str] = ..., model: _Optional[str] = ..., block_size: _Optional[int] = ..., total_blocks: _Optional[int] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., kv_dtype: _Optional[str] = ..., block_bytes: _Optional[int] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., policy: _Optional[str] = ..., incarnation: _Optional[str] = ..., max_num_tokens: _Optional[int] = ..., device_kind: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., kv_transport: _Optional[str] = ..., kv_receives: _Optional[_Iterable[str]] = ...) -> None: ...
+    prefix_salt: int
+    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., device: _Optional[str] = ..., model: _Optional[str] = ..., block_size: _Optional[int] = ..., total_blocks: _Optional[int] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., kv_dtype: _Optional[str] = ..., block_bytes: _Optional[int] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., policy: _Optional[str] = ..., incarnation: _Optional[str] = ..., max_num_tokens: _Optional[int] = ..., device_kind: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., kv_transport: _Optional[str] = ..., kv_receives: _Optional[_Iterable[str]] = ..., prefix_salt: _Optional[int] = ...) -> None: ...
 
 class CostModel(_message.Message):
     __slots__ = ("present", "prefill_threshold", "prefill_base_s", "prefill_per_token_s", "decode_alpha", "decode_beta", "decode_gamma", "decode_delta", "decode_knee", "prefill_per_token2_s", "prefill_max_tokens")
@@ -78,7 +80,7 @@ class CostModel(_message.Message):
     def __init__(self, present: _Optional[bool] = ..., prefill_threshold: _Optional[float] = ..., prefill_base_s: _Optional[float] = ..., prefill_per_token_s: _Optional[float] = ..., decode_alpha: _Optional[float] = ..., decode_beta: _Optional[float] = ..., decode_gamma: _Optional[float] = ..., decode_delta: _Optional[float] = ..., decode_knee: _Optional[float] = ..., prefill_per_token2_s: _Optional[float] = ..., prefill_max_tokens: _Optional[float] = ...) -> None: ...
 
 class WorkerLoad(_message.Message):
-    __slots__ = ("free_blocks", "running", "waiting", "queued_tokens", "draining", "vbs", "mean_len", "tightest_tpot_ms", "reserved", "earliest_ttft_deadline_ms", "steps")
+    __slots__ = ("free_blocks", "running", "waiting", "queued_tokens", "draining", "vbs", "mean_len", "tightest_tpot_ms", "reserved", "earliest_ttft_deadline_ms", "steps", "prefix")
     FREE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +92,7 @@ class WorkerLoad(_message.Message):
     RESERVED_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_TTFT_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
     free_blocks: int
     running: int
     waiting: int
@@ -101,7 +104,20 @@ class WorkerLoad(_message.Message):
     reserved: int
     earliest_ttft_deadline_ms: float
     steps: int
-    def __init__(self, free_blocks: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., draining: _Optional[bool] = ..., vbs: _Optional[float] = ..., mean_len: _Optional[float] = ..., tightest_tpot_ms: _Optional[float] = ..., reserved: _Optional[int] = ..., earliest_ttft_deadline_ms: _Optional[float] = ..., steps: _Optional[int] = ...) -> None: ...
+    prefix: PrefixDigest
+    def __init__(self, free_blocks: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., draining: _Optional[bool] = ..., vbs: _Optional[float] = ..., mean_len: _Optional[float] = ..., tightest_tpot_ms: _Optional[float] = ..., reserved: _Optional[int] = ..., earliest_ttft_deadline_ms: _Optional[float] = ..., steps: _Optional[int] = ..., prefix: _Optional[_Union[PrefixDigest, _Mapping]] = ...) -> None: ...
+
+class PrefixDigest(_message.Message):
+    __slots__ = ("seq", "snapshot", "stored", "removed")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    snapshot: bool
+    stored: _containers.RepeatedScalarFieldContainer[int]
+    removed: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, seq: _Optional[int] = ..., snapshot: _Optional[bool] = ..., stored: _Optional[_Iterable[int]] = ..., removed: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("worker", "load")
@@ -126,10 +142,12 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., load: _Optional[_Union[WorkerLoad, _Mapping]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("known",)
+    __slots__ = ("known", "prefix_resync")
     KNOWN_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_RESYNC_FIELD_NUMBER: _ClassVar[int]
     known: bool
-    def __init__(self, known: _Optional[bool] = ...) -> None: ...
+    prefix_resync: bool
+    def __init__(self, known: _Optional[bool] = ..., prefix_resync: _Optional[bool] = ...) -> None: ...
 
 class KVDestination(_message.Message):
     __slots__ = ("decode_worker_id", "address", "block_ids", "lease_id", "transport", "host_id", "incarnation")
@@ -164,7 +182,7 @@ class PrefillRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_gateway_pb2.SamplingParams, _Mapping]] = ..., destination: _Optional[_Union[KVDestination, _Mapping]] = ..., slo: _Optional[_Union[_gateway_pb2.SLO, _Mapping]] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
-    __slots__ = ("first_token", "queue_ms", "prefill_ms", "transfer_ms", "transfer_bytes", "transport", "finish_reason")
+    __slots__ = ("first_token", "queue_ms", "prefill_ms", "transfer_ms", "transfer_bytes", "transport", "finish_reason", "cached_tokens")
     FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_MS_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +190,7 @@ class PrefillResponse(_message.Message):
     TRANSFER_BYTES_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     first_token: int
     queue_ms: float
     prefill_ms: float
@@ -179,7 +198,8 @@ class PrefillResponse(_message.Message):
     transfer_bytes: int
     transport: str
     finish_reason: str
-    def __init__(self, first_token: _Optional[int] = ..., queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., transfer_ms: _Optional[float] = ..., transfer_bytes: _Optional[int] = ..., transport: _Optional[str] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+    cached_tokens: int
+    def __init__(self, first_token: _Optional[int] = ..., queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., transfer_ms: _Optional[float] = ..., transfer_bytes: _Optional[int] = ..., transport: _Optional[str] = ..., finish_reason: _Optional[str] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class WorkerAbortRequest(_message.Message):
     __slots__ = ("request_id", "lease_id")
