@@ -47,7 +47,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the gaps; 1 = Poisson")
     p.add_argument("--num-prompts", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dataset-name", choices=("random", "sharegpt-like", "trace"), default="random")
+    p.add_argument("--dataset-name", choices=("random", "sharegpt-like", "trace", "multi-turn"), default="random",
+                   help="multi-turn: sessions whose turns resend the history (gRPC backend)")
     p.add_argument("--dataset-path", default=None, help="trace CSV (arrived_at, num_prefill_tokens, num_decode_tokens)")
     p.add_argument("--time-scale", type=float, default=1.0, help="trace: multiply arrival times")
     p.add_argument("--length-scale", type=float, default=1.0, help="trace: divide token counts")
@@ -56,6 +57,12 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--random-range-ratio", type=float, default=0.0)
     p.add_argument("--max-input-len", type=int, default=1024, help="sharegpt-like: cap on prompt tokens")
     p.add_argument("--max-output-len", type=int, default=512, help="sharegpt-like: cap on output tokens")
+    p.add_argument("--shared-prefix-len", type=int, default=0,
+                   help="random: every prompt starts with the same this many tokens (a shared system prompt)")
+    p.add_argument("--turns", type=int, default=4, help="multi-turn: turns per session")
+    p.add_argument("--turn-input-len", type=int, default=32, help="multi-turn: new user tokens per later turn "
+                                                                     "(the first turn: --random-input-len)")
+    p.add_argument("--think-time-s", type=float, default=1.0, help="multi-turn: pause after an answer")
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--goodput", nargs="*", default=[], metavar="KEY:MS", help="SLOs, e.g. ttft:500 tpot:50")
     p.add_argument("--slo-mix", default="", help="classes name:ttft_ms:tpot_ms[:weight],... sent with requests")
@@ -85,8 +92,11 @@ def parse_goodput(items: list[str]) -> tuple[float | None, float | None]:
 
 def run_point(args: argparse.Namespace, rate: float,
               execute: Execute | None = None) -> tuple[dict[str, Any], list[metrics.RequestRecord]]:
-    plan = build_plan(args, rate)
-    records, duration = (execute or _backend(args))(args, plan, f"rate {rate:g}")
+    if args.dataset_name == "multi-turn":
+        records, duration = _sessions(args, rate)
+    else:
+        plan = build_plan(args, rate)
+        records, duration = (execute or _backend(args))(args, plan, f"rate {rate:g}")
     wanted = [m for m in args.percentile_metrics.split(",") if m in METRICS]
     percentiles = [float(p) for p in args.metric_percentiles.split(",")]
     result = metrics.summarize(records, duration, percentiles, wanted)
@@ -105,6 +115,22 @@ def _over_grpc(args: argparse.Namespace, plan: list[PlannedRequest],
     bar = ProgressBar(len(plan), label)
     return asyncio.run(run_plan(f"{args.host}:{args.port}", plan, args.ignore_eos, args.max_concurrency,
                                 parse_goodput(args.goodput), bar.update, api_key=getattr(args, "api_key", "")))
+
+
+def _sessions(args: argparse.Namespace, rate: float) -> tuple[list[metrics.RequestRecord], float]:
+    if getattr(args, "backend", "pdserve") != "pdserve":
+        raise ValueError("--dataset-name multi-turn runs over gRPC (--backend pdserve): a turn resends the answer's token ids")
+    from client.bench.runner import Goodput
+    from client.bench.sessions import plan_sessions, run_sessions
+    from client.bench.workload import parse_slo_mix
+
+    goodput: Goodput = parse_goodput(args.goodput)
+    sessions = plan_sessions(args.num_prompts, args.turns, args.random_input_len, args.turn_input_len,
+                             args.random_output_len, rate, args.burstiness, list(parse_slo_mix(args.slo_mix or "")),
+                             args.seed)
+    bar = ProgressBar(len(sessions) * args.turns, f"rate {rate:g}, {len(sessions)} sessions")
+    return asyncio.run(run_sessions(f"{args.host}:{args.port}", sessions, args.think_time_s, args.ignore_eos,
+                                    goodput, bar.update, api_key=getattr(args, "api_key", "")))
 
 
 def _backend(args: argparse.Namespace) -> Execute:

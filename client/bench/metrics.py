@@ -27,6 +27,8 @@ class RequestRecord:
     token_times: list[float] = field(default_factory=list)  # arrival of each token message
     tokens_per_message: list[int] = field(default_factory=list)
     error: str = ""  # gRPC status name, "" when it completed
+    output_token_ids: list[int] = field(default_factory=list)  # over gRPC: what a next turn resends
+    cached_tokens: int = 0  # prompt tokens the server found in its prefix cache (its usage says)
 
     @property
     def ok(self) -> bool:
@@ -75,6 +77,9 @@ def summarize(records: list[RequestRecord], duration: float, percentiles: list[f
         "output_throughput": out_tokens / duration,
         "total_token_throughput": (out_tokens + sum(r.input_len for r in done)) / duration,
         "slo_adherence": good / len(records) if records else 0.0,
+        "total_cached_tokens": sum(r.cached_tokens for r in done),
+        "prefix_hit_rate": sum(r.cached_tokens for r in done) / max(1, sum(r.input_len for r in done)),
+        "prefill_tokens_per_request": sum(r.input_len - r.cached_tokens for r in done) / max(1, len(done)),
     }
     samples = {"ttft": [r.ttft for r in done], "tpot": [r.tpot for r in done if r.output_len > 1],
                "itl": [g for r in done for g in r.itls], "e2el": [r.e2el for r in done]}

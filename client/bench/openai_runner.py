@@ -126,6 +126,8 @@ async def _stream(target: OpenAITarget, item: PlannedRequest, ignore_eos: bool, 
         if isinstance(usage, dict):
             completion_tokens = int(usage.get("completion_tokens") or 0)
             record.input_len = int(usage.get("prompt_tokens") or record.input_len)
+            details = usage.get("prompt_tokens_details")
+            record.cached_tokens = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
     if completion_tokens is not None and record.tokens_per_message:
         # chunks carry whole characters, so a token held back (half a character) joins the next
         # chunk: the server's count is the output length

@@ -17,6 +17,8 @@ def build_plan(args: argparse.Namespace, rate: float) -> list[PlannedRequest]:
     Synthetic datasets draw gamma gaps at ``rate``; a trace keeps its own arrival pattern
     (× ``--time-scale``), stretched to a mean of ``rate`` when a finite rate is given.
     """
+    if args.dataset_name == "multi-turn":
+        raise ValueError("--dataset-name multi-turn is a conversation per session, sent by pdserve bench over gRPC")
     rng = np.random.default_rng(args.seed)
     n = args.num_prompts
     if args.dataset_name == "trace":
@@ -33,5 +35,6 @@ def build_plan(args: argparse.Namespace, rate: float) -> list[PlannedRequest]:
         unit = gamma_intervals(n, 1.0, args.burstiness, np.random.default_rng(args.seed + 1))
         times = (np.cumsum(unit) - unit[0]) / rate if rate != float("inf") else np.zeros(n)
     classes = pick_classes(len(lengths), parse_slo_mix(args.slo_mix or ""), rng)
-    return [PlannedRequest(i, token_prompt(inp, rng), out, cls, float(t))
+    shared = token_prompt(getattr(args, "shared_prefix_len", 0), np.random.default_rng(args.seed + 2))
+    return [PlannedRequest(i, shared + token_prompt(max(1, inp - len(shared)), rng), out, cls, float(t))
             for i, ((inp, out), cls, t) in enumerate(zip(lengths, classes, times))]

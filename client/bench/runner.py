@@ -50,12 +50,12 @@ async def run_plan(address: str, plan: list[PlannedRequest], ignore_eos: bool, m
         stub = gateway_pb2_grpc.GatewayStub(channel)
 
         async def send(item: PlannedRequest, started: float) -> RequestRecord:
-            return await _send(stub, item, ignore_eos, goodput, started, timeout_s, metadata)
+            return await send_one(stub, item, ignore_eos, goodput, started, timeout_s, metadata)
 
         return await schedule(plan, max_concurrency, send, on_done)
 
 
-async def _send(stub: gateway_pb2_grpc.GatewayStub, item: PlannedRequest, ignore_eos: bool,
+async def send_one(stub: gateway_pb2_grpc.GatewayStub, item: PlannedRequest, ignore_eos: bool,
                 goodput: Goodput, started: float, timeout_s: float,
                 metadata: tuple[tuple[str, str], ...] | None) -> RequestRecord:
     record = new_record(item, goodput, started)
@@ -69,6 +69,9 @@ async def _send(stub: gateway_pb2_grpc.GatewayStub, item: PlannedRequest, ignore
             if message.token_ids:
                 record.token_times.append(time.perf_counter() - started)
                 record.tokens_per_message.append(len(message.token_ids))
+                record.output_token_ids.extend(message.token_ids)
+            if message.finish_reason:
+                record.cached_tokens = message.usage.cached_tokens
     except grpc.aio.AioRpcError as exc:
         record.error = exc.code().name
     return record
