@@ -6,9 +6,9 @@ the same plan, schedule and records as over gRPC, so both are measured by one de
   ids (a chat API takes text); the prompt length recorded is the server's own count (``usage``),
   chat template included.
 
-Both stream (``stream_options.include_usage``), greedy, and send a request's SLO class as the
-headers pdserve reads (``x-slo-ttft-ms``, ``x-slo-tpot-ms``, ``x-slo-class``), which other
-servers ignore. A token's arrival is a chunk carrying text; the output length is the server's
+Both stream (``stream_options.include_usage``), greedy, and send a request's SLOs as the
+headers pdserve reads (``x-slo-ttft-ms``, ``x-slo-tpot-ms``; as over gRPC, not the class's name),
+which other servers ignore. A token's arrival is a chunk carrying text; the output length is the server's
 ``completion_tokens``. HTTP statuses are recorded under the gRPC status names pdserve maps them
 from, so rejected (429) and failed requests count as they do over gRPC.
 """
@@ -89,7 +89,8 @@ def slo_headers(item: PlannedRequest) -> dict[str, str]:
     cls = item.slo_class
     if cls is None:
         return {}
-    return {"x-slo-ttft-ms": str(int(cls.ttft_ms)), "x-slo-tpot-ms": str(int(cls.tpot_ms)), "x-slo-class": cls.name}
+    # the figures, not the name: a class name means the gateway's own classes (--slo-classes)
+    return {"x-slo-ttft-ms": str(int(cls.ttft_ms)), "x-slo-tpot-ms": str(int(cls.tpot_ms))}
 
 
 async def run_plan_openai(target: OpenAITarget, plan: list[PlannedRequest], ignore_eos: bool,

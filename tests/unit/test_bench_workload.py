@@ -43,3 +43,29 @@ def test_builtin_trace_is_scaled_in_time_and_length():
     assert [t * 0.5 for t, _, _ in raw] == [t for t, _, _ in scaled]
     assert [max(1, round(i / 4)) for _, i, _ in raw] == [i for _, i, _ in scaled]
     assert raw[0] == (0.0, 374, 44)
+
+
+def test_a_shared_prefix_starts_every_prompt_and_keeps_their_lengths():
+    import argparse
+
+    from client.bench.plan import build_plan
+
+    args = argparse.Namespace(seed=3, num_prompts=5, dataset_name="random", random_input_len=100,
+                              random_output_len=8, random_range_ratio=0.5, burstiness=1.0, slo_mix="",
+                              shared_prefix_len=40)
+    plan = build_plan(args, rate=2.0)
+    assert len({tuple(p.prompt[:40]) for p in plan}) == 1, "one system prompt for all"
+    assert len({tuple(p.prompt[40:48]) for p in plan}) == 5, "then each its own tokens"
+    unshared = build_plan(argparse.Namespace(**{**vars(args), "shared_prefix_len": 0}), rate=2.0)
+    assert [len(p.prompt) for p in plan] == [len(p.prompt) for p in unshared]
+
+
+def test_sessions_start_at_the_request_rate_divided_by_their_turns():
+    from client.bench.sessions import plan_sessions
+
+    sessions = plan_sessions(400, turns=4, first_len=50, turn_len=10, output_len=6, rate=8.0, burstiness=1.0,
+                             classes=[], seed=1)
+    assert len(sessions) == 100
+    assert [len(m) for m in sessions[0].messages] == [50, 10, 10, 10]
+    mean_gap = sessions[-1].start_at / (len(sessions) - 1)
+    assert 0.8 * 4 / 8.0 < mean_gap < 1.2 * 4 / 8.0, "sessions every turns/rate seconds on average"
