@@ -45,7 +45,8 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no open stream {request.stream_id!r}")
         try:
             lease = await self.async_engine.reserve(request.request_id, request.prompt_tokens, request.max_tokens,
-                                                    request.tpot_ms, request.tpot_margin or TPOT_MARGIN)
+                                                    request.tpot_ms, request.tpot_margin or TPOT_MARGIN,
+                                                    list(request.prefix_hashes))
         except AdmissionError as exc:
             self.metrics.rejected("tpot_unattainable")
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
@@ -56,7 +57,7 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "decode worker KV cache is full")
         self.hub.bind(request.request_id, request.stream_id)
         return worker_pb2.ReserveResponse(block_ids=lease.block_ids, lease_id=lease.lease_id,
-                                          lease_ms=self.engine.leases.lease_s * 1000)
+                                          lease_ms=self.engine.leases.lease_s * 1000, cached_blocks=lease.cached)
 
     async def Commit(self, request: worker_pb2.CommitRequest,
                      context: grpc.aio.ServicerContext) -> worker_pb2.CommitResponse:

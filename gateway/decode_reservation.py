@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from gateway.admission import AdmissionQueue
+from gateway.prefix_view import PromptBlocks
 from gateway.errors import RequestError, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
 from gateway.router import Router
@@ -37,21 +38,21 @@ class DecodeReservations:
         self.admission = admission
         self.spawn = spawn  # runs clean-up calls that outlive the request
 
-    async def reserve(self, req: ValidatedRequest, ttft_deadline: float, avoid: set[str]) -> Reservation:
-        """``ttft_deadline``: perf_counter time, inf without a TTFT SLO; ``avoid``: worker ids."""
+    async def reserve(self, req: ValidatedRequest, prompt: PromptBlocks, ttft_deadline: float,
+                      avoid: set[str]) -> Reservation:
+        """``prompt``: the request's prompt, hashed for the workers' prefix caches;
+        ``ttft_deadline``: perf_counter time, inf without a TTFT SLO; ``avoid``: worker ids."""
         try:
-            return await self._reserve_once(req, avoid)
+            return await self._reserve_once(req, prompt, avoid)
         except RequestError as exc:
             if not (self.router.ttft_guard and req.ttft_ms and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED):
                 raise
-            return await self._wait_for_admission(req, ttft_deadline, avoid, exc)
+            return await self._wait_for_admission(req, prompt, ttft_deadline, avoid, exc)
 
-    async def _wait_for_admission(self, req: ValidatedRequest, deadline: float, avoid: set[str],
-                                  refusal: RequestError) -> Reservation:
-        tokens = len(req.prompt_token_ids)
-
+    async def _wait_for_admission(self, req: ValidatedRequest, prompt: PromptBlocks, deadline: float,
+                                  avoid: set[str], refusal: RequestError) -> Reservation:
         def last_useful() -> float:  # admitted later than this, the prefill cannot finish in time
-            return last_useful_moment(self.registry, tokens, deadline)
+            return last_useful_moment(self.registry, prompt, deadline)
 
         async with self.admission.waiting(last_useful, req.tpot_ms) as waiter:
             while True:
@@ -60,7 +61,7 @@ class DecodeReservations:
                         raise refusal
                     continue
                 try:
-                    reservation = await self._reserve_once(req, avoid)
+                    reservation = await self._reserve_once(req, prompt, avoid)
                 except RequestError as exc:
                     waiter.report(False)
                     if exc.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -70,8 +71,8 @@ class DecodeReservations:
                 waiter.report(True)
                 return reservation
 
-    async def _reserve_once(self, req: ValidatedRequest, avoid: set[str]) -> Reservation:
-        candidates = [w for w in self.router.decode_candidates(self.registry, req.tpot_ms / 1000)
+    async def _reserve_once(self, req: ValidatedRequest, prompt: PromptBlocks, avoid: set[str]) -> Reservation:
+        candidates = [w for w in self.router.decode_candidates(self.registry, req.tpot_ms / 1000, prompt)
                       if w.worker_id not in avoid]
         if not candidates:
             raise unavailable("no decode worker is available")
@@ -79,7 +80,8 @@ class DecodeReservations:
         for worker in candidates:
             reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
                                                 max_tokens=req.params.max_tokens, stream_id=self.stream_id,
-                                                tpot_ms=req.tpot_ms, tpot_margin=worker.view.epsilon.margin)
+                                                tpot_ms=req.tpot_ms, tpot_margin=worker.view.epsilon.margin,
+                                                prefix_hashes=prompt.cached_hashes(worker.prefix))
             # shielded: if the request ends while the reply is on its way, the reservation it
             # brings is released on arrival instead of waiting for its lease to run out
             call = asyncio.ensure_future(worker.stub.Reserve(reserve, timeout=call_timeout(req, CONTROL_TIMEOUT_S)))

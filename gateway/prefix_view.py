@@ -1,4 +1,7 @@
-"""What the gateway knows of each prefill worker's prefix cache, and what a prompt would find there.
+"""What the gateway knows of each worker's prefix cache, and what a prompt would find there.
+
+A prefill worker's cached prefix is prefill work saved; a decode worker's (the earlier turns
+of a conversation it served) is KV that need not be copied to it again.
 
 A worker's digests (``worker.proto`` ``PrefixDigest``) keep ``PrefixView.hashes`` a copy of the
 block hashes its cache holds: a snapshot replaces it, changes update it, and a gap in the
@@ -50,20 +53,25 @@ class PromptBlocks:
     def __len__(self) -> int:
         return len(self.token_ids)
 
-    def cached_tokens(self, view: PrefixView | None) -> int:
-        """Prompt tokens a worker with this view would not compute (0 without a view in step)."""
+    def cached_hashes(self, view: PrefixView | None) -> list[int]:
+        """The hashes of the leading run of the prompt's full blocks a worker with this view holds
+        (none without a view in step)."""
         if view is None or not view.in_step or not view.hashes:
-            return 0
+            return []
         key = (view.block_size, view.salt)
         if key not in self._hashes:
             usable = (len(self.token_ids) - 1) // view.block_size  # the last token is always computed
             self._hashes[key] = chain_hashes(self.token_ids[:usable * view.block_size], view.block_size, view.salt)
-        run = 0
+        run = []
         for h in self._hashes[key]:
             if h not in view.hashes:
                 break
-            run += 1
-        return run * view.block_size
+            run.append(h)
+        return run
+
+    def cached_tokens(self, view: PrefixView | None) -> int:
+        """Prompt tokens a worker with this view would not compute (0 without a view in step)."""
+        return len(self.cached_hashes(view)) * view.block_size if view is not None else 0
 
     def uncached_tokens(self, view: PrefixView | None) -> int:
         return len(self.token_ids) - self.cached_tokens(view)

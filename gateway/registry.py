@@ -44,7 +44,7 @@ class WorkerRecord:
     suspect: bool = False  # a call to it just failed: out of routing until it heartbeats again
     stalled: bool = False  # has work and finished no step for the stall timeout: out of routing
     progress_at: float = 0.0  # LoopLag.clock() when its step count last moved (or it had no work)
-    prefix: PrefixView | None = None  # prefill with prefix caching: a copy of what its cache holds
+    prefix: PrefixView | None = None  # with prefix caching: a copy of what its cache holds
 
     @property
     def worker_id(self) -> str:
@@ -108,12 +108,12 @@ class WorkerRegistry:
             record.ttft = new_guard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
                                     self.slo_target)
             record.ttft.heard(load.queued_tokens, load.running)
-            if descriptor.prefix_salt:
-                record.prefix = PrefixView(descriptor.block_size, descriptor.prefix_salt)
-                if load.HasField("prefix"):
-                    record.prefix.apply(load.prefix)
         else:
             record.decode_view = DecodeView(tpot_epsilon(self.slo_target))
+        if descriptor.prefix_salt:
+            record.prefix = PrefixView(descriptor.block_size, descriptor.prefix_salt)
+            if load.HasField("prefix"):
+                record.prefix.apply(load.prefix)
         self.workers[descriptor.worker_id] = record
         log.info("%s worker %s joined at %s", descriptor.role, descriptor.worker_id, descriptor.address)
         for callback in self.on_join:

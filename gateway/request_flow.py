@@ -32,7 +32,6 @@ from gateway.admission import AdmissionQueue
 from gateway.decode_reservation import DecodeReservations
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import ABORTED, RequestError, unavailable
-from gateway.prefix_view import PromptBlocks
 from gateway.promise_loop import PromiseLoop
 from gateway.registry import WorkerRecord, WorkerRegistry, transport_between
 from gateway.request_state import EXIT_CLEAN_UP, Progress, Stage
@@ -133,8 +132,10 @@ class RequestFlow:
     # -- one attempt at the first token (``retries.Attempt``) --
 
     async def reserve(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
-        decode, reservation = await self.reservations.reserve(req, _deadline(req, p), avoid)
+        decode, reservation = await self.reservations.reserve(req, p.prompt_blocks(req.prompt_token_ids),
+                                                              _deadline(req, p), avoid)
         p.reserved(decode, reservation.lease_id)
+        p.decode_cached_tokens = reservation.cached_blocks * decode.descriptor.block_size
         decode.inflight += 1
         try:
             self._check_ttft(req, p)  # the wait, or the reservation itself, may have used up the slack
@@ -150,7 +151,7 @@ class RequestFlow:
         deadline = _deadline(req, p)
         assert p.decode is not None
         decode = p.decode
-        prompt = PromptBlocks(req.prompt_token_ids)
+        prompt = p.prompt_blocks(req.prompt_token_ids)
         candidates = [(w, transport) for w in self.router.prefill_candidates(self.registry, prompt, deadline)
                       if w.worker_id not in avoid and (transport := _transport(w, decode))]
         if not candidates:
@@ -160,13 +161,13 @@ class RequestFlow:
         destination = worker_pb2.KVDestination(
             decode_worker_id=decode.worker_id, address=decode.descriptor.address, transport=transport,
             block_ids=reservation.block_ids, lease_id=reservation.lease_id, host_id=decode.descriptor.host_id,
-            incarnation=decode.descriptor.incarnation)
+            incarnation=decode.descriptor.incarnation, cached_blocks=reservation.cached_blocks)
         request = worker_pb2.PrefillRequest(request_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
                                             sampling=sampling_to_proto(req.params), destination=destination,
                                             slo=_slo(req))
         # what this worker will compute: its guard predicts, queues and calibrates on that
         tokens, guard = prompt.uncached_tokens(worker.prefix), worker.guard
-        raw_s = guard.predict_s(tokens, deadline, calibrated=False)
+        ahead, raw_s = guard.queued_ahead(deadline), guard.predict_s(tokens, deadline, calibrated=False)
         p.prefill_predicted_s = guard.predict_s(tokens, deadline)
         worker.inflight += 1
         guard.sent(req.request_id, deadline, tokens)
@@ -175,6 +176,8 @@ class RequestFlow:
             reply = await worker.stub.Prefill(request, timeout=call_timeout(req, PREFILL_TIMEOUT_S))
             p.prefill_call_s = time.perf_counter() - sent
             p.prefilled(reply)
+            if len(prompt) - reply.cached_tokens != tokens:  # its cache changed since its last digest
+                raw_s = guard.raw_for(ahead, len(prompt) - reply.cached_tokens)
             # teach the TTFT guard what the prefill call (queue, forward, KV transfer, both RPC
             # hops, this event loop's own lag) really takes on this worker now
             guard.answered(req.request_id, time.perf_counter() - sent, raw_s,
@@ -201,7 +204,7 @@ class RequestFlow:
 
     def _check_ttft(self, req: ValidatedRequest, p: Progress) -> None:
         if self.router.ttft_guard and req.ttft_ms:
-            check_ttft(self.registry, len(req.prompt_token_ids), req.ttft_ms, p.started)
+            check_ttft(self.registry, p.prompt_blocks(req.prompt_token_ids), req.ttft_ms, p.started)
 
     # -- after the first token --
 
@@ -245,7 +248,8 @@ class RequestFlow:
         timings = gateway_pb2.Timings(prefill_ms=reply.prefill_ms, transfer_ms=reply.transfer_ms, ttft_ms=p.ttft_ms,
                                       e2e_ms=_ms_since(p.started), kv_transport=reply.transport,
                                       prefill_worker=p.prefill.worker_id if p.prefill else "",
-                                      decode_worker=p.decode.worker_id if p.decode else "")
+                                      decode_worker=p.decode.worker_id if p.decode else "",
+                                      kv_transfer_bytes=reply.transfer_bytes, decode_cached_tokens=p.decode_cached_tokens)
         usage = gateway_pb2.Usage(prompt_tokens=len(req.prompt_token_ids), completion_tokens=p.completion_tokens,
                                   cached_tokens=reply.cached_tokens)
         return gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=token_ids, text=text,

@@ -21,6 +21,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from gateway.prefix_view import PromptBlocks
 from gateway.registry import WorkerRecord
 from wire.v1 import worker_pb2
 
@@ -83,6 +84,7 @@ class Progress:
     decode: WorkerRecord | None = None  # counted in its ``inflight`` until the request ends or retries
     prefill: WorkerRecord | None = None
     lease_id: str = ""
+    decode_cached_tokens: int = 0  # prompt tokens whose KV the lease's decode worker held already
     prefill_reply: worker_pb2.PrefillResponse | None = None
     completion_tokens: int = 0
     ttft_ms: float = 0.0
@@ -91,6 +93,12 @@ class Progress:
     prefill_call_s: float = 0.0  # what it took
     owner: object = None  # the validated request of the RPC that runs this flow
     inbox: asyncio.Queue | None = None  # type: ignore[type-arg]  # the decode worker's events for it
+    prompt: PromptBlocks | None = None  # the prompt's block hashes, worked out once for every worker's cache
+
+    def prompt_blocks(self, token_ids: list[int]) -> PromptBlocks:
+        if self.prompt is None:
+            self.prompt = PromptBlocks(token_ids)
+        return self.prompt
 
     def to(self, stage: Stage) -> None:
         """Moves a live request on; anything but a move ``NEXT`` allows is a bug. A request that
@@ -124,6 +132,7 @@ class Progress:
         """The attempt's lease was given back and its workers dropped, to try others."""
         self.to(Stage.RESERVING)
         self.decode, self.lease_id, self.prefill, self.prefill_reply = None, "", None, None
+        self.decode_cached_tokens = 0
 
     def end(self, outcome: Stage) -> Stage | None:
         """Ends the life, once: a request that sent its last message is DONE, any other ends

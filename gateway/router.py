@@ -8,7 +8,8 @@ ttft_guard). The orders themselves are ``common.slo.routing``'s, which the simul
 
 Both are KV-aware: a prefill worker's cost for a prompt is the prompt less what its prefix
 cache already holds (``gateway.prefix_view``), so the queue a worker has and the work a hit
-saves are weighed in one figure (the predicted TTFT, or queued plus uncached tokens).
+saves are weighed in one figure (the predicted TTFT, or queued plus uncached tokens); a decode
+worker's free blocks count the prompt blocks it holds already (after the SLO and load keys).
 ``--prefill-routing round_robin`` takes prefill workers in turn instead (a baseline).
 """
 
@@ -32,7 +33,8 @@ class Router(Protocol):
         """Prefill workers to try, best first."""
         ...
 
-    def decode_candidates(self, registry: WorkerRegistry, tpot_s: float) -> list[WorkerRecord]:
+    def decode_candidates(self, registry: WorkerRegistry, tpot_s: float,
+                          prompt: PromptBlocks | None = None) -> list[WorkerRecord]:
         """Decode workers to try for a reservation of a request with TPOT SLO ``tpot_s``, best first."""
         ...
 
@@ -47,9 +49,10 @@ class LeastLoadedRouter:
                                                  [w.load.queued_tokens + prompt.uncached_tokens(w.prefix)
                                                   for w in workers]))
 
-    def decode_candidates(self, registry: WorkerRegistry, tpot_s: float) -> list[WorkerRecord]:
+    def decode_candidates(self, registry: WorkerRegistry, tpot_s: float,
+                          prompt: PromptBlocks | None = None) -> list[WorkerRecord]:
         workers = registry.routable("decode")
-        return _pick(workers, least_loaded_order([w.inflight for w in workers], [-w.load.free_blocks for w in workers]))
+        return _pick(workers, least_loaded_order([w.inflight for w in workers], [-_room(w, prompt) for w in workers]))
 
 
 class SloAwareRouter(LeastLoadedRouter):
@@ -64,10 +67,18 @@ class SloAwareRouter(LeastLoadedRouter):
         return _pick(workers, prefill_order([w.guard for w in workers], [prompt.uncached_tokens(w.prefix) for w in workers],
                                             deadline, time.perf_counter()))
 
-    def decode_candidates(self, registry: WorkerRegistry, tpot_s: float) -> list[WorkerRecord]:
+    def decode_candidates(self, registry: WorkerRegistry, tpot_s: float,
+                          prompt: PromptBlocks | None = None) -> list[WorkerRecord]:
         workers = registry.routable("decode")
-        return _pick(workers, decode_order_by_vbs([w.view for w in workers], [w.load.free_blocks for w in workers],
+        return _pick(workers, decode_order_by_vbs([w.view for w in workers], [_room(w, prompt) for w in workers],
                                                   tpot_s))
+
+
+def _room(worker: WorkerRecord, prompt: PromptBlocks | None) -> int:
+    """A decode worker's free blocks, counting those of the prompt it holds already (the
+    request will not need them): where the load ties, the worker with the conversation wins."""
+    cached = len(prompt.cached_hashes(worker.prefix)) if prompt is not None else 0
+    return worker.load.free_blocks + cached
 
 
 def _pick(workers: list[WorkerRecord], order: list[int]) -> list[WorkerRecord]:
@@ -87,8 +98,9 @@ class RoundRobinPrefill:
         workers = registry.routable("prefill")
         return _pick(workers, self._turn.order(len(workers)))
 
-    def decode_candidates(self, registry: WorkerRegistry, tpot_s: float) -> list[WorkerRecord]:
-        return self.base.decode_candidates(registry, tpot_s)
+    def decode_candidates(self, registry: WorkerRegistry, tpot_s: float,
+                          prompt: PromptBlocks | None = None) -> list[WorkerRecord]:
+        return self.base.decode_candidates(registry, tpot_s, prompt)
 
 
 def router_for(ttft_guard: bool, prefill_routing: str = "kv_aware") -> Router:

@@ -58,7 +58,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             gateway_pb2.WorkerStatus(
                 worker_id=w.worker_id, role=w.role, address=w.descriptor.address, state=_state(w),
                 free_blocks=w.load.free_blocks, total_blocks=w.descriptor.total_blocks, running=w.load.running,
-                waiting=w.load.waiting, device=w.descriptor.device, heartbeat_age_ms=(now - w.last_seen) * 1000)
+                waiting=w.load.waiting, device=w.descriptor.device, heartbeat_age_ms=(now - w.last_seen) * 1000,
+                cached_blocks=len(w.prefix.hashes) if w.prefix else 0,
+                prefix_in_step=w.prefix is not None and w.prefix.in_step)
             for w in sorted(self.registry.workers.values(), key=lambda w: (w.role, w.worker_id))
         ]
         return gateway_pb2.InfoResponse(model=self.model_name, max_model_len=self.limits.max_model_len,

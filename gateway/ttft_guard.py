@@ -1,6 +1,7 @@
 """The TTFT guard's decision at the gateway: a refusal when the best prefill worker cannot
 return a request's first token in time (the prediction itself: ``common.slo.ttft_guard``).
 
+A worker's cost for a prompt is what it would compute of it: less its cached prefix.
 A worker counts only if sending the request there makes no request already queued there late:
 least slack first puts a newcomer ahead of every later deadline, and a promise made to an
 admitted request is kept before a new one is made.
@@ -14,6 +15,7 @@ import grpc
 
 from common.slo.ttft_guard import TtftGuard, last_useful_admission, ttft_refusal
 from gateway.errors import RequestError
+from gateway.prefix_view import PromptBlocks
 from gateway.registry import WorkerRegistry
 
 
@@ -21,15 +23,23 @@ def routable_guards(registry: WorkerRegistry) -> list[TtftGuard]:
     return [w.guard for w in registry.routable("prefill")]
 
 
-def last_useful_moment(registry: WorkerRegistry, prompt_tokens: int, deadline: float) -> float:
+def _guards_and_tokens(registry: WorkerRegistry, prompt: int | PromptBlocks) -> tuple[list[TtftGuard], int | list[int]]:
+    """The routable prefill workers' guards, and what each would compute of the prompt (a
+    ``PromptBlocks`` less each worker's cached prefix; a bare length as it is)."""
+    workers = registry.routable("prefill")
+    tokens = prompt if isinstance(prompt, int) else [prompt.uncached_tokens(w.prefix) for w in workers]
+    return [w.guard for w in workers], tokens
+
+
+def last_useful_moment(registry: WorkerRegistry, prompt: int | PromptBlocks, deadline: float) -> float:
     """``last_useful_admission`` over the routable prefill workers, now (perf_counter time)."""
-    return last_useful_admission(routable_guards(registry), prompt_tokens, deadline, time.perf_counter())
+    return last_useful_admission(*_guards_and_tokens(registry, prompt), deadline, time.perf_counter())
 
 
-def check_ttft(registry: WorkerRegistry, prompt_tokens: int, ttft_ms: int, started: float) -> None:
+def check_ttft(registry: WorkerRegistry, prompt: int | PromptBlocks, ttft_ms: int, started: float) -> None:
     """RESOURCE_EXHAUSTED, naming the reason, when no prefill worker is predicted to return the
     first token of a request that arrived at ``started`` (perf_counter) within ``ttft_ms``."""
-    reason = ttft_refusal(routable_guards(registry), prompt_tokens, ttft_ms / 1000, started, time.perf_counter())
+    reason = ttft_refusal(*_guards_and_tokens(registry, prompt), ttft_ms / 1000, started, time.perf_counter())
     if reason is not None:
         raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"TTFT SLO of {ttft_ms} ms is unattainable: {reason}",
                            reason="ttft_unattainable")

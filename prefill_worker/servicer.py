@@ -105,13 +105,16 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         remaining = context.time_remaining()
         window = TRANSFER_WINDOW_S if remaining is None else min(TRANSFER_WINDOW_S, remaining)
         lease_id = dest.lease_id
+        held = min(dest.cached_blocks, n_blocks)  # the decode worker has these blocks' KV already
+        if held == n_blocks:
+            return TransferStats(dest.transport, 0, 0.0)
         target = TransferTarget(dest.decode_worker_id, dest.address, out.request_id, lease_id,
-                                list(dest.block_ids[:n_blocks]), time.monotonic() + window,
+                                list(dest.block_ids[held:n_blocks]), time.monotonic() + window,
                                 revoked=lambda: lease_id in self._revoked)
         # The copy runs as a task of its own: a cancelled call (the client went away) must not
         # leave it running unseen, so Abort can find it and wait for it.
         write = asyncio.ensure_future(self._sender(dest.transport).send(
-            self.thread.engine.cache, list(out.kv_block_ids[:n_blocks]), target, self._stub(dest.address)))
+            self.thread.engine.cache, list(out.kv_block_ids[held:n_blocks]), target, self._stub(dest.address)))
         self._writes[out.request_id] = write
         write.add_done_callback(lambda _: self._writes.pop(out.request_id, None) if self._writes.get(
             out.request_id) is write else None)

@@ -16,7 +16,7 @@ import dataclasses
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from common.engine.batch import ScheduledBatch
 from common.engine.block_pool import BlockPool, blocks_for
@@ -87,8 +87,10 @@ class EngineCore:
     # Decode side of a KV hand-off: reserve -> (a prefill worker writes) -> commit.
 
     def reserve(self, request_id: str, prompt_len: int, max_tokens: int, tpot_slo_ms: float = 0.0,
-                epsilon: float = tpot_guard.TPOT_MARGIN) -> Lease | None:
+                epsilon: float = tpot_guard.TPOT_MARGIN, prefix_hashes: Sequence[int] = ()) -> Lease | None:
         """Blocks for the prompt's KV (and, under guaranteed_no_evict, all output); None if full.
+        The prompt's leading full blocks this engine's prefix cache holds (of ``prefix_hashes``)
+        are shared into the lease (``Lease.cached``) rather than written again.
 
         Raises ``AdmissionError`` when the TPOT guard (margin ``epsilon``) predicts the SLOs
         could not all be met."""
@@ -96,9 +98,11 @@ class EngineCore:
         if not self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon):
             raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here")
         tokens = prompt_len + (max_tokens if self.config.memory_policy == "guaranteed_no_evict" else 1)
+        index = self.pool.prefix_index
+        cached = index.lookup(list(prefix_hashes)[:prompt_len // self.config.block_size]) if index else []
         lease = self.leases.reserve(request_id, blocks_for(min(tokens, self.max_model_len), self.config.block_size),
                                     now=self.clock(), tpot_slo_ms=tpot_slo_ms, prompt_len=prompt_len,
-                                    max_tokens=max_tokens)
+                                    max_tokens=max_tokens, cached_blocks=cached)
         self.load = self._measure()
         return lease
 
@@ -128,8 +132,9 @@ class EngineCore:
         blocks = self.leases.commit(request_id, lease_id)
         request = Request(request_id, list(prompt_token_ids), params, arrival_time=self.clock(),
                           output_token_ids=[first_token], num_computed_tokens=len(prompt_token_ids),
-                          block_ids=blocks, tpot_slo_ms=tpot_slo_ms)
+                          block_ids=blocks, tpot_slo_ms=tpot_slo_ms, cacheable=self.pool.prefix_index is not None)
         self.scheduler.add(request)
+        self.scheduler.register_full_blocks(request)  # the prompt's KV is all here: the next turn may share it
         self.load = self._measure()
 
     def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:

@@ -42,6 +42,9 @@ class Lease:
     tpot_slo_ms: float = 0.0
     prompt_len: int = 0
     max_tokens: int = 0
+    # Leading blocks shared from the prefix cache: they hold the prompt's KV already, are
+    # read-only to writers (``reserved_blocks`` leaves them out) and owned by others too.
+    cached: int = 0
 
 
 class LeaseError(ValueError):
@@ -56,14 +59,20 @@ class LeaseTable:
         self._leases: dict[str, Lease] = {}  # by request id, RESERVED or QUARANTINED
 
     def reserve(self, request_id: str, num_blocks: int, now: float | None = None,
-                tpot_slo_ms: float = 0.0, prompt_len: int = 0, max_tokens: int = 0) -> Lease | None:
+                tpot_slo_ms: float = 0.0, prompt_len: int = 0, max_tokens: int = 0,
+                cached_blocks: list[int] | None = None) -> Lease | None:
+        """``num_blocks`` for the request, the first of them ``cached_blocks`` (shared, already
+        holding the prompt's leading KV) and the rest fresh; None (nothing taken) if too few are free."""
         if request_id in self._leases:
             raise LeaseError(f"request {request_id!r} already holds a lease")
-        blocks = self.pool.allocate(num_blocks)
+        cached = list(cached_blocks or [])[:num_blocks]
+        self.pool.share(cached)  # first: a parked block taken back must not be handed out below
+        blocks = self.pool.allocate(num_blocks - len(cached))
         if blocks is None:
+            self.pool.free(cached)
             return None
-        lease = Lease(request_id, uuid.uuid4().hex[:16], blocks, _now(now) + self.lease_s, tpot_slo_ms=tpot_slo_ms,
-                      prompt_len=prompt_len, max_tokens=max_tokens)
+        lease = Lease(request_id, uuid.uuid4().hex[:16], cached + blocks, _now(now) + self.lease_s,
+                      tpot_slo_ms=tpot_slo_ms, prompt_len=prompt_len, max_tokens=max_tokens, cached=len(cached))
         self._leases[request_id] = lease
         return lease
 
@@ -101,11 +110,12 @@ class LeaseTable:
         return expired
 
     def reserved_blocks(self, request_id: str, lease_id: str) -> set[int] | None:
-        """The blocks a live reservation may receive writes into, or None if there is none."""
+        """The blocks a live reservation may receive writes into (not its cached ones), or None
+        if there is none."""
         lease = self._leases.get(request_id)
         if lease is None or lease.lease_id != lease_id or lease.state != LeaseState.RESERVED:
             return None
-        return set(lease.block_ids)
+        return set(lease.block_ids[lease.cached:])
 
     def num_reserved(self) -> int:
         """Reservations still waiting for their commit (quarantines do not count)."""

@@ -205,8 +205,9 @@ class Scheduler:
         request.num_cached_tokens = len(blocks) * size
         return len(blocks)
 
-    def _register_full_blocks(self, request: Request) -> None:
-        """Names in the prefix index each block of the request that a step has just filled."""
+    def register_full_blocks(self, request: Request) -> None:
+        """Names in the prefix index each full block of the request not named yet (after a step
+        filled them, or when a committed request arrives with its prompt's KV written)."""
         index = self.pool.prefix_index
         size = self.config.block_size
         full = request.num_computed_tokens // size
@@ -277,7 +278,7 @@ class Scheduler:
         for seq in batch.seqs:
             request = self.requests[seq.request_id]
             request.num_computed_tokens += len(seq.token_ids)
-            self._register_full_blocks(request)
+            self.register_full_blocks(request)
             if not seq.sample:
                 continue
             token = sampled[seq.request_id]

@@ -21,7 +21,7 @@ reads the clock it is given), so a simulator can drive it on a virtual clock.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from common.slo.calibration import Calibration, WindowQuantile
@@ -125,6 +125,13 @@ class TtftGuard:
             return raw
         return (self.calibration.scale(raw) + self.overhead.value()) * self.headroom.margin
 
+    def raw_for(self, ahead_tokens: int, prompt_tokens: int) -> float | None:
+        """The uncalibrated prediction for a prompt of ``prompt_tokens`` behind ``ahead_tokens``
+        (``predict_s(calibrated=False)`` with the queue as it was); None without a model."""
+        if self.model is None:
+            return None
+        return self.model.predict_forwards(ahead_tokens + prompt_tokens, self.forward_tokens)
+
     def pushes_queued_past(self, prompt_tokens: int, deadline: float, now: float) -> bool:
         """Whether sending a request with this deadline here would make a request already
         queued, predicted to be on time, late.
@@ -147,21 +154,24 @@ class TtftGuard:
                 and self.reported_running == 0)
 
 
-def best_prefill_s(guards: Collection[TtftGuard], prompt_tokens: int, deadline: float, now: float) -> float:
+def best_prefill_s(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
+                   now: float) -> float:
     """The least predicted prefill call (seconds) over the workers where the request makes no
     queued request late; inf when there is none; 0 when no worker has a model, or when one is
     idle and no call to it has been observed yet: a worker with nothing to do never refuses on
-    a model's word alone, and its first call teaches the calibration."""
+    a model's word alone, and its first call teaches the calibration. ``prompt_tokens``: the
+    prompt's tokens, or per guard what that worker would compute (less its cached prefix)."""
     if any(g.idle_and_untested() for g in guards):
         return 0.0
-    predictions = [g.predict_s(prompt_tokens, deadline) for g in guards
-                   if not g.pushes_queued_past(prompt_tokens, deadline, now)]
+    per_guard = [prompt_tokens] * len(guards) if isinstance(prompt_tokens, int) else list(prompt_tokens)
+    predictions = [g.predict_s(n, deadline) for g, n in zip(guards, per_guard)
+                   if not g.pushes_queued_past(n, deadline, now)]
     if not predictions:
         return float("inf") if guards else 0.0
     return min((s for s in predictions if s is not None), default=0.0)
 
 
-def ttft_refusal(guards: Collection[TtftGuard], prompt_tokens: int, ttft_s: float, arrived: float,
+def ttft_refusal(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], ttft_s: float, arrived: float,
                  now: float) -> str | None:
     """Why a request that arrived at ``arrived`` with TTFT SLO ``ttft_s`` cannot get its first
     token in time (None: it can). The decision of the TTFT guard, for the gateway and the
@@ -174,7 +184,8 @@ def ttft_refusal(guards: Collection[TtftGuard], prompt_tokens: int, ttft_s: floa
     return None
 
 
-def last_useful_admission(guards: Collection[TtftGuard], prompt_tokens: int, deadline: float, now: float) -> float:
+def last_useful_admission(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
+                          now: float) -> float:
     """The latest moment a request waiting for a decode worker can still be admitted and get
     its first token by ``deadline``: the deadline less its best predicted prefill."""
     return deadline - best_prefill_s(guards, prompt_tokens, deadline, now)

@@ -99,9 +99,9 @@ class WorkerProcess:
         await self.lifecycle.serving()
         descriptor = describe(engine, self.role, self.worker_id, address,
                               self.worker.kv_transport if self.role == "prefill" else "", self.kv_receives)
-        digest = DigestPublisher(engine.pool.prefix_index) if self.role == "prefill" else None
+        digest = DigestPublisher(engine.pool.prefix_index)
         self.registrar = Registrar(self.worker.gateway, descriptor, lambda: current_load(engine, self.draining, digest),
-                                   on_refused=self.lifecycle.fail, on_resync=digest.resync if digest else None)
+                                   on_refused=self.lifecycle.fail, on_resync=digest.resync)
         self.registrar.start()
         log.info("%s worker %s listening on %s (advertised as %s)", self.role, self.worker_id, bound, address)
 

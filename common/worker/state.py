@@ -37,7 +37,7 @@ def describe(engine: LLMEngine, role: str, worker_id: str, address: str, kv_tran
         kv_dtype=str(cache.dtype).removeprefix("torch."), block_bytes=engine.cache.block_bytes,
         device_kind=engine.device.type, gpu_uuid=gpu_uuid(engine.device), kv_transport=kv_transport,
         kv_receives=list(kv_receives),
-        prefix_salt=engine.prefix_salt if engine.pool.prefix_index is not None and role == "prefill" else 0,
+        prefix_salt=engine.prefix_salt if engine.pool.prefix_index is not None else 0,
     )
 
 

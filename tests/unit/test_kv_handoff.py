@@ -68,3 +68,36 @@ def test_prefill_only_request_that_samples_eos_ends_with_stop():
     assert out.finish_reason == "stop"
     prefill.release_held("a")
     prefill.check_integrity()
+
+
+def test_the_next_turn_copies_only_the_blocks_the_decode_engine_does_not_hold(tmp_path):
+    from common.engine.prefix_cache import chain_hashes
+    from common.model.location import ensure_model
+    from tests.checkpoints import reference_greedy
+
+    model = ensure_model("tiny")
+    greedy = SamplingParams(max_tokens=12, ignore_eos=True)
+    prefill = LLMEngine(EngineConfig(model=str(model), num_kv_blocks=64))
+    decode = LLMEngine(EngineConfig(model=str(model), num_kv_blocks=64))
+    first = random_prompts([70], seed=12)[0]
+    answer = _hand_off(prefill, decode, "t1", first, greedy) + [t for o in _drain(decode) for t in o.new_token_ids]
+    second = first + answer + random_prompts([20], seed=13)[0]  # 102 tokens: 6 full blocks
+    hashes = chain_hashes(second, 16, decode.prefix_salt)
+    lease = decode.reserve("t2", len(second), greedy.max_tokens, prefix_hashes=hashes)
+    assert lease is not None
+    # turn 1 left 70 + 11 tokens of KV on the decode engine: 5 full blocks, the 5th holding answer tokens
+    assert lease.cached == 5 and decode.leases.reserved_blocks("t2", lease.lease_id) == set(lease.block_ids[5:])
+    prefill.add_request("t2", second, greedy, prefill_only=True)
+    (out,) = _drain(prefill)
+    n_blocks = -(-len(second) // 16)
+    held_before = decode.cache.data[torch.tensor(lease.block_ids[:5])].clone()
+    src, dst = torch.tensor(out.kv_block_ids[5:n_blocks]), torch.tensor(lease.block_ids[5:n_blocks])
+    decode.cache.data[dst] = prefill.cache.data[src]  # only the blocks it lacks
+    prefill.release_held("t2")
+    decode.commit("t2", lease.lease_id, second, out.new_token_ids[0], greedy)
+    tokens = [out.new_token_ids[0]] + [t for o in _drain(decode) for t in o.new_token_ids]
+    assert tokens == reference_greedy(model, [second], [12])[0]
+    assert torch.equal(decode.cache.data[torch.tensor(lease.block_ids[:5])], held_before), "shared blocks untouched"
+    for engine in (prefill, decode):
+        engine.check_integrity()
+        assert engine.pool.num_free == engine.pool.num_blocks

@@ -6,6 +6,7 @@ from common.engine.block_pool import BlockPool
 from common.engine.prefix_cache import PrefixIndex, chain_hashes
 from common.worker.prefix_digest import DigestPublisher
 from gateway.prefix_view import PrefixView, PromptBlocks
+from wire.v1 import worker_pb2
 
 B, SALT = 16, 99
 
@@ -59,3 +60,60 @@ def test_a_prompt_finds_the_leading_run_of_its_blocks_and_never_its_last_token()
     assert PromptBlocks(changed).cached_tokens(view) == 16, "the run stops at the first block that differs"
     assert PromptBlocks(history + [1]).uncached_tokens(PrefixView(B, SALT + 1)) == 65, "another model: no hit"
     assert PromptBlocks(history + [1]).cached_tokens(None) == 0
+
+
+def _prefill_record(worker_id: str, cached: list[int]):  # type: ignore[no-untyped-def]
+    from common.rpc.convert import prefill_model_from_proto
+    from common.slo.promise import MarginController
+    from common.slo.ttft_guard import TtftGuard
+    from gateway.registry import WorkerRecord
+
+    cost = worker_pb2.CostModel(present=True, prefill_threshold=0, prefill_base_s=0.010, prefill_per_token_s=1e-4)
+    descriptor = worker_pb2.WorkerDescriptor(worker_id=worker_id, role="prefill", cost_model=cost, block_size=B,
+                                             prefix_salt=SALT)
+    record = WorkerRecord(descriptor, worker_pb2.WorkerLoad(), 0.0, 0.0, None, None, ready=True,  # type: ignore[arg-type]
+                          ttft=TtftGuard(prefill_model_from_proto(cost), 0, headroom=MarginController(1.0)),
+                          prefix=PrefixView(B, SALT))
+    record.prefix.apply(worker_pb2.PrefixDigest(seq=1, snapshot=True, stored=cached))
+    record.guard.calibration.observe(0.010, 0.010)
+    return record
+
+
+def test_both_routers_send_a_prompt_where_its_prefix_is_cached_and_round_robin_does_not_look():
+    from gateway.registry import WorkerRegistry
+    from gateway.router import router_for
+
+    history = list(range(300, 460))  # 10 blocks
+    registry = WorkerRegistry(1.5)
+    cold, warm = _prefill_record("p0", []), _prefill_record("p1", chain_hashes(history, B, SALT))
+    registry.workers = {"p0": cold, "p1": warm}
+    prompt = PromptBlocks(history + [1, 2, 3])
+    for ttft_guard in (True, False):
+        assert [w.worker_id for w in router_for(ttft_guard).prefill_candidates(registry, prompt)] == ["p1", "p0"]
+    # a long enough queue outweighs the hit: 5,000 tokens ahead on the warm worker
+    warm.guard.heard(5000, 1)
+    assert [w.worker_id for w in router_for(True).prefill_candidates(registry, prompt)] == ["p0", "p1"]
+    rr = router_for(True, "round_robin")
+    assert [rr.prefill_candidates(registry, prompt)[0].worker_id for _ in range(4)] == ["p0", "p1", "p0", "p1"]
+
+
+def test_a_decode_worker_holding_the_conversation_wins_where_load_ties():
+    from common.slo.tpot_guard import DecodeView
+    from gateway.registry import WorkerRecord, WorkerRegistry
+    from gateway.router import router_for
+
+    history = list(range(500, 660))  # 10 blocks
+    registry = WorkerRegistry(1.5)
+    for worker_id, free, cached in (("d0", 100, []), ("d1", 95, chain_hashes(history, B, SALT))):
+        descriptor = worker_pb2.WorkerDescriptor(worker_id=worker_id, role="decode", block_size=B, prefix_salt=SALT)
+        record = WorkerRecord(descriptor, worker_pb2.WorkerLoad(free_blocks=free), 0.0, 0.0, None, None,  # type: ignore[arg-type]
+                              ready=True, decode_view=DecodeView(), prefix=PrefixView(B, SALT))
+        record.prefix.apply(worker_pb2.PrefixDigest(seq=1, snapshot=True, stored=cached))
+        registry.workers[worker_id] = record
+    prompt = PromptBlocks(history + [7] * 20)
+    for ttft_guard in (True, False):
+        router = router_for(ttft_guard)
+        assert [w.worker_id for w in router.decode_candidates(registry, 0.0, prompt)] == ["d1", "d0"]
+        assert [w.worker_id for w in router.decode_candidates(registry, 0.0)] == ["d0", "d1"], "more free blocks"
+    registry.workers["d1"].inflight = 1  # load first: a busier worker loses whatever it holds
+    assert [w.worker_id for w in router_for(False).decode_candidates(registry, 0.0, prompt)] == ["d0", "d1"]

@@ -87,7 +87,7 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class Timings(_message.Message):
-    __slots__ = ("queue_ms", "prefill_ms", "transfer_ms", "ttft_ms", "e2e_ms", "prefill_worker", "decode_worker", "kv_transport")
+    __slots__ = ("queue_ms", "prefill_ms", "transfer_ms", "ttft_ms", "e2e_ms", "prefill_worker", "decode_worker", "kv_transport", "kv_transfer_bytes", "decode_cached_tokens")
     QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_MS_FIELD_NUMBER: _ClassVar[int]
     TRANSFER_MS_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +96,8 @@ class Timings(_message.Message):
     PREFILL_WORKER_FIELD_NUMBER: _ClassVar[int]
     DECODE_WORKER_FIELD_NUMBER: _ClassVar[int]
     KV_TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    KV_TRANSFER_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DECODE_CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     queue_ms: float
     prefill_ms: float
     transfer_ms: float
@@ -104,7 +106,9 @@ class Timings(_message.Message):
     prefill_worker: str
     decode_worker: str
     kv_transport: str
-    def __init__(self, queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., transfer_ms: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., e2e_ms: _Optional[float] = ..., prefill_worker: _Optional[str] = ..., decode_worker: _Optional[str] = ..., kv_transport: _Optional[str] = ...) -> None: ...
+    kv_transfer_bytes: int
+    decode_cached_tokens: int
+    def __init__(self, queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., transfer_ms: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., e2e_ms: _Optional[float] = ..., prefill_worker: _Optional[str] = ..., decode_worker: _Optional[str] = ..., kv_transport: _Optional[str] = ..., kv_transfer_bytes: _Optional[int] = ..., decode_cached_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("request_id", "token_ids", "text", "finish_reason", "usage", "timings")
@@ -137,7 +141,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "state", "free_blocks", "total_blocks", "running", "waiting", "device", "heartbeat_age_ms")
+    __slots__ = ("worker_id", "role", "address", "state", "free_blocks", "total_blocks", "running", "waiting", "device", "heartbeat_age_ms", "cached_blocks", "prefix_in_step")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -148,6 +152,8 @@ class WorkerStatus(_message.Message):
     WAITING_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_IN_STEP_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     role: str
     address: str
@@ -158,7 +164,9 @@ class WorkerStatus(_message.Message):
     waiting: int
     device: str
     heartbeat_age_ms: float
-    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[str] = ..., free_blocks: _Optional[int] = ..., total_blocks: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., device: _Optional[str] = ..., heartbeat_age_ms: _Optional[float] = ...) -> None: ...
+    cached_blocks: int
+    prefix_in_step: bool
+    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., state: _Optional[str] = ..., free_blocks: _Optional[int] = ..., total_blocks: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., device: _Optional[str] = ..., heartbeat_age_ms: _Optional[float] = ..., cached_blocks: _Optional[int] = ..., prefix_in_step: _Optional[bool] = ...) -> None: ...
 
 class InfoResponse(_message.Message):
     __slots__ = ("model", "max_model_len", "vocab_size", "block_size", "workers")

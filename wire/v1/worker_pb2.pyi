@@ -150,7 +150,7 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, known: _Optional[bool] = ..., prefix_resync: _Optional[bool] = ...) -> None: ...
 
 class KVDestination(_message.Message):
-    __slots__ = ("decode_worker_id", "address", "block_ids", "lease_id", "transport", "host_id", "incarnation")
+    __slots__ = ("decode_worker_id", "address", "block_ids", "lease_id", "transport", "host_id", "incarnation", "cached_blocks")
     DECODE_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +158,7 @@ class KVDestination(_message.Message):
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    CACHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     decode_worker_id: str
     address: str
     block_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -165,7 +166,8 @@ class KVDestination(_message.Message):
     transport: str
     host_id: str
     incarnation: str
-    def __init__(self, decode_worker_id: _Optional[str] = ..., address: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., lease_id: _Optional[str] = ..., transport: _Optional[str] = ..., host_id: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
+    cached_blocks: int
+    def __init__(self, decode_worker_id: _Optional[str] = ..., address: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., lease_id: _Optional[str] = ..., transport: _Optional[str] = ..., host_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., cached_blocks: _Optional[int] = ...) -> None: ...
 
 class PrefillRequest(_message.Message):
     __slots__ = ("request_id", "prompt_token_ids", "sampling", "destination", "slo")
@@ -218,30 +220,34 @@ class WorkerAbortResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ..., writes_done: _Optional[bool] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_tokens", "max_tokens", "stream_id", "tpot_ms", "tpot_margin")
+    __slots__ = ("request_id", "prompt_tokens", "max_tokens", "stream_id", "tpot_ms", "tpot_margin", "prefix_hashes")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STREAM_ID_FIELD_NUMBER: _ClassVar[int]
     TPOT_MS_FIELD_NUMBER: _ClassVar[int]
     TPOT_MARGIN_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_HASHES_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_tokens: int
     max_tokens: int
     stream_id: str
     tpot_ms: int
     tpot_margin: float
-    def __init__(self, request_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stream_id: _Optional[str] = ..., tpot_ms: _Optional[int] = ..., tpot_margin: _Optional[float] = ...) -> None: ...
+    prefix_hashes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stream_id: _Optional[str] = ..., tpot_ms: _Optional[int] = ..., tpot_margin: _Optional[float] = ..., prefix_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
-    __slots__ = ("block_ids", "lease_id", "lease_ms")
+    __slots__ = ("block_ids", "lease_id", "lease_ms", "cached_blocks")
     BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     block_ids: _containers.RepeatedScalarFieldContainer[int]
     lease_id: str
     lease_ms: float
-    def __init__(self, block_ids: _Optional[_Iterable[int]] = ..., lease_id: _Optional[str] = ..., lease_ms: _Optional[float] = ...) -> None: ...
+    cached_blocks: int
+    def __init__(self, block_ids: _Optional[_Iterable[int]] = ..., lease_id: _Optional[str] = ..., lease_ms: _Optional[float] = ..., cached_blocks: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("request_id", "lease_id", "prompt_token_ids", "first_token", "sampling", "slo")
