@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit, progress  # noqa: E402
 from client.bench import metrics  # noqa: E402
-from client.bench.cli import _sessions  # noqa: E402
+from client.bench.cli import run_multi_turn  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from common.model.presets import DEFAULT_PRESET  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
@@ -56,7 +56,7 @@ def run_config(name: str, args: argparse.Namespace) -> dict[str, Any]:
     progress(f"{name}: 2 prefill + 1 decode ({' '.join(worker_flags + gateway_flags) or 'defaults'}) ...")
     with LocalCluster(spec, Path(tempfile.mkdtemp(prefix="pdserve-bench-"))).start(progress=True) as cluster:
         port = int(cluster.address.rsplit(":", 1)[1])
-        records, duration = _sessions(bench_args(args, port), args.request_rate)
+        records, duration = run_multi_turn(bench_args(args, port), args.request_rate)
     summary = metrics.summarize(records, duration, [50, 99], ["ttft"])
     failed = [r.error for r in records if r.error]
     figures = {"ttft_p50_ms": summary["median_ttft_ms"], "ttft_p99_ms": summary["p99_ttft_ms"],

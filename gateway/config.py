@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 
+from common.engine.scheduler import TTFT_GUARDED
 from common.model.presets import DEFAULT_PRESET, MODEL_NAMES
 
 
@@ -70,7 +71,7 @@ class GatewayConfig:
 
     @property
     def ttft_guard(self) -> bool:
-        return self.policy in ("scorpio", "ttft_guard")
+        return self.policy in TTFT_GUARDED
 
 
 def add_gateway_args(parser: argparse.ArgumentParser) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.engine.scheduler import TPOT_GUARDED, TTFT_GUARDED
 from common.slo.promise import DEFAULT_TARGET
 
 POLICIES = ("scorpio", "fcfs", "round_robin", "ttft_guard", "tpot_guard")
@@ -53,8 +54,8 @@ class SimConfig:
 
     @property
     def ttft_guard(self) -> bool:
-        return self.policy in ("scorpio", "ttft_guard")
+        return self.policy in TTFT_GUARDED
 
     @property
     def tpot_guard(self) -> bool:
-        return self.policy in ("scorpio", "tpot_guard")
+        return self.policy in TPOT_GUARDED

@@ -15,7 +15,8 @@ from typing import Any
 from client.bench import metrics, plots
 from client.bench.openai_runner import BACKENDS, OpenAITarget, run_plan_openai, served_model
 from client.bench.plan import build_plan
-from client.bench.workload import PlannedRequest
+from client.bench.sessions import plan_sessions, run_sessions
+from client.bench.workload import PlannedRequest, parse_slo_mix
 from client.bench.report import ProgressBar, summary_table
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -93,7 +94,7 @@ def parse_goodput(items: list[str]) -> tuple[float | None, float | None]:
 def run_point(args: argparse.Namespace, rate: float,
               execute: Execute | None = None) -> tuple[dict[str, Any], list[metrics.RequestRecord]]:
     if args.dataset_name == "multi-turn":
-        records, duration = _sessions(args, rate)
+        records, duration = run_multi_turn(args, rate)
     else:
         plan = build_plan(args, rate)
         records, duration = (execute or _backend(args))(args, plan, f"rate {rate:g}")
@@ -117,20 +118,16 @@ def _over_grpc(args: argparse.Namespace, plan: list[PlannedRequest],
                                 parse_goodput(args.goodput), bar.update, api_key=getattr(args, "api_key", "")))
 
 
-def _sessions(args: argparse.Namespace, rate: float) -> tuple[list[metrics.RequestRecord], float]:
+def run_multi_turn(args: argparse.Namespace, rate: float) -> tuple[list[metrics.RequestRecord], float]:
+    """``--dataset-name multi-turn`` at ``rate`` requests/s, over gRPC: the records and the wall time."""
     if getattr(args, "backend", "pdserve") != "pdserve":
         raise ValueError("--dataset-name multi-turn runs over gRPC (--backend pdserve): a turn resends the answer's token ids")
-    from client.bench.runner import Goodput
-    from client.bench.sessions import plan_sessions, run_sessions
-    from client.bench.workload import parse_slo_mix
-
-    goodput: Goodput = parse_goodput(args.goodput)
     sessions = plan_sessions(args.num_prompts, args.turns, args.random_input_len, args.turn_input_len,
                              args.random_output_len, rate, args.burstiness, list(parse_slo_mix(args.slo_mix or "")),
                              args.seed)
     bar = ProgressBar(len(sessions) * args.turns, f"rate {rate:g}, {len(sessions)} sessions")
     return asyncio.run(run_sessions(f"{args.host}:{args.port}", sessions, args.think_time_s, args.ignore_eos,
-                                    goodput, bar.update, api_key=getattr(args, "api_key", "")))
+                                    parse_goodput(args.goodput), bar.update, api_key=getattr(args, "api_key", "")))
 
 
 def _backend(args: argparse.Namespace) -> Execute:

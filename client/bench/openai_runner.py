@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from client.async_client import auth_metadata
 from client.bench.metrics import RequestRecord
 from client.bench.runner import Goodput, new_record, schedule
 from client.bench.sse import HttpStatusError, get_json, post_events
@@ -57,12 +58,12 @@ class OpenAITarget:
         return self.base_url.rstrip("/") + (self.endpoint or ENDPOINTS[self.backend])
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return dict(auth_metadata(self.api_key) or ())
 
 
 async def served_model(base_url: str, api_key: str = "") -> str:
     """The first model ``GET /v1/models`` lists: what to send when ``--model`` is not given."""
-    listing = await get_json(base_url.rstrip("/") + "/v1/models", OpenAITarget(base_url, "openai", "", api_key).headers())
+    listing = await get_json(base_url.rstrip("/") + "/v1/models", dict(auth_metadata(api_key) or ()))
     models = listing.get("data") if isinstance(listing, dict) else None
     if not models:
         raise ValueError(f"{base_url}/v1/models lists no model; name one with --model")

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
+from client.async_client import auth_metadata
 from client.bench.metrics import RequestRecord
 from client.bench.workload import PlannedRequest
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -45,7 +46,7 @@ def new_record(item: PlannedRequest, goodput: Goodput, started: float) -> Reques
 async def run_plan(address: str, plan: list[PlannedRequest], ignore_eos: bool, max_concurrency: int | None,
                    goodput: Goodput, on_done: Callable[[RequestRecord], None],
                    timeout_s: float = 600, api_key: str = "") -> tuple[list[RequestRecord], float]:
-    metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
+    metadata = auth_metadata(api_key)
     async with grpc.aio.insecure_channel(address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
 

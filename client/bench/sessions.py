@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 
+from client.async_client import auth_metadata
 from client.bench.metrics import RequestRecord
 from client.bench.runner import Goodput, new_record, send_one
 from client.bench.workload import PlannedRequest, SloClass, gamma_intervals, token_prompt
@@ -47,7 +48,7 @@ def plan_sessions(n_requests: int, turns: int, first_len: int, turn_len: int, ou
 async def run_sessions(address: str, sessions: list[PlannedSession], think_s: float, ignore_eos: bool,
                        goodput: Goodput, on_done: Callable[[RequestRecord], None], timeout_s: float = 600,
                        api_key: str = "") -> tuple[list[RequestRecord], float]:
-    metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
+    metadata = auth_metadata(api_key)
     turns = len(sessions[0].messages) if sessions else 0
     async with grpc.aio.insecure_channel(address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)

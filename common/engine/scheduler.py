@@ -29,6 +29,8 @@ from common.slo.credit import CreditBatcher
 
 MEMORY_POLICIES = ("guaranteed_no_evict", "max_utilization")
 POLICIES = ("fcfs", "scorpio", "ttft_guard", "tpot_guard")
+TTFT_GUARDED = frozenset({"scorpio", "ttft_guard"})  # the policies that refuse requests predicted too late
+TPOT_GUARDED = frozenset({"scorpio", "tpot_guard"})  # those with credit batching and VBS admission
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +46,11 @@ class SchedulerConfig:
 
     @property
     def ttft_guard(self) -> bool:
-        return self.policy in ("scorpio", "ttft_guard")
+        return self.policy in TTFT_GUARDED
 
     @property
     def tpot_guard(self) -> bool:
-        return self.policy in ("scorpio", "tpot_guard")
+        return self.policy in TPOT_GUARDED
 
 
 class Scheduler:
@@ -193,10 +195,7 @@ class Scheduler:
             return None
         size = self.config.block_size
         usable = (request.num_tokens - 1) // size  # the last token is always computed: it is sampled after
-        if len(request.block_hashes) < usable:
-            request.block_hashes = chain_hashes(request.token_ids(0, usable * size), size, self.config.prefix_salt,
-                                                request.block_hashes)
-        blocks = index.lookup(request.block_hashes[:usable])
+        blocks = index.lookup(self._block_hashes(request, usable)[:usable])
         if blocks:
             self.pool.share(blocks)
             request.block_ids = list(blocks)
@@ -213,12 +212,19 @@ class Scheduler:
         full = request.num_computed_tokens // size
         if index is None or not request.cacheable or full <= request.num_registered:
             return
-        if len(request.block_hashes) < full:
-            request.block_hashes = chain_hashes(request.token_ids(0, full * size), size, self.config.prefix_salt,
-                                                request.block_hashes)
+        hashes = self._block_hashes(request, full)
         for i in range(request.num_registered, full):
-            index.add(request.block_ids[i], request.block_hashes[i])
+            index.add(request.block_ids[i], hashes[i])
         request.num_registered = full
+
+    def _block_hashes(self, request: Request, blocks: int) -> list[int]:
+        """The request's hashes of at least its first ``blocks`` full blocks, worked out once each
+        (its tokens never change: a prompt, then what it sampled)."""
+        if len(request.block_hashes) < blocks:
+            size = self.config.block_size
+            request.block_hashes = chain_hashes(request.token_ids(0, blocks * size), size, self.config.prefix_salt,
+                                                request.block_hashes)
+        return request.block_hashes
 
     def _drop_blocks(self, request: Request) -> None:
         """Gives back every block of a request and forgets its computed KV (it starts over)."""

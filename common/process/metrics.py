@@ -55,6 +55,16 @@ class Metrics:
                                 [*labels, "transport"], registry=r)
         self.kv_seconds = Counter("pdserve:kv_transfer_seconds", "Seconds spent moving KV cache bytes",
                                   [*labels, "transport"], registry=r)
+        self._add_guard_series(r, labels)
+        self.workers = Gauge("pdserve:workers", "Workers the gateway knows, by role and state",
+                             ["role", "worker_role", "state"], registry=r)
+        self._loop_lag = Gauge("pdserve:event_loop_lag_seconds", "Largest delay of this process's event loop "
+                               "over the last second (work that should not run on it, or an overloaded host)",
+                               labels, registry=r)
+        self._server: WSGIServer | None = None
+
+    def _add_guard_series(self, r: CollectorRegistry, labels: list[str]) -> None:
+        """The SLO guards' own series: their cost models, calibration, margins, attainment."""
         model_labels = [*labels, "model", "worker"]
         self.fit_worst_ratio = Gauge("pdserve:cost_model_fit_worst_ratio", "Of the fitted cost model in use: the "
                                      "worst factor between it and a point it was fitted on (1 = exact)",
@@ -81,12 +91,6 @@ class Metrics:
         self.extrapolations = Gauge("pdserve:cost_model_extrapolations", "Predictions a prefill worker's cost "
                                     "model made for forwards larger than any it was fitted on, since it joined",
                                     [*labels, "worker"], registry=r)
-        self.workers = Gauge("pdserve:workers", "Workers the gateway knows, by role and state",
-                             ["role", "worker_role", "state"], registry=r)
-        self._loop_lag = Gauge("pdserve:event_loop_lag_seconds", "Largest delay of this process's event loop "
-                               "over the last second (work that should not run on it, or an overloaded host)",
-                               labels, registry=r)
-        self._server: WSGIServer | None = None
 
     def watch(self, running: Callable[[], float], waiting: Callable[[], float],
               kv_usage: Callable[[], float] | None = None, draining: Callable[[], float] | None = None) -> None:
