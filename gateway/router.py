@@ -8,8 +8,9 @@ ttft_guard). The orders themselves are ``common.slo.routing``'s, which the simul
 
 Both are KV-aware: a prefill worker's cost for a prompt is the prompt less what its prefix
 cache already holds (``gateway.prefix_view``), so the queue a worker has and the work a hit
-saves are weighed in one figure (the predicted TTFT, or queued plus uncached tokens); a decode
-worker's free blocks count the prompt blocks it holds already (after the SLO and load keys).
+saves are weighed in one figure (the predicted TTFT, or queued plus uncached tokens); among
+decode workers the prompt blocks each holds already come after the SLO and load keys, before
+free blocks.
 ``--prefill-routing round_robin`` takes prefill workers in turn instead (a baseline).
 """
 
@@ -52,7 +53,8 @@ class LeastLoadedRouter:
     def decode_candidates(self, registry: WorkerRegistry, tpot_s: float,
                           prompt: PromptBlocks | None = None) -> list[WorkerRecord]:
         workers = registry.routable("decode")
-        return _pick(workers, least_loaded_order([w.inflight for w in workers], [-_room(w, prompt) for w in workers]))
+        return _pick(workers, least_loaded_order([w.inflight for w in workers], [-w.load.free_blocks for w in workers],
+                                                 [_held(w, prompt) for w in workers]))
 
 
 class SloAwareRouter(LeastLoadedRouter):
@@ -70,15 +72,15 @@ class SloAwareRouter(LeastLoadedRouter):
     def decode_candidates(self, registry: WorkerRegistry, tpot_s: float,
                           prompt: PromptBlocks | None = None) -> list[WorkerRecord]:
         workers = registry.routable("decode")
-        return _pick(workers, decode_order_by_vbs([w.view for w in workers], [_room(w, prompt) for w in workers],
-                                                  tpot_s))
+        return _pick(workers, decode_order_by_vbs([w.view for w in workers], [w.load.free_blocks for w in workers],
+                                                  tpot_s, [_held(w, prompt) for w in workers]))
 
 
-def _room(worker: WorkerRecord, prompt: PromptBlocks | None) -> int:
-    """A decode worker's free blocks, counting those of the prompt it holds already (the
-    request will not need them): where the load ties, the worker with the conversation wins."""
-    cached = len(prompt.cached_hashes(worker.prefix)) if prompt is not None else 0
-    return worker.load.free_blocks + cached
+def _held(worker: WorkerRecord, prompt: PromptBlocks | None) -> int:
+    """Blocks of the prompt a decode worker's prefix cache holds. They decide where the load ties,
+    before free blocks: a heartbeat's free count lags the request that just left, and would
+    send the next turn of a conversation away from the worker that holds it."""
+    return len(prompt.cached_hashes(worker.prefix)) if prompt is not None else 0
 
 
 def _pick(workers: list[WorkerRecord], order: list[int]) -> list[WorkerRecord]:

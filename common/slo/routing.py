@@ -5,7 +5,8 @@ of the guards' state, for the gateway's routers and the simulator alike.
   request would make an already queued request late last.
 - ``decode_order_by_vbs`` (TPOT guard): most VBS headroom first: the lowest virtual batch size
   of what was routed there, with the new request counted, then the fewest requests routed
-  there (what decides among requests without a TPOT SLO), then the most free KV blocks.
+  there (what decides among requests without a TPOT SLO), then the most of the prompt's blocks
+  held already (a conversation returns where it was served), then the most free KV blocks.
 - ``least_loaded_order`` (fcfs): fewest requests in flight first.
 - ``RoundRobin``: each role's workers in turn, whatever their load (a baseline).
 """
@@ -26,15 +27,20 @@ def prefill_order(guards: Sequence[TtftGuard], prompt_tokens: Sequence[int], dea
     return sorted(range(len(guards)), key=keys.__getitem__)
 
 
-def decode_order_by_vbs(views: Sequence[DecodeView], free_blocks: Sequence[int], tpot_s: float) -> list[int]:
-    """Indices of ``views``, the most VBS headroom first."""
-    keys = [(v.vbs_with(tpot_s), len(v.routed), -free) for v, free in zip(views, free_blocks)]
+def decode_order_by_vbs(views: Sequence[DecodeView], free_blocks: Sequence[int], tpot_s: float,
+                        held: Sequence[int] | None = None) -> list[int]:
+    """Indices of ``views``, the most VBS headroom first; ``held``: blocks of the prompt each
+    worker's prefix cache holds, the key before free blocks."""
+    held = held or [0] * len(views)
+    keys = [(v.vbs_with(tpot_s), len(v.routed), -h, -free) for v, free, h in zip(views, free_blocks, held)]
     return sorted(range(len(views)), key=keys.__getitem__)
 
 
-def least_loaded_order(inflight: Sequence[int], tiebreak: Sequence[float]) -> list[int]:
-    """Indices by requests in flight, then by ``tiebreak`` (lower first)."""
-    return sorted(range(len(inflight)), key=lambda i: (inflight[i], tiebreak[i]))
+def least_loaded_order(inflight: Sequence[int], tiebreak: Sequence[float], held: Sequence[int] | None = None) -> list[int]:
+    """Indices by requests in flight, then by the most ``held`` (blocks of the prompt a worker's
+    prefix cache holds), then by ``tiebreak`` (lower first)."""
+    held = held or [0] * len(inflight)
+    return sorted(range(len(inflight)), key=lambda i: (inflight[i], -held[i], tiebreak[i]))
 
 
 class RoundRobin:

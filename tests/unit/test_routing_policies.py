@@ -59,3 +59,10 @@ def test_refusing_a_waiter_without_a_tpot_slo_ends_the_round():
     first = turns.next(lambda _: True)
     turns.report(first, admitted=False)
     assert first[0] == "none" and turns.next(lambda _: True) is None
+
+
+def test_where_load_ties_the_worker_holding_the_prompt_wins_before_free_blocks():
+    # a heartbeat's free count still shows the last turn's blocks on the worker that holds them
+    assert decode_order_by_vbs([DecodeView(), DecodeView()], [240, 256], tpot_s=0.0, held=[6, 0]) == [0, 1]
+    assert least_loaded_order([0, 0], [-240, -256], held=[6, 0]) == [0, 1]
+    assert least_loaded_order([1, 0], [-240, -256], held=[6, 0]) == [1, 0], "load still decides first"
