@@ -13,7 +13,12 @@ attention at batch 32 × 600 and batch 1 × 8,000 tokens of context (``kernels``
 matmul FLOP/s and copy bandwidth are measured in the same run, and give a roofline bound for
 pdserve's decode at batch 32 and the fraction of memory bandwidth the attention reaches.
 
+With ``--peer vllm``, vLLM (in a virtual environment of its own, ``--peer-python``) runs the same
+model directory, shapes and dtype on the same cores after pdserve's runs, and every ``decode`` and
+``prefill`` entry gains ``vllm_tok_s``; without its interpreter the bench says so and skips it.
+
     python bench/engine.py [--preset tiny|small|1b | --model DIR] [--dtype bfloat16] [--device cuda]
+                           [--peer vllm --peer-python PEER/bin/python]
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from bench.common import device_name, emit, progress  # noqa: E402
 from bench.engine_runs import (  # noqa: E402
     Timing, engine_config, load_transformers, make_prompts, time_pdserve, time_prefill, time_transformers)
 from bench.kernel_figures import decode_attention_figures  # noqa: E402
+from bench.peer_runs import add_peer, run_vllm  # noqa: E402
 from bench.roofline import decode_roofline, machine_figures  # noqa: E402
 from common.engine.llm_engine import LLMEngine  # noqa: E402
 
@@ -51,6 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-transformers", action="store_true")
     parser.add_argument("--long-prompt-len", type=int, default=1400)
     parser.add_argument("--long-prompts", type=int, default=None, help="default: 100 on a GPU, 16 on a CPU")
+    parser.add_argument("--peer", choices=("vllm",), default=None,
+                        help="also run this peer on the same model, shapes, dtype and cores (its own environment)")
+    parser.add_argument("--peer-python", type=Path, default=None,
+                        help="the peer's interpreter (default: $PDSERVE_PEER_VLLM, else .peer-vllm/bin/python)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     args = parser.parse_args(argv)
     args.batch_sizes = [int(b) for b in args.batches.split(",") if b.strip()]
@@ -148,6 +158,13 @@ def main(argv: list[str] | None = None) -> None:
         report(d, p)
         decode.append(d)
         prefill.append(p)
+    peer = run_vllm(args.peer_python, engine.model_dir, args) if args.peer == "vllm" else None
+    if peer is not None:
+        add_peer(decode, prefill, peer)
+        for d, p in zip(decode, prefill):
+            progress(f"[batch {d['batch']}] vLLM: decode {d['vllm_tok_s'] or 0:.0f} tok/s (pdserve "
+                     f"{d['ratio_to_vllm'] or 0:.2f}x), prefill {p['vllm_tok_s'] or 0:.0f} tok/s (pdserve "
+                     f"{p['ratio_to_vllm'] or 0:.2f}x)")
     long = prefill_long(engine, args)
     engine.check_integrity()
     machine = machine_figures(args.device, args.dtype)
@@ -162,7 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     emit({"device": device_name(args.device), "model": args.model or args.preset, "dtype": args.dtype,
           "prompt_len": args.prompt_len, "output_len": args.output_len, "machine": machine, "decode": decode,
           "prefill": prefill, "prefill_long": long, "roofline": roofline, "kernels": kernels,
-          "kernel_backend": engine.backend, "cuda_graphs": engine.runner.graphs is not None}, args.out)
+          "kernel_backend": engine.backend, "cuda_graphs": engine.runner.graphs is not None,
+          "peer": {"name": "vllm", "threads": torch.get_num_threads()} if peer is not None else None}, args.out)
 
 
 if __name__ == "__main__":
