@@ -137,7 +137,7 @@ def main() -> None:
                         help="repeatable (default: mixed and bursty)")
     parser.add_argument("--preset", default="tiny", help="the model both serve (its checkpoint directory)")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--grid", default="4,8,12,16,20,24,32,40,48,64", help="rates tried until vLLM's knee")
+    parser.add_argument("--grid", default="1,2,4,8,12,16,24,32,48,64", help="rates tried until vLLM's knee")
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--min-prompts", type=int, default=60)
     parser.add_argument("--warm-prompts", type=int, default=20)
