@@ -115,7 +115,7 @@ class EngineCore:
             return True
         new = tpot_guard.Decoding(tpot_slo_ms / 1000, max_tokens - 1, prompt_len + 1)
         return tpot_guard.admits_request(new, self.decodings(), self.cost_models.decode, self.unloaded_step_s,
-                                         epsilon, self.step_calibration.scale)
+                                         epsilon, self.step_calibration.scale, self.config.max_batch_size)
 
     def decodings(self) -> list[tpot_guard.Decoding]:
         """What the TPOT guard projects: every request here (decoding or about to) and every

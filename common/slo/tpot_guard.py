@@ -8,7 +8,8 @@ forward (``projected_tpots``): under credit batching each request runs at rate
 batch size ``Σ TRP`` and the mean length, and requests leave when their tokens run out (at most
 ``max_tokens``: an earlier EOS only helps). Then::
 
-    admitted ⇔ for every request r with a TPOT SLO:  projected TPOT(r) · ε ≤ SLO(r)
+    admitted ⇔ requests present (running, waiting, reserved) + 1 ≤ max_batch_size
+               and for every request r with a TPOT SLO:  projected TPOT(r) · ε ≤ SLO(r)
     idle (nothing running, nothing reserved) ⇔ unloaded_step · ε ≤ SLO(new)
 
 ε is the margin the gateway's closed loop steers (``common.slo.promise``; it starts at
@@ -106,12 +107,22 @@ def admits(requests: Sequence[Decoding], model: DecodeModel, epsilon: float = TP
 
 
 def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeModel, unloaded_step_s: float | None,
-                   epsilon: float = TPOT_MARGIN, calibration: Callable[[float], float] = _uncalibrated) -> bool:
+                   epsilon: float = TPOT_MARGIN, calibration: Callable[[float], float] = _uncalibrated,
+                   max_running: int | None = None) -> bool:
     """The guard's answer for ``new`` (no SLO: always admitted) joining the requests ``present``
     (running and reserved); ``unloaded_step_s``: one request's step measured alone (None: not
-    measured, the model decides even when idle)."""
+    measured, the model decides even when idle); ``max_running``: the most requests the engine
+    runs at once (its ``max_batch_size``; None: no limit).
+
+    The projection has every request present decode from now on; past ``max_running`` some of
+    them wait for a free place in the batch with their first token already out, and their TPOT
+    grows by the wait. So a request with an SLO that would make more than ``max_running``
+    present is refused: under credit batching loose requests are slowed to their SLO and stay
+    present longer, and that limit, not the step time, is what binds first."""
     if not new.slo_s:
         return True
+    if max_running is not None and len(present) + 1 > max_running:
+        return False
     if not present and unloaded_step_s is not None:
         return unloaded_step_s * epsilon <= new.slo_s
     return admits([*present, new], model, epsilon, calibration)

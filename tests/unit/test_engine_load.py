@@ -78,3 +78,16 @@ async def test_typed_engine_calls_return_their_results_and_raise_the_engines_err
         thread.stop()
     assert engine.load.in_flight == 0 and engine.load.free_blocks == 64
     engine.check_integrity()
+
+
+def test_a_decode_worker_reserves_no_more_requests_with_a_tpot_slo_than_its_batch_holds():
+    """Running and reserved requests both count: one more than ``max_batch_size`` would wait
+    for a place in the batch after its first token, so the TPOT guard refuses it."""
+    engine = LLMEngine(EngineConfig(num_kv_blocks=64, policy="scorpio", max_batch_size=2))
+    engine.cost_models = CostModels(PrefillModel(0, 0.001, 0.0), DecodeModel(0.0, 0.0, 0.0, 0.0001))  # 0.1 ms a step
+    first = engine.reserve("a", 3, 4, tpot_slo_ms=50.0)
+    engine.commit("a", first.lease_id, [1, 2, 3], 7, PARAMS, tpot_slo_ms=50.0)
+    assert engine.reserve("b", 3, 4, tpot_slo_ms=50.0) is not None
+    with pytest.raises(AdmissionError):
+        engine.reserve("c", 3, 4, tpot_slo_ms=50.0)
+    assert engine.reserve("d", 3, 4) is not None  # no TPOT SLO: nothing to promise, never refused

@@ -258,6 +258,19 @@ def test_tpot_guard_admits_an_idle_worker_by_its_unloaded_step_and_a_busy_one_by
     assert admits_request(new(30.0), _same(2, 0.030, remaining=20), model, step, epsilon=0.9)
 
 
+def test_tpot_guard_refuses_a_request_the_batch_has_no_place_for():
+    """Past ``max_running`` a committed request waits for a place in the batch with its first
+    token out, however cheap the model says steps are: the guard counts places, not only time."""
+    from common.slo.tpot_guard import admits_request
+
+    model = DecodeModel(alpha=0.0, beta=0.0, gamma=0.0, delta=0.001)  # 1 ms a step whatever the batch
+    present = _same(3, 0.050, remaining=20)
+    assert admits_request(Decoding(0.050, 20, 9), present, model, 0.001, max_running=4)
+    assert not admits_request(Decoding(0.050, 20, 9), present, model, 0.001, max_running=3)
+    assert admits_request(Decoding(0.050, 20, 9), present, model, 0.001)  # no limit given: time alone
+    assert admits_request(Decoding(0.0, 20, 9), present, model, 0.001, max_running=3)  # no SLO: never refused
+
+
 def test_tpot_guard_projects_growing_lengths_and_applies_the_calibration():
     from common.slo.tpot_guard import admits_request
 
