@@ -27,6 +27,7 @@ class SimConfig:
     heartbeat_s: float = 0.5
     admission_tick_s: float = 0.025  # the admission queue's round at the latest
     slo_target: float = DEFAULT_TARGET
+    work_conserving_credit: bool = True  # as the engine flag of that name
     step_noise: float = 0.0  # coefficient of variation of every forward's time around its cost model
     prefill_scale: float = 1.0  # the workers' forwards take this × what their cost model (which
     decode_scale: float = 1.0  # the guards start from) predicts: a profile that is off, a busy host

@@ -43,7 +43,7 @@ class SimWorker:
         # no prefix caching: simulated prompts are placeholders ([0] * n), equal where real ones are not
         engine = EngineConfig(policy=config.engine_policy, max_batch_size=config.max_batch_size,
                               max_num_tokens=config.max_num_tokens, block_size=config.block_size,
-                              enable_prefix_caching=False)
+                              enable_prefix_caching=False, work_conserving_credit=config.work_conserving_credit)
         self.core = EngineCore(engine, config.num_kv_blocks, config.max_model_len, vocab_size=1, eos_token_ids=(),
                                clock=sim.clock)
         self.core.cost_models = models  # what the worker believes, as a real one loads its profile

@@ -35,6 +35,9 @@ class EngineConfig:
     enforce_eager: bool = False  # GPU: launch every decode step op by op instead of replaying CUDA graphs
     enable_prefix_caching: bool = True  # reuse the KV of full blocks a prompt shares with earlier ones
     policy: str = "scorpio"  # scheduling: scorpio (both SLO guards) | fcfs (the baseline) | ttft_guard | tpot_guard
+    # TPOT guard: credit batching holds a decode back only when a step of all of them would make the
+    # tightest TPOT SLO present miss (off: it always runs each request at its SLO's cadence)
+    work_conserving_credit: bool = True
     lease_timeout_s: float = 60.0  # decode: a reservation neither committed nor released returns its blocks
     quarantine_s: float = 10.0  # decode: blocks a writer may still be writing stay unused this long
 

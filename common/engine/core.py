@@ -54,6 +54,9 @@ class EngineCore:
             self.pool,
         )
         self.leases = LeaseTable(self.pool, config.lease_timeout_s, config.quarantine_s)
+        if config.work_conserving_credit:
+            self.scheduler.all_fit = self._all_fit
+        self.tpot_margin = tpot_guard.TPOT_MARGIN  # ε of the latest reservation (the gateway's closed loop steers it)
         self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
         self.step_calibration = Calibration(clock=clock)  # decode step periods as observed vs the fitted model
         self.unloaded_step_s: float | None = None  # one request's step, measured alone at warm-up
@@ -95,6 +98,7 @@ class EngineCore:
         Raises ``AdmissionError`` when the TPOT guard (margin ``epsilon``) predicts the SLOs
         could not all be met."""
         self._validate(request_id, [0] * prompt_len, SamplingParams(max_tokens=max_tokens))
+        self.tpot_margin = epsilon
         if not self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon):
             raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here")
         tokens = prompt_len + (max_tokens if self.config.memory_policy == "guaranteed_no_evict" else 1)
@@ -116,6 +120,16 @@ class EngineCore:
         new = tpot_guard.Decoding(tpot_slo_ms / 1000, max_tokens - 1, prompt_len + 1)
         return tpot_guard.admits_request(new, self.decodings(), self.cost_models.decode, self.unloaded_step_s,
                                          epsilon, self.step_calibration.scale, self.config.max_batch_size)
+
+    def _all_fit(self, batch: int, mean_len: float, tightest_slo_s: float) -> bool:
+        """Credit batching's work-conserving test: a step of every decoding request, as the
+        calibrated model predicts it, keeps the tightest TPOT SLO present with margin ε. Then
+        holding a loose request back saves the tight ones nothing (a GPU's step is nearly flat
+        in batch size) and only keeps the loose one present longer, in a place of the batch."""
+        if self.cost_models is None:
+            return False
+        step = self.step_calibration.scale(self.cost_models.decode.predict(batch, mean_len))
+        return step * self.tpot_margin <= tightest_slo_s
 
     def decodings(self) -> list[tpot_guard.Decoding]:
         """What the TPOT guard projects: every request here (decoding or about to) and every

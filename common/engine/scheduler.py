@@ -19,6 +19,7 @@ a step fills is named in the index, so preempted, finished and later requests fi
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.engine.batch import ScheduledBatch, ScheduledSeq
@@ -63,6 +64,10 @@ class Scheduler:
         self._pending_aborts: list[str] = []
         self.held: dict[str, list[int]] = {}  # prefill-only requests' KV, awaiting hand-off
         self.credit = CreditBatcher()
+        # Whether a step of all the decoding requests (batch, mean length) is predicted to keep the
+        # tightest TPOT SLO present (seconds) with margin: then credit batching holds nobody back
+        # (set by the engine once it has a cost model; None: credit batching always selects).
+        self.all_fit: Callable[[int, float, float], bool] | None = None
         self.match_prefixes = pool.prefix_index is not None  # off while an engine profiles itself
 
     def add(self, request: Request) -> None:
@@ -151,6 +156,8 @@ class Scheduler:
         if not self.config.tpot_guard:
             return None
         tightest = min((r.tpot_slo_ms for r in decoding if r.tpot_slo_ms), default=1.0)
+        if decoding and self.all_fit is not None and self.all_fit(len(decoding), _mean_len(decoding), tightest / 1000):
+            return None
         return {r.request_id: r.tpot_slo_ms or tightest for r in decoding}
 
     def advance_decodes(self, produced: dict[str, int], token: int) -> None:
@@ -328,3 +335,7 @@ class Scheduler:
     def owned_blocks(self) -> list[int]:
         running = [b for r in self.requests.values() for b in r.block_ids]
         return running + [b for blocks in self.held.values() for b in blocks]
+
+
+def _mean_len(requests: list[Request]) -> float:
+    return sum(r.num_tokens for r in requests) / len(requests)

@@ -40,7 +40,7 @@ def test_credit_batching_gives_tpot_slos_of_2_4_and_6_ms_a_token_every_1_2_and_3
     one_ms = CostModels(PrefillModel(0, 0.010, 0.0), DecodeModel(0.0, 0.0, 0.0, 0.001))
     plan = [_request(0, 0.0, 200, SloClass("a", 1000, 2)), _request(1, 0.0, 61, SloClass("b", 1000, 4)),
             _request(2, 0.0, 41, SloClass("c", 1000, 6))]
-    run = simulate(plan, _config("tpot_guard"), one_ms)
+    run = simulate(plan, _config("tpot_guard", work_conserving_credit=False), one_ms)
     assert all(r.ok for r in run.records)
     # a is prefilled alone (0-10 ms), b and c together (10-20 ms). a decodes every 1 ms step from
     # 10 ms. b and c join the step 20-21 ms (their commits wait for the step in progress) and then
@@ -50,6 +50,31 @@ def test_credit_batching_gives_tpot_slos_of_2_4_and_6_ms_a_token_every_1_2_and_3
     assert a.token_times == pytest.approx([0.010, 0.209]) and a.tpot == pytest.approx(0.001)
     assert b.token_times == pytest.approx([0.020, 0.139]) and b.tpot == pytest.approx(0.119 / 60)
     assert c.token_times == pytest.approx([0.020, 0.138]) and c.tpot == pytest.approx(0.118 / 40)
+
+
+def test_work_conserving_credit_holds_nobody_back_while_a_step_of_all_keeps_the_tightest_slo():
+    one_ms = CostModels(PrefillModel(0, 0.010, 0.0), DecodeModel(0.0, 0.0, 0.0, 0.001))
+    plan = [_request(0, 0.0, 200, SloClass("a", 1000, 2)), _request(1, 0.0, 61, SloClass("b", 1000, 4)),
+            _request(2, 0.0, 41, SloClass("c", 1000, 6))]
+    run = simulate(plan, _config("tpot_guard"), one_ms)
+    # as above until b and c join at 20-21 ms; then a step of all three costs 1 ms, and 1 ms x 1.3
+    # keeps a's 2 ms: everyone runs every step. b's 60 tokens come at 21 .. 80 ms, c's 40 at 21 .. 60 ms.
+    a, b, c = run.records
+    assert a.token_times == pytest.approx([0.010, 0.209]) and a.tpot == pytest.approx(0.001)
+    assert b.token_times == pytest.approx([0.020, 0.080]) and b.tpot == pytest.approx(0.001)
+    assert c.token_times == pytest.approx([0.020, 0.060]) and c.tpot == pytest.approx(0.001)
+
+
+def test_work_conserving_credit_still_holds_back_where_a_step_of_all_would_break_the_tightest():
+    # 1 ms a step plus 0.5 ms for every request past the first: all three take 2 ms, x 1.3 > a's 2 ms
+    slope = CostModels(PrefillModel(0, 0.010, 0.0), DecodeModel(0.0, 0.0005, 0.0, 0.001, knee=1.0))
+    plan = [_request(0, 0.0, 200, SloClass("a", 1000, 2)), _request(1, 0.0, 61, SloClass("b", 1000, 4)),
+            _request(2, 0.0, 41, SloClass("c", 1000, 6))]
+    held, free = (simulate(plan, _config("tpot_guard", work_conserving_credit=w), slope).records
+                  for w in (True, False))
+    for with_rule, without in zip(held, free):  # the same cadence as plain credit batching
+        assert with_rule.token_times == pytest.approx(without.token_times)
+    assert held[1].output_len == 61 and held[1].tpot > 1.5 * held[0].tpot  # b was held back
 
 
 def test_the_ttft_guard_refuses_at_its_boundary_and_not_before():
