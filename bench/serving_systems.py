@@ -1,9 +1,7 @@
-"""The servers ``bench/vs_vllm.py`` compares, each behind its OpenAI HTTP API, and one load run
-against either through ``pdserve bench --backend openai``."""
+"""The servers ``bench/vs_vllm.py`` compares, each behind its OpenAI HTTP API."""
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
@@ -100,17 +98,3 @@ class PdserveSystem:
 
     def __exit__(self, *exc: object) -> None:
         self.cluster.stop()
-
-
-def run_load(base_url: str, rate: float, num_prompts: int, flags: tuple[str, ...], slo_mix: str,
-             out_dir: Path) -> dict:
-    """One ``pdserve bench --backend openai`` run (seeded: the same arrivals and prompts for every
-    system); its saved result."""
-    name = f"{rate:g}.json"
-    cmd = [sys.executable, "-m", "client.bench", "--backend", "openai", "--base-url", base_url,
-           "--num-prompts", str(num_prompts), "--request-rate", str(rate), "--seed", "7", *flags, "--ignore-eos",
-           "--save-result", "--result-dir", str(out_dir), "--result-filename", name,
-           "--percentile-metrics", "ttft,tpot"]
-    cmd += ["--slo-mix", slo_mix] if slo_mix else []
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=900)
-    return json.loads((out_dir / name).read_text())

@@ -23,8 +23,6 @@ neither policy pays for cold connections in its measurements).
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import device_name, emit, progress  # noqa: E402
+from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 
@@ -66,14 +64,8 @@ def slo_classes(base_ttft_ms: float, base_tpot_ms: float) -> str:
 def bench_point(address: str, rate: float, args: argparse.Namespace, slo_mix: str, out_dir: Path,
                 num_prompts: int | None = None, requests: tuple[str, ...] = RANDOM) -> dict:
     host, port = address.rsplit(":", 1)
-    name = f"{rate:g}.json"
     n = num_prompts or max(args.min_prompts, round(rate * args.duration_s))
-    cmd = [sys.executable, "-m", "client.bench", "--host", host, "--port", port, "--num-prompts", str(n),
-           "--request-rate", str(rate), "--seed", "7", *requests, "--ignore-eos", "--save-result", "--result-dir",
-           str(out_dir), "--result-filename", name, "--percentile-metrics", "ttft,tpot"]
-    cmd += ["--slo-mix", slo_mix] if slo_mix else []
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=900)
-    return json.loads((out_dir / name).read_text())
+    return run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir)
 
 
 def point_summary(policy: str, rate: float, r: dict) -> dict:

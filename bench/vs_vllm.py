@@ -32,9 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import device_name, emit, progress  # noqa: E402
+from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
 from bench.peer_runs import peer_python  # noqa: E402
-from bench.serving_systems import PdserveSystem, VllmSystem, run_load  # noqa: E402
+from bench.serving_systems import PdserveSystem, VllmSystem  # noqa: E402
+from bench.slo import point_summary  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 
 WORKLOADS = {
@@ -48,15 +49,9 @@ SYSTEMS = ("vllm", "pdserve-scorpio", "pdserve-fcfs")
 
 
 def summary(system: str, workload: str, rate: float, r: dict) -> dict:
-    admitted = r["num_prompts"] - r["rejected"]
-    good = round(r["slo_adherence"] * r["num_prompts"])
-    return {"workload": workload, "rate": rate, "system": system, "num_prompts": r["num_prompts"],
-            "goodput": r["request_goodput"], "adherence": r["slo_adherence"],
-            "admitted_attainment": good / admitted if admitted else 0.0, "rejected": r["rejected"],
-            "failed": r["failed"], "p50_ttft_ms": r["median_ttft_ms"], "p99_ttft_ms": r["p99_ttft_ms"],
-            "p50_tpot_ms": r["median_tpot_ms"], "p99_tpot_ms": r["p99_tpot_ms"],
-            "per_class": {k: {"good": v["good"], "sent": v["sent"], "rejected": v["rejected"]}
-                          for k, v in r["per_class"].items()}}
+    point = point_summary(system, rate, r)
+    point["system"] = point.pop("policy")
+    return {**point, "workload": workload, "p50_ttft_ms": r["median_ttft_ms"], "p50_tpot_ms": r["median_tpot_ms"]}
 
 
 def say(p: dict) -> None:
@@ -69,10 +64,11 @@ def measure(system, name: str, workload: str, rates: list[float], args: argparse
             work: Path, stop_below: float | None = None) -> list[dict]:
     flags, mix = WORKLOADS[workload]
     points = []
-    run_load(system.base_url, 2.0, args.warm_prompts, flags, "", work / f"warm-{name}")
+    target = ("--backend", "openai", "--base-url", system.base_url)
+    run_load_tester(target, 2.0, args.warm_prompts, flags, "", work / f"warm-{name}")
     for rate in rates:
         n = max(args.min_prompts, round(rate * args.duration_s))
-        points.append(summary(name, workload, rate, run_load(system.base_url, rate, n, flags, mix, work / name)))
+        points.append(summary(name, workload, rate, run_load_tester(target, rate, n, flags, mix, work / name)))
         say(points[-1])
         if stop_below is not None and points[-1]["adherence"] < stop_below:
             break

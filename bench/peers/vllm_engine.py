@@ -4,24 +4,19 @@ Python: decode and prefill tokens/s per batch size, as one JSON line on stdout.
 Measured as ``bench/engine.py`` measures transformers: prefill is a run of the batch with one
 new token each; decode is a run of ``--output-len`` new tokens (EOS ignored) less that prefill.
 Prefix caching is off (runs repeat their prompts, and what is timed is computing them); the
-best of ``--repeats`` runs is kept. Prompts are token ids, so no tokenizer is loaded.
+best of ``--repeats`` runs is kept. The prompts are the token ids pdserve's runs computed
+(``--prompts``: a JSON object, batch size -> its prompts), so no tokenizer is loaded.
 
-    PEER/bin/python bench/peers/vllm_engine.py --model DIR --batches 1,8,32 --prompt-len 512 \
-        --output-len 128 --dtype float32
+    PEER/bin/python bench/peers/vllm_engine.py --model DIR --prompts PROMPTS.json --output-len 128 \
+        --dtype float32
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import time
-
-
-def prompts(batch: int, length: int, seed: int) -> list[list[int]]:
-    rng = random.Random(seed * 100_003 + batch)
-    return [[rng.randrange(256) for _ in range(length)] for _ in range(batch)]
 
 
 def timed(llm, batch_prompts: list[list[int]], new_tokens: int) -> float:  # type: ignore[no-untyped-def]
@@ -42,30 +37,30 @@ def timed(llm, batch_prompts: list[list[int]], new_tokens: int) -> float:  # typ
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
-    parser.add_argument("--batches", default="1,8,32,64")
-    parser.add_argument("--prompt-len", type=int, default=512)
+    parser.add_argument("--prompts", required=True, help="JSON: batch size -> that batch's prompts (token ids)")
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--max-num-tokens", type=int, default=8192, help="tokens per step, as pdserve's engine")
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    batches = [int(b) for b in args.batches.split(",")]
+    with open(args.prompts) as f:
+        by_batch = {int(b): p for b, p in json.load(f).items()}
+    prompt_len = max(len(p) for ps in by_batch.values() for p in ps)
 
     from vllm import LLM
 
     started = time.perf_counter()
     llm = LLM(model=args.model, dtype=args.dtype, skip_tokenizer_init=True, enable_prefix_caching=False,
-              max_num_seqs=max(batches), max_model_len=args.prompt_len + args.output_len + 16,
-              max_num_batched_tokens=max(args.max_num_tokens, args.prompt_len), seed=0)
-    timed(llm, prompts(2, args.prompt_len, seed=1), 4)  # warm-up
+              max_num_seqs=max(by_batch), max_model_len=prompt_len + args.output_len + 16,
+              max_num_batched_tokens=max(args.max_num_tokens, prompt_len), seed=0)
+    timed(llm, by_batch[min(by_batch)][:2], 4)  # warm-up
     print(f"[vllm] engine ready in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     results = []
-    for batch in batches:
-        batch_prompts = prompts(batch, args.prompt_len, seed=0)
+    for batch, batch_prompts in by_batch.items():
         prefill = min(timed(llm, batch_prompts, 1) for _ in range(args.repeats))
         total = min(timed(llm, batch_prompts, args.output_len) for _ in range(args.repeats))
         decode = max(total - prefill, 1e-9)
-        results.append({"batch": batch, "prefill_tok_s": batch * args.prompt_len / prefill,
+        results.append({"batch": batch, "prefill_tok_s": sum(map(len, batch_prompts)) / prefill,
                         "decode_tok_s": batch * (args.output_len - 1) / decode})
         print(f"[vllm] batch {batch}: decode {results[-1]['decode_tok_s']:.0f} tok/s, prefill "
               f"{results[-1]['prefill_tok_s']:.0f} tok/s", file=sys.stderr, flush=True)

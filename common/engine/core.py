@@ -129,7 +129,7 @@ class EngineCore:
         if self.cost_models is None:
             return False
         step = self.step_calibration.scale(self.cost_models.decode.predict(batch, mean_len))
-        return step * self.tpot_margin <= tightest_slo_s
+        return tpot_guard.step_keeps(step, tightest_slo_s, self.tpot_margin)
 
     def decodings(self) -> list[tpot_guard.Decoding]:
         """What the TPOT guard projects: every request here (decoding or about to) and every

@@ -106,6 +106,13 @@ def admits(requests: Sequence[Decoding], model: DecodeModel, epsilon: float = TP
                for r, tpot in zip(requests, projected_tpots(requests, model, calibration)))
 
 
+def step_keeps(step_s: float, slo_s: float, epsilon: float = TPOT_MARGIN) -> bool:
+    """Whether a request that runs in every step of ``step_s`` keeps a TPOT SLO of ``slo_s`` with
+    margin ``epsilon``: the test for one request alone on an idle worker, and credit batching's
+    work-conserving test (a step of every decoding request against the tightest SLO present)."""
+    return step_s * epsilon <= slo_s
+
+
 def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeModel, unloaded_step_s: float | None,
                    epsilon: float = TPOT_MARGIN, calibration: Callable[[float], float] = _uncalibrated,
                    max_running: int | None = None) -> bool:
@@ -124,7 +131,7 @@ def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeMode
     if max_running is not None and len(present) + 1 > max_running:
         return False
     if not present and unloaded_step_s is not None:
-        return unloaded_step_s * epsilon <= new.slo_s
+        return step_keeps(unloaded_step_s, new.slo_s, epsilon)
     return admits([*present, new], model, epsilon, calibration)
 
 
