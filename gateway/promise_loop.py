@@ -44,7 +44,8 @@ class PromiseLoop:
         epsilon = p.decode.view.epsilon if p.decode is not None and p.decode.decode_view is not None else None
         if p.completion_tokens <= 1:
             epsilon = None  # it never decoded there
-        met = feed_back(ttft_s, tpot_s, req.ttft_ms / 1000, req.tpot_ms / 1000, headroom, epsilon)
+        met = feed_back(ttft_s, tpot_s, req.ttft_ms / 1000, req.tpot_ms / 1000, headroom, epsilon,
+                        p.prefill_headroom, p.decode_epsilon)
         if not (req.ttft_ms or req.tpot_ms):
             return
         if req.ttft_ms and ttft_s * 1000 > req.ttft_ms:

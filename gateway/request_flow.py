@@ -169,6 +169,7 @@ class RequestFlow:
         tokens, guard = prompt.uncached_tokens(worker.prefix), worker.guard
         ahead, raw_s = guard.queued_ahead(deadline), guard.predict_s(tokens, deadline, calibrated=False)
         p.prefill_predicted_s = guard.predict_s(tokens, deadline)
+        p.prefill_headroom = guard.headroom.margin
         worker.inflight += 1
         guard.sent(req.request_id, deadline, tokens)
         sent = p.prefill_sent = time.perf_counter()

@@ -91,6 +91,8 @@ class Progress:
     prefill_sent: float = 0.0  # when the (last) Prefill call went out, perf_counter
     prefill_predicted_s: float | None = None  # what the TTFT guard predicted for that call
     prefill_call_s: float = 0.0  # what it took
+    prefill_headroom: float | None = None  # the TTFT guard's headroom when that call went out
+    decode_epsilon: float | None = None  # the decode worker's ε when its reservation came back
     owner: object = None  # the validated request of the RPC that runs this flow
     inbox: asyncio.Queue | None = None  # type: ignore[type-arg]  # the decode worker's events for it
     prompt: PromptBlocks | None = None  # the prompt's block hashes, worked out once for every worker's cache
@@ -113,6 +115,8 @@ class Progress:
     def reserved(self, decode: WorkerRecord, lease_id: str) -> None:
         self.to(Stage.RESERVED)
         self.decode, self.lease_id = decode, lease_id
+        view = getattr(decode, "decode_view", None)  # a record with no TPOT guard view has no ε
+        self.decode_epsilon = view.epsilon.margin if view is not None else None
 
     def lease_given_back(self) -> None:
         """The lease was released before any prefill: nothing is held on the decode worker
@@ -133,6 +137,7 @@ class Progress:
         self.to(Stage.RESERVING)
         self.decode, self.lease_id, self.prefill, self.prefill_reply = None, "", None, None
         self.decode_cached_tokens = 0
+        self.prefill_headroom = self.decode_epsilon = None
 
     def end(self, outcome: Stage) -> Stage | None:
         """Ends the life, once: a request that sent its last message is DONE, any other ends

@@ -46,6 +46,8 @@ class Flight:
     first_token_at: float = 0.0  # at the gateway
     predicted_s: float | None = None  # the TTFT guard's uncalibrated prediction of its prefill call
     sent_at: float = 0.0  # its prefill call went out
+    headroom_at: float | None = None  # the TTFT guard's headroom when it went out
+    epsilon_at: float | None = None  # the decode worker's ε its reservation applied
 
     @property
     def request_id(self) -> str:
@@ -169,6 +171,7 @@ class SimGateway:
             if lease is None:
                 self._try_decode(flight, candidates, at + 1, then)
             else:
+                flight.epsilon_at = epsilon
                 then(flight, worker, lease)
 
         self.sim.after(self.config.hop_s, worker.call, reserve)
@@ -278,6 +281,7 @@ class SimGateway:
         guard.sent(flight.request_id, flight.deadline, flight.tokens)
         self.inflight[worker.worker_id] += 1
         flight.sent_at = self.sim.now
+        flight.headroom_at = guard.headroom.margin
         params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
 
         def prefill() -> None:
@@ -351,7 +355,8 @@ class SimGateway:
         tpot_s = (now - flight.first_token_at) / (tokens - 1) if tokens > 1 else 0.0
         assert flight.prefill is not None and flight.decode is not None
         epsilon = self.views[flight.decode.worker_id].epsilon if tokens > 1 else None
-        feed_back(ttft_s, tpot_s, flight.ttft_s, flight.tpot_s, self.guards[flight.prefill.worker_id].headroom, epsilon)
+        feed_back(ttft_s, tpot_s, flight.ttft_s, flight.tpot_s, self.guards[flight.prefill.worker_id].headroom, epsilon,
+                  flight.headroom_at, flight.epsilon_at)
         self.sim.after(self.config.hop_s, self.done, flight)
 
     # -- heartbeats --

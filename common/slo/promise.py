@@ -6,12 +6,24 @@ admitted request's outcome is fed back, and each guard's margin on its predictio
 hold a target attainment:
 
     a miss                          → margin × (1 + step)                 tighten fast
+                                      (from the margin that admitted it, when known)
     a met SLO with room to spare    → margin × (1 + step)^(−(1−target)/target)   relax slowly
     a met SLO without room          → margin unchanged
 
 At the balance point the misses are at most ``1 − target`` of the outcomes: each miss raises
 the margin by as much as ``target / (1 − target)`` comfortable outcomes lower it (a quantile
 tracker). The margins start at the guards' old constants (TTFT headroom 1.0, the VBS ε 1.3).
+
+Misses come in bursts: one bad moment (a stall, a burst of long prompts) makes every request in
+flight miss together. They were all admitted under one margin, and they are one piece of evidence
+that it was too small, not many: compounding (1 + step)^k on a burst of k would take
+k · target / (1 − target) outcomes to undo, and shut the tightest classes out long after the
+moment passed. So a miss whose admitting margin ``m`` is known raises the margin to at least
+``m × clamp(latency / SLO, 1 + step, most)``: what would have kept that request, from the margin
+that admitted it, and never compounding on the misses of the same admissions. A later miss of a
+request admitted under the raised margin raises it again. In steady state the admitting margin
+is the current one and each miss raises it by at least (1 + step), so the balance above holds
+or errs on the side of the promise.
 
 ``Attainment`` is the measured side: the share of admitted requests that met their SLO over a
 sliding time window, kept per SLO class and per worker for metrics and reports.
@@ -36,6 +48,7 @@ class MarginController:
     step: float = 0.2  # relative increase per miss
     low: float = 0.5
     high: float = 8.0
+    most: float = 1.5  # the largest factor one miss raises its admitting margin by
     misses: int = 0
     outcomes: int = 0
 
@@ -45,12 +58,17 @@ class MarginController:
         if not self.low <= self.margin <= self.high:
             raise ValueError(f"margin {self.margin} outside [{self.low}, {self.high}]")
 
-    def observe(self, ratio: float) -> None:
-        """One admitted request's outcome: observed latency / its SLO (above 1: missed)."""
+    def observe(self, ratio: float, admitted_at: float | None = None) -> None:
+        """One admitted request's outcome: observed latency / its SLO (above 1: missed);
+        ``admitted_at``: the margin its admission applied (None: not known, the current one)."""
         self.outcomes += 1
         if ratio > 1.0:
             self.misses += 1
-            self.margin = min(self.high, self.margin * (1 + self.step))
+            if admitted_at is None:
+                raised = self.margin * (1 + self.step)
+            else:
+                raised = admitted_at * min(max(ratio, 1 + self.step), max(self.most, 1 + self.step))
+            self.margin = min(self.high, max(self.margin, raised))
         elif ratio <= ROOM:
             relax = math.exp(-math.log1p(self.step) * (1 - self.target) / self.target)
             self.margin = max(self.low, self.margin * relax)
@@ -81,17 +99,19 @@ class Attainment:
 
 
 def feed_back(ttft_s: float, tpot_s: float, ttft_slo_s: float, tpot_slo_s: float,
-              headroom: MarginController | None, epsilon: MarginController | None) -> bool:
+              headroom: MarginController | None, epsilon: MarginController | None,
+              headroom_at: float | None = None, epsilon_at: float | None = None) -> bool:
     """One admitted request's outcome to the margins of the guards that admitted it (the prefill
-    worker's TTFT headroom, the decode worker's ε; None: not there). An SLO of 0 is none and
-    teaches nothing. Returns whether the request met both SLOs."""
+    worker's TTFT headroom, the decode worker's ε; None: not there), with the values those
+    margins had when they admitted it (None: not known). An SLO of 0 is none and teaches
+    nothing. Returns whether the request met both SLOs."""
     ttft_ok = tpot_ok = True
     if ttft_slo_s > 0:
         ttft_ok = ttft_s <= ttft_slo_s
         if headroom is not None:
-            headroom.observe(ttft_s / ttft_slo_s)
+            headroom.observe(ttft_s / ttft_slo_s, headroom_at)
     if tpot_slo_s > 0:
         tpot_ok = tpot_s <= tpot_slo_s
         if epsilon is not None:
-            epsilon.observe(tpot_s / tpot_slo_s)
+            epsilon.observe(tpot_s / tpot_slo_s, epsilon_at)
     return ttft_ok and tpot_ok

@@ -49,6 +49,50 @@ def test_the_margin_settles_where_the_planted_miss_rate_meets_the_target(target)
     assert controller.margin == pytest.approx(np.quantile(errors, target), rel=0.25)
 
 
+def test_a_burst_of_misses_admitted_under_one_margin_tightens_it_once_by_what_it_missed_by():
+    """Requests in flight together miss together; they were admitted under one margin, and are
+    one piece of evidence against it: compounding would take 99 comfortable outcomes per miss
+    in the burst to undo."""
+    controller = MarginController(margin=1.3, target=0.99, step=0.2)
+    for ratio in (1.05, 1.3, 1.1, 1.3, 1.05):
+        controller.observe(ratio, admitted_at=1.3)
+    assert controller.margin == pytest.approx(1.3 * 1.3)  # what the worst of them missed by
+    controller.observe(1.05, admitted_at=1.69)  # admitted under the raised margin, and still missed
+    assert controller.margin == pytest.approx(1.69 * 1.2)  # by at least one step
+    controller.observe(3.0, admitted_at=1.0)  # an older admission: raised by at most ``most``
+    assert controller.margin == pytest.approx(1.69 * 1.2)
+    controller.observe(3.0, admitted_at=2.028)
+    assert controller.margin == pytest.approx(2.028 * 1.5)
+    unknown = MarginController(margin=1.3, target=0.99, step=0.2)
+    for _ in range(3):
+        unknown.observe(1.5)  # where the admitting margin is unknown, each miss counts one step
+    assert unknown.margin == pytest.approx(1.3 * 1.2 ** 3)
+
+
+@pytest.mark.parametrize("in_flight", [1, 64])
+def test_with_requests_in_flight_the_margin_still_settles_at_the_target_quantile(in_flight):
+    """As above, but each outcome comes back ``in_flight`` admissions later, judged against the
+    margin that admitted it, and errors come in bursts (a slow stretch slows every request in
+    flight): the margin still holds the target, and does not run off to its bound."""
+    rng = np.random.default_rng(2)
+    n, target = 200_000, 0.99
+    slow = np.repeat(rng.random(n // 100) < 0.01, 100)  # 1% of stretches of 100 requests are slow
+    errors = rng.lognormal(mean=0.0, sigma=0.2, size=n) * np.where(slow, 1.6, 1.0)
+    controller = MarginController(margin=1.0, target=target, step=0.05)
+    admitted: list[float] = []
+    misses = 0
+    for i, error in enumerate(errors):
+        admitted.append(controller.margin)
+        if i >= in_flight:
+            j = i - in_flight
+            ratio = errors[j] / admitted[j]
+            controller.observe(ratio, admitted_at=admitted[j])
+            misses += ratio > 1 and j >= n // 2
+    miss_rate = misses / (n // 2 - in_flight)
+    assert (1 - target) * 0.3 <= miss_rate <= (1 - target) * 1.1, miss_rate
+    assert controller.margin < 1.3 * np.quantile(errors, target), controller.margin
+
+
 def test_attainment_counts_outcomes_inside_its_window_only():
     attained = Attainment(window_s=10.0)
     assert attained.value(0.0) is None
@@ -65,3 +109,6 @@ def test_an_outcome_feeds_the_ttft_headroom_and_the_tpot_epsilon_that_admitted_i
     assert headroom.margin == pytest.approx(1.2) and epsilon.margin < 1.3  # TTFT missed; TPOT met with room
     assert feed_back(0.3, 0.010, ttft_slo_s=0.0, tpot_slo_s=0.0, headroom=headroom, epsilon=None)  # no SLOs
     assert headroom.margin == pytest.approx(1.2)
+    feed_back(0.3, 0.08, ttft_slo_s=0.2, tpot_slo_s=0.05, headroom=headroom, epsilon=epsilon,
+              headroom_at=1.0, epsilon_at=1.3)  # both missed, admitted under the margins before
+    assert headroom.margin == pytest.approx(1.5) and epsilon.margin == pytest.approx(1.3 * 1.5)
