@@ -8,8 +8,10 @@ replays the very same arrival sequence with workers that load the same profile.
 What a worker costs inside this cluster is more than its profile (measured on an idle engine):
 RPCs, token streaming and the gateway share the two cores. The simulator is told that cost from
 runs that are not compared (and nothing from the compared ones): an RPC hop (the median round
-trip of the gateway's Info call, halved); a prefill forward's scale (the unloaded TTFT less six
-hops and the KV copy, over the profile's prefill); and the decode step as the decode worker
+trip of the gateway's Info call, halved); what prefill calls took at the gateway beyond the
+worker's own time under the calibration load (``pdserve:prefill_call_overhead_seconds``, read
+back as one draw per call); a prefill forward's scale (the unloaded TTFT less six hops, the KV
+copy and the median call overhead, over the profile's prefill); and the decode step as the decode worker
 itself refitted it from the steps it ran under a moderate calibration load without SLOs
 (``pdserve:cost_model_coefficient``), times its calibration. Rates: fractions of the knee (where
 fcfs meets fewer than 90% of SLOs in simulation), by default half, the knee and twice it; both
@@ -38,7 +40,7 @@ from client.bench.plan import build_plan  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
-from simulator.config import SimConfig  # noqa: E402
+from simulator.config import SimConfig, call_overhead_from_histogram  # noqa: E402
 from simulator.profile import this_machine  # noqa: E402
 from simulator.run import simulate  # noqa: E402
 
@@ -104,16 +106,35 @@ def in_cluster_decode(cluster: LocalCluster) -> DecodeModel:
     return DecodeModel(**terms).scaled(ratio)
 
 
+def overhead_buckets(cluster: LocalCluster) -> dict[float, float]:
+    """The gateway's prefill-call overhead histogram now: cumulative count by upper bound."""
+    from tests.integration.conftest import scrape_metrics
+
+    samples = scrape_metrics(cluster.metrics_ports["gateway"])
+    prefix = "pdserve:prefill_call_overhead_seconds_bucket{"
+    return {float(k.split('le="')[1].split('"')[0]): v for k, v in samples.items() if k.startswith(prefix)}
+
+
+def call_overheads(before: dict[float, float], after: dict[float, float], hop_s: float) -> tuple[float, ...]:
+    """One draw per prefill call made between the two readings, beyond the two hops simulated."""
+    return call_overhead_from_histogram([(le, after[le] - before.get(le, 0.0)) for le in after], 2 * hop_s)
+
+
 def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: DecodeModel,
-                  args: argparse.Namespace) -> tuple[CostModels, dict[str, float]]:
+                  overheads: tuple[float, ...], args: argparse.Namespace) -> tuple[CostModels, dict[str, float]]:
     """The cost of a worker inside this cluster, for the simulated workers to run at."""
+    import statistics
+
     config = SimConfig()
     copy_s = config.transfer_s + config.transfer_s_per_token * args.prompt_len
-    prefill_s = unloaded["median_ttft_ms"] / 1000 - FIRST_TOKEN_HOPS * hop_s - copy_s
+    overhead_s = statistics.median(overheads) if overheads else 0.0
+    prefill_s = unloaded["median_ttft_ms"] / 1000 - FIRST_TOKEN_HOPS * hop_s - copy_s - overhead_s
     prefill_scale = max(0.5, prefill_s / models.prefill.predict(args.prompt_len))
     truth = CostModels(models.prefill.scaled(prefill_scale), decode)
     mean_len = args.prompt_len + args.output_len / 2
-    return truth, {"hop_s": hop_s, "prefill_scale": prefill_scale,
+    return truth, {"hop_s": hop_s, "prefill_scale": prefill_scale, "call_overhead_ms_p50": overhead_s * 1000,
+                   "call_overhead_ms_p90": (sorted(overheads)[int(0.9 * (len(overheads) - 1))] * 1000
+                                            if overheads else 0.0),
                    "profile_prefill_ms": models.prefill.predict(args.prompt_len) * 1000,
                    "profile_step_ms_b1": models.decode.predict(1, mean_len) * 1000,
                    "in_cluster_step_ms_b1": decode.predict(1, mean_len) * 1000,
@@ -208,12 +229,14 @@ def main() -> None:
         unloaded = bench_point(cluster.address, args.base_rate, args, "", work / "unloaded",
                                num_prompts=args.base_prompts, requests=requests(args))
         slo_mix = slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
+        before = overhead_buckets(cluster)
         bench_point(cluster.address, args.calibration_rate, args, "", work / "calibration",
                     num_prompts=round(args.calibration_rate * args.calibration_s), requests=requests(args))
-        truth, machine = machine_truth(models, unloaded, hop_s, in_cluster_decode(cluster), args)
+        overheads = call_overheads(before, overhead_buckets(cluster), hop_s)
+        truth, machine = machine_truth(models, unloaded, hop_s, in_cluster_decode(cluster), overheads, args)
         progress(f"unloaded TTFT {unloaded['median_ttft_ms']:.1f} ms, TPOT {unloaded['median_tpot_ms']:.2f} ms; "
                  + ", ".join(f"{k} {v:.4g}" for k, v in machine.items()))
-        config = SimConfig(hop_s=hop_s)
+        config = SimConfig(hop_s=hop_s, call_overhead_s=overheads)
         the_knee = knee(args, slo_mix, config, models, truth)
         rates = [round(the_knee * float(f), 2) for f in args.fractions.split(",")]
         progress(f"knee (simulated fcfs): {the_knee:g} req/s; rates {rates}")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.engine.scheduler import TPOT_GUARDED, TTFT_GUARDED
@@ -24,6 +26,10 @@ class SimConfig:
     hop_s: float = 0.0005  # one RPC between two processes, one way
     transfer_s: float = 0.0005  # a KV copy: fixed part ...
     transfer_s_per_token: float = 5e-7  # ... and per prompt token
+    # what a prefill call takes at the gateway beyond its two hops and the worker's own time
+    # (event loops' delays, a busy host): each call draws one of these at random; empty: none.
+    # Measured: a cluster's ``pdserve:prefill_call_overhead_seconds`` (``call_overhead_from_histogram``)
+    call_overhead_s: tuple[float, ...] = ()
     heartbeat_s: float = 0.5
     admission_tick_s: float = 0.025  # the admission queue's round at the latest
     slo_target: float = DEFAULT_TARGET
@@ -40,6 +46,8 @@ class SimConfig:
             raise ValueError("a cluster needs at least one prefill and one decode worker")
         if min(self.hop_s, self.transfer_s, self.transfer_s_per_token, self.step_noise) < 0:
             raise ValueError("latencies and noise must be >= 0")
+        if any(o < 0 for o in self.call_overhead_s):
+            raise ValueError("call overheads must be >= 0")
         if min(self.prefill_scale, self.decode_scale) <= 0:
             raise ValueError("prefill_scale and decode_scale must be > 0")
 
@@ -60,3 +68,18 @@ class SimConfig:
     @property
     def tpot_guard(self) -> bool:
         return self.policy in TPOT_GUARDED
+
+
+def call_overhead_from_histogram(buckets: Sequence[tuple[float, float]], hops_s: float) -> tuple[float, ...]:
+    """``SimConfig.call_overhead_s`` from a Prometheus histogram's cumulative buckets ``(le, count)``
+    (``+Inf`` last) of what prefill calls took beyond the worker's own time: one value per observed
+    call, at its bucket's geometric middle, less the ``hops_s`` the simulator already charges."""
+    values: list[float] = []
+    below, seen = 0.0, 0.0
+    for le, count in sorted(buckets):
+        n = round(count - seen)
+        top = le if math.isfinite(le) else below * 1.5
+        middle = math.sqrt(below * top) if below > 0 else top / 2
+        values += [max(0.0, middle - hops_s)] * n
+        below, seen = top, count
+    return tuple(values)

@@ -12,6 +12,7 @@ heartbeat, as in the cluster.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -102,6 +103,7 @@ class SimGateway:
             self.views[w.worker_id] = DecodeView(tpot_epsilon(target))
         self.inflight = {w.worker_id: 0 for w in [*self.prefills, *self.decodes]}
         self.round_robin = {"prefill": RoundRobin(), "decode": RoundRobin()}
+        self._calls = random.Random(f"{self.config.seed}-calls")  # draws of ``config.call_overhead_s``
         self._free_blocks = {w.worker_id: w.core.load.free_blocks for w in self.decodes}
         self._rounds_running = False
         self._round_again = False
@@ -311,16 +313,17 @@ class SimGateway:
 
         def copied() -> None:
             worker.call(lambda: worker.core.release_held(flight.request_id))
-            self.sim.after(self.config.hop_s, self._first_token, flight)
+            overhead = self._calls.choice(self.config.call_overhead_s) if self.config.call_overhead_s else 0.0
+            self.sim.after(self.config.hop_s + overhead, self._first_token, flight, overhead)
 
         self.sim.after(copy_s, copied)
 
-    def _first_token(self, flight: Flight) -> None:
+    def _first_token(self, flight: Flight, overhead_s: float = 0.0) -> None:
         assert flight.prefill is not None and flight.decode is not None and flight.lease is not None
         now = self.sim.now
         guard = self.guards[flight.prefill.worker_id]
         observed = now - flight.sent_at
-        guard.answered(flight.request_id, observed, flight.predicted_s, observed - 2 * self.config.hop_s)
+        guard.answered(flight.request_id, observed, flight.predicted_s, observed - 2 * self.config.hop_s - overhead_s)
         self.inflight[flight.prefill.worker_id] -= 1
         flight.first_token_at = now
         flight.record.token_times.append(now + self.config.hop_s)

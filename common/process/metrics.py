@@ -18,6 +18,8 @@ from prometheus_client.registry import Collector
 disable_created_metrics()  # the *_created series only add noise to every scrape
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0)
+# 0.25 ms to ~1.9 s in steps of 1.5x: fine enough to be read back as a distribution
+OVERHEAD_BUCKETS = tuple(round(0.00025 * 1.5 ** k, 7) for k in range(23))
 TPOT_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 
 
@@ -88,6 +90,10 @@ class Metrics:
         self.margin = Gauge("pdserve:slo_guard_margin", "The margin a guard applies to its predictions, steered to "
                             "hold the attainment target: ttft_headroom per prefill worker, tpot_epsilon (VBS ε) per "
                             "decode worker", [*labels, "kind", "worker"], registry=r)
+        self.prefill_call_overhead = Histogram(
+            "pdserve:prefill_call_overhead_seconds", "Of each prefill call, the time at the gateway beyond what the "
+            "worker reports spending on it (queue, forward, KV copy): RPC hops, both event loops' delays, this "
+            "host's contention", labels, buckets=OVERHEAD_BUCKETS, registry=r)
         self.extrapolations = Gauge("pdserve:cost_model_extrapolations", "Predictions a prefill worker's cost "
                                     "model made for forwards larger than any it was fitted on, since it joined",
                                     [*labels, "worker"], registry=r)

@@ -9,7 +9,7 @@ import pytest
 
 from client.bench.workload import PlannedRequest, SloClass
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
-from simulator.config import SimConfig
+from simulator.config import SimConfig, call_overhead_from_histogram
 from simulator.run import simulate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,6 +34,25 @@ def test_two_requests_follow_the_schedule_worked_out_by_hand():
     assert b.token_times == pytest.approx([0.020, 0.030])
     assert (a.ttft, a.tpot, b.ttft, b.tpot) == pytest.approx((0.010, 0.005, 0.019, 0.005))
     assert run.duration == pytest.approx(0.030)
+
+
+def test_a_call_overhead_delays_the_first_token_and_nothing_else():
+    # as above, but A's prefill call takes 7 ms more at the gateway than at the worker: its first
+    # token comes at 17 ms; B's prefill (10-20 ms) is not delayed by it, its first token is at 27 ms
+    run = simulate([_request(0, 0.0, 3), _request(1, 0.001, 3)], _config("scorpio", call_overhead_s=(0.007,)), FLAT)
+    a, b = run.records
+    assert (a.ttft, b.ttft) == pytest.approx((0.017, 0.026))
+    plain = simulate([_request(0, 0.0, 3)], _config("scorpio"), FLAT)
+    assert plain.records[0].ttft == pytest.approx(0.010)
+
+
+def test_call_overheads_are_read_back_from_a_histogram_one_per_call():
+    # cumulative buckets: 2 calls under 1 ms, 3 more in (1, 4] ms, 1 beyond 4 ms
+    values = call_overhead_from_histogram([(0.001, 2), (0.004, 5), (float("inf"), 6)], hops_s=0.0005)
+    assert len(values) == 6
+    assert values[:2] == pytest.approx([0.0005 - 0.0005] * 2)  # the first bucket's middle, less the hops
+    assert values[2:5] == pytest.approx([0.002 - 0.0005] * 3)  # sqrt(1 ms x 4 ms)
+    assert values[5] == pytest.approx((0.004 * 0.006) ** 0.5 - 0.0005)
 
 
 def test_credit_batching_gives_tpot_slos_of_2_4_and_6_ms_a_token_every_1_2_and_3_steps():
