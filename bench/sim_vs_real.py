@@ -45,6 +45,7 @@ from simulator.profile import this_machine  # noqa: E402
 from simulator.run import simulate  # noqa: E402
 
 FIRST_TOKEN_HOPS = 6  # client → gateway → decode (reserve) → gateway → prefill → gateway → client
+WARM_SEED = 8  # the compared runs use seed 7
 GRID = (2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
 
 
@@ -224,8 +225,9 @@ def main() -> None:
     with LocalCluster(ClusterSpec(port=0, preset="tiny", policy="scorpio", metrics=True), work / "logs-scorpio").start(
             progress=True) as cluster:
         hop_s = hop_seconds(cluster.address)
+        # other prompts than the unloaded run's: those must not be in the prefix cache
         bench_point(cluster.address, args.base_rate, args, "", work / "warm", num_prompts=args.base_prompts,
-                    requests=requests(args))
+                    requests=requests(args), seed=WARM_SEED)
         unloaded = bench_point(cluster.address, args.base_rate, args, "", work / "unloaded",
                                num_prompts=args.base_prompts, requests=requests(args))
         slo_mix = slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
@@ -244,7 +246,7 @@ def main() -> None:
     progress("starting an fcfs cluster ...")
     with LocalCluster(ClusterSpec(port=0, preset="tiny", policy="fcfs"), work / "logs-fcfs").start(progress=True) as cluster:
         bench_point(cluster.address, args.base_rate, args, "", work / "warm-fcfs", num_prompts=args.base_prompts,
-                    requests=requests(args))
+                    requests=requests(args), seed=WARM_SEED)
         real += run_points(cluster, "fcfs", rates, args, slo_mix, work)
     simulated = [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(config), "policy": policy}), models,
                            truth) for policy in ("scorpio", "fcfs") for rate in rates]

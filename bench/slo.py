@@ -62,10 +62,10 @@ def slo_classes(base_ttft_ms: float, base_tpot_ms: float) -> str:
 
 
 def bench_point(address: str, rate: float, args: argparse.Namespace, slo_mix: str, out_dir: Path,
-                num_prompts: int | None = None, requests: tuple[str, ...] = RANDOM) -> dict:
+                num_prompts: int | None = None, requests: tuple[str, ...] = RANDOM, seed: int = 7) -> dict:
     host, port = address.rsplit(":", 1)
     n = num_prompts or max(args.min_prompts, round(rate * args.duration_s))
-    return run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir)
+    return run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir, seed)
 
 
 def point_summary(policy: str, rate: float, r: dict) -> dict:
