@@ -32,7 +32,9 @@ class EngineConfig:
     max_model_len: int | None = None  # None = the model's max_position_embeddings
     memory_policy: str = "guaranteed_no_evict"
     attention_backend: str = "auto"  # kernels: triton (fused ops, paged attention; GPU) | torch (CPU) | auto
-    enforce_eager: bool = False  # GPU: launch every decode step op by op instead of replaying CUDA graphs
+    # the plain path: on a GPU every decode step op by op instead of replaying CUDA graphs, on a
+    # CPU plain F.linear instead of weights prepacked for oneDNN (``common.model.packed_linear``)
+    enforce_eager: bool = False
     enable_prefix_caching: bool = True  # reuse the KV of full blocks a prompt shares with earlier ones
     policy: str = "scorpio"  # scheduling: scorpio (both SLO guards) | fcfs (the baseline) | ttft_guard | tpot_guard
     # TPOT guard: credit batching holds a decode back only when a step of all of them would make the

@@ -14,6 +14,7 @@ import torch
 from common.engine.config import EngineConfig
 from common.engine.core import AdmissionError, EngineCore
 from common.model.decode_graphs import DecodeGraphs, capture_memory_bytes
+from common.model.packed_linear import PackedLinear, packed_linear_supported
 from common.model.dense_decode_cache import DecodeStage
 from common.model.kv_cache import PagedKVCache, StorageFactory, zeros_storage
 from common.engine.kv_memory import num_kv_blocks
@@ -35,6 +36,8 @@ class LLMEngine(EngineCore):
         self.model = LlamaModel.load(self.model_dir, config.torch_dtype, self.device)
         self.backend = kernel_backend(config, self.device)
         self.model.attention, self.model.ops = _kernels(self.backend)
+        if not config.enforce_eager and packed_linear_supported(self.device, config.torch_dtype):
+            self.model.linear = PackedLinear(self.model.linear_weights())
         mcfg = self.model.config
         max_model_len = min(config.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
         graphs_wanted = self.device.type == "cuda" and self.backend == "triton" and not config.enforce_eager

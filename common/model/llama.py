@@ -24,6 +24,7 @@ from common.model.rope import RotaryTable
 from common.model.weights import LayerWeights, ModelWeights, load_weights
 
 AttentionFn = Callable[..., torch.Tensor]
+LinearFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
 class LlamaModel:
@@ -37,6 +38,7 @@ class LlamaModel:
         self.scale = config.head_dim**-0.5
         self.attention = attention
         self.ops = ops
+        self.linear: LinearFn = F.linear  # a CPU's fast step swaps in prepacked weights (``packed_linear``)
 
     @classmethod
     def load(cls, model_dir: str | Path, dtype: torch.dtype, device: torch.device) -> LlamaModel:
@@ -55,7 +57,7 @@ class LlamaModel:
         assert delta is not None
         final = self.ops.add_rms_norm(delta[logits_rows], residual[logits_rows], self.weights.final_norm,
                                       self.config.rms_norm_eps)
-        return F.linear(final, self.weights.lm_head).float()
+        return self.linear(final, self.weights.lm_head, None).float()
 
     def _layer(self, index: int, w: LayerWeights, residual: torch.Tensor, delta: torch.Tensor | None,
                rotary: Rotary, cache: PagedKVCache, meta: AttentionMetadata) -> torch.Tensor:
@@ -65,9 +67,14 @@ class LlamaModel:
             x = ops.rms_norm(residual, w.input_norm, cfg.rms_norm_eps)
         else:
             x = ops.add_rms_norm(delta, residual, w.input_norm, cfg.rms_norm_eps)
-        q, k, v = F.linear(x, w.qkv, w.qkv_bias).split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
+        linear = self.linear
+        q, k, v = linear(x, w.qkv, w.qkv_bias).split([cfg.q_size, cfg.kv_size, cfg.kv_size], dim=-1)
         q, k = rotary.apply(q.view(-1, cfg.num_heads, cfg.head_dim), k.view(-1, cfg.num_kv_heads, cfg.head_dim))
         v = v.view(-1, cfg.num_kv_heads, cfg.head_dim)
         attn = self.attention(q, k, v, cache, index, meta, self.scale, cfg.sliding_windows[index])
-        x = ops.add_rms_norm(F.linear(attn.flatten(1), w.o, w.o_bias), residual, w.post_norm, cfg.rms_norm_eps)
-        return F.linear(ops.silu_mul(F.linear(x, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
+        x = ops.add_rms_norm(linear(attn.flatten(1), w.o, w.o_bias), residual, w.post_norm, cfg.rms_norm_eps)
+        return linear(ops.silu_mul(linear(x, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
+
+    def linear_weights(self) -> list[torch.Tensor]:
+        """Every weight the forward multiplies by (``self.linear``'s second argument)."""
+        return [*(t for w in self.weights.layers for t in (w.qkv, w.o, w.gate_up, w.down)), self.weights.lm_head]

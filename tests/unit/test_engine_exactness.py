@@ -8,6 +8,7 @@ import pytest
 
 from common.model.location import ensure_model
 from common.engine.sampling_params import SamplingParams
+from common.model.packed_linear import PackedLinear, packed_linear_supported
 from tests.checkpoints import random_prompts, reference_greedy, write_checkpoint
 from tests.engine_helpers import checked_engine, run_staggered
 
@@ -31,9 +32,26 @@ def reference(default_model: Path, prompts: list[list[int]]) -> list[list[int]]:
     return reference_greedy(default_model, prompts, MAX_TOKENS)
 
 
-def test_greedy_matches_transformers_with_requests_joining_and_leaving(default_model, prompts, reference):
-    with checked_engine(default_model, num_kv_blocks=256) as engine:
+@pytest.mark.parametrize("enforce_eager", [False, True])
+def test_greedy_matches_transformers_with_requests_joining_and_leaving(default_model, prompts, reference, enforce_eager):
+    """On a CPU with oneDNN the default is the fast step (prepacked linears); ``enforce_eager``
+    the plain path. Both are token-identical to transformers."""
+    with checked_engine(default_model, num_kv_blocks=256, enforce_eager=enforce_eager) as engine:
+        fast = packed_linear_supported(engine.device, engine.model.dtype) and not enforce_eager
+        assert isinstance(engine.model.linear, PackedLinear) == fast
         assert run_staggered(engine, prompts, MAX_TOKENS, JOIN_STEPS) == reference
+
+
+def test_the_real_default_model_matches_transformers_on_both_cpu_paths():
+    """SmolLM2-135M (real weights, whose logits have the near-ties random weights avoid) through
+    the prepacked linears and the plain path, against transformers' own generation."""
+    model = ensure_model("smollm2-135m")
+    prompts = random_prompts([5, 64, 200], seed=3)
+    max_tokens = [24, 16, 24]
+    reference = reference_greedy(model, prompts, max_tokens)
+    for enforce_eager in (False, True):
+        with checked_engine(model, num_kv_blocks=256, enforce_eager=enforce_eager) as engine:
+            assert run_staggered(engine, prompts, max_tokens, [0, 0, 2]) == reference, enforce_eager
 
 
 def test_greedy_matches_transformers_under_preemption_with_a_tiny_block_budget(default_model, prompts, reference):
