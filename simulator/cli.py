@@ -42,6 +42,10 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
     cluster.add_argument("--transfer-ms", type=float, default=DEFAULTS.transfer_s * 1000,
                          help="a KV copy's fixed part")
     cluster.add_argument("--transfer-us-per-token", type=float, default=DEFAULTS.transfer_s_per_token * 1e6)
+    cluster.add_argument("--call-overhead-ms", type=_milliseconds, default=(),
+                         help="comma-separated: what a prefill call takes at the gateway beyond its two hops and "
+                              "the worker's own time, one drawn at random per call (a cluster's "
+                              "pdserve:prefill_call_overhead_seconds shows it); default none")
     cluster.add_argument("--step-noise", type=float, default=DEFAULTS.step_noise,
                          help="coefficient of variation of every forward's time around its cost model")
     cluster.add_argument("--prefill-scale", type=float, default=DEFAULTS.prefill_scale,
@@ -55,13 +59,24 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
     plan.add_argument("--min-adherence", type=float, default=0.9)
 
 
+def _milliseconds(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated milliseconds, got {text!r}") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError("call overheads must be >= 0 ms")
+    return values
+
+
 def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
     values = dict(prefill=args.prefill, decode=args.decode, policy=args.policy, max_batch_size=args.max_batch_size,
                   max_num_tokens=args.max_num_tokens, num_kv_blocks=args.num_kv_blocks,
                   max_model_len=args.max_model_len, hop_s=args.hop_ms / 1000, transfer_s=args.transfer_ms / 1000,
                   transfer_s_per_token=args.transfer_us_per_token / 1e6, step_noise=args.step_noise,
                   prefill_scale=args.prefill_scale, decode_scale=args.decode_scale,
-                  slo_target=args.slo_target, seed=args.seed)
+                  slo_target=args.slo_target, seed=args.seed,
+                  call_overhead_s=tuple(ms / 1000 for ms in args.call_overhead_ms))
     values.update(overrides)
     return SimConfig(**values)  # type: ignore[arg-type]
 

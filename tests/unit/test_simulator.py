@@ -141,3 +141,18 @@ def test_the_simulated_and_the_real_workers_run_one_engine_core():
     assert issubclass(LLMEngine, EngineCore)
     assert "EngineCore(" in (REPO / "simulator" / "workers.py").read_text()
     assert SimWorker.__init__.__code__.co_names.count("EngineCore") == 1
+
+
+def test_the_call_overhead_flag_reaches_the_simulated_cluster_and_refuses_nonsense():
+    import argparse
+
+    from simulator.cli import add_simulate_args, sim_config
+
+    parser = argparse.ArgumentParser()
+    add_simulate_args(parser)
+    args = parser.parse_args(["--call-overhead-ms", "1,2.5,60"])
+    assert sim_config(args).call_overhead_s == pytest.approx((0.001, 0.0025, 0.060))
+    assert sim_config(parser.parse_args([])).call_overhead_s == ()
+    for bad in ("1,x", "-3"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--call-overhead-ms", bad])
