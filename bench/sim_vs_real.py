@@ -26,6 +26,7 @@ Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -74,7 +75,6 @@ def sim_point(policy: str, rate: float, args: argparse.Namespace, slo_mix: str, 
 
 def hop_seconds(address: str, calls: int = 50) -> float:
     """Half the median round trip of the gateway's cheapest RPC."""
-    import statistics
     import time
 
     import grpc
@@ -124,18 +124,16 @@ def call_overheads(before: dict[float, float], after: dict[float, float], hop_s:
 def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: DecodeModel,
                   overheads: tuple[float, ...], args: argparse.Namespace) -> tuple[CostModels, dict[str, float]]:
     """The cost of a worker inside this cluster, for the simulated workers to run at."""
-    import statistics
-
     config = SimConfig()
     copy_s = config.transfer_s + config.transfer_s_per_token * args.prompt_len
     overhead_s = statistics.median(overheads) if overheads else 0.0
+    p90_s = statistics.quantiles(overheads, n=10, method="inclusive")[-1] if len(overheads) > 1 else overhead_s
     prefill_s = unloaded["median_ttft_ms"] / 1000 - FIRST_TOKEN_HOPS * hop_s - copy_s - overhead_s
     prefill_scale = max(0.5, prefill_s / models.prefill.predict(args.prompt_len))
     truth = CostModels(models.prefill.scaled(prefill_scale), decode)
     mean_len = args.prompt_len + args.output_len / 2
     return truth, {"hop_s": hop_s, "prefill_scale": prefill_scale, "call_overhead_ms_p50": overhead_s * 1000,
-                   "call_overhead_ms_p90": (sorted(overheads)[int(0.9 * (len(overheads) - 1))] * 1000
-                                            if overheads else 0.0),
+                   "call_overhead_ms_p90": p90_s * 1000,
                    "profile_prefill_ms": models.prefill.predict(args.prompt_len) * 1000,
                    "profile_step_ms_b1": models.decode.predict(1, mean_len) * 1000,
                    "in_cluster_step_ms_b1": decode.predict(1, mean_len) * 1000,

@@ -135,6 +135,7 @@ class RequestFlow:
         decode, reservation = await self.reservations.reserve(req, p.prompt_blocks(req.prompt_token_ids),
                                                               _deadline(req, p), avoid)
         p.reserved(decode, reservation.lease_id)
+        p.decode_epsilon = decode.view.epsilon.margin
         p.decode_cached_tokens = reservation.cached_blocks * decode.descriptor.block_size
         decode.inflight += 1
         try:

@@ -115,8 +115,6 @@ class Progress:
     def reserved(self, decode: WorkerRecord, lease_id: str) -> None:
         self.to(Stage.RESERVED)
         self.decode, self.lease_id = decode, lease_id
-        view = getattr(decode, "decode_view", None)  # a record with no TPOT guard view has no ε
-        self.decode_epsilon = view.epsilon.margin if view is not None else None
 
     def lease_given_back(self) -> None:
         """The lease was released before any prefill: nothing is held on the decode worker

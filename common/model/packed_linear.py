@@ -46,7 +46,7 @@ class PackedLinear:
     def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         entry = self._packed.get(id(w))
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-        if entry is None or entry[0] is not w or not 0 < rows <= self.max_rows:
+        if entry is None or not 0 < rows <= self.max_rows:
             return F.linear(x, w, b)
         out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), entry[1], b, "none", [], "")
         return out.reshape(*x.shape[:-1], out.shape[-1])

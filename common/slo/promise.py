@@ -57,6 +57,8 @@ class MarginController:
             raise ValueError(f"target attainment must be in (0, 1), got {self.target}")
         if not self.low <= self.margin <= self.high:
             raise ValueError(f"margin {self.margin} outside [{self.low}, {self.high}]")
+        if self.most < 1 + self.step:
+            raise ValueError(f"most ({self.most}) must be at least 1 + step ({1 + self.step})")
 
     def observe(self, ratio: float, admitted_at: float | None = None) -> None:
         """One admitted request's outcome: observed latency / its SLO (above 1: missed);
@@ -64,10 +66,8 @@ class MarginController:
         self.outcomes += 1
         if ratio > 1.0:
             self.misses += 1
-            if admitted_at is None:
-                raised = self.margin * (1 + self.step)
-            else:
-                raised = admitted_at * min(max(ratio, 1 + self.step), max(self.most, 1 + self.step))
+            least = 1 + self.step
+            raised = self.margin * least if admitted_at is None else admitted_at * min(max(ratio, least), self.most)
             self.margin = min(self.high, max(self.margin, raised))
         elif ratio <= ROOM:
             relax = math.exp(-math.log1p(self.step) * (1 - self.target) / self.target)

@@ -22,6 +22,7 @@ import torch
 
 from common import env
 from common.engine.llm_engine import LLMEngine
+from common.model.packed_linear import PackedLinear
 from common.slo.cost_models import CostModels
 from common.slo.profile import profile_checked
 
@@ -64,7 +65,7 @@ def cache_key(engine: LLMEngine) -> str:
         "model_config": hashlib.sha256(config_file.read_bytes()).hexdigest() if config_file.exists() else "",
         "dtype": engine.config.dtype, "device": str(engine.device), "hardware": hardware_name(engine.device),
         "threads": torch.get_num_threads(), "attention": engine.config.attention_backend,
-        "fast_step": type(engine.model.linear).__name__ + ("-eager" if engine.config.enforce_eager else ""),
+        "packed_linears": isinstance(engine.model.linear, PackedLinear), "enforce_eager": engine.config.enforce_eager,
         "max_batch_size": engine.config.max_batch_size, "max_num_tokens": engine.config.max_num_tokens,
         "block_size": engine.config.block_size, "torch": torch.__version__, "procedure": PROFILE_VERSION,
     }

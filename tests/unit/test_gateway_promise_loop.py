@@ -25,7 +25,8 @@ def _record(role: str, worker_id: str, **kw: object) -> WorkerRecord:
 
 def _served(decode: WorkerRecord, prefill: WorkerRecord, ttft_ms: float, tpot_ms: float, tokens: int) -> Progress:
     p = Progress(started=time.perf_counter() - (ttft_ms + tpot_ms * (tokens - 1)) / 1000)
-    p.reserved(decode, "lease")  # ε read as the reservation came back
+    p.reserved(decode, "lease")
+    p.decode_epsilon = decode.view.epsilon.margin  # as the flow records it when the reservation comes back
     p.prefilling(prefill)
     p.prefill_headroom = prefill.guard.headroom.margin
     p.ttft_ms, p.completion_tokens = ttft_ms, tokens
