@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 
 from common.process.metrics import Metrics
-from common.slo.promise import Attainment, feed_back
+from common.slo.promise import Attainment, decoding_late, feed_back
 from gateway.request_state import Progress
 from gateway.validation import ValidatedRequest
 
@@ -33,6 +33,15 @@ class PromiseLoop:
         self.metrics = metrics
         self.by_class: defaultdict[str, Attainment] = defaultdict(lambda: Attainment(window_s))
         self.by_worker: defaultdict[str, Attainment] = defaultdict(lambda: Attainment(window_s))
+
+    def decoding(self, req: ValidatedRequest, p: Progress) -> None:
+        """``req`` is still decoding with ``p.completion_tokens`` tokens out: a TPOT already late
+        raises its decode worker's ε now (once a request), not when it finishes."""
+        if p.late_told or not req.tpot_ms or p.decode is None or p.decode.decode_view is None:
+            return
+        since_first = time.perf_counter() - p.started - p.ttft_ms / 1000
+        p.late_told = decoding_late(p.completion_tokens - 1, since_first, req.tpot_ms / 1000, p.decode.view.epsilon,
+                                    p.decode_epsilon)
 
     def served(self, req: ValidatedRequest, p: Progress) -> None:
         """``req`` finished normally with ``p.completion_tokens`` tokens."""

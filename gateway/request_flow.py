@@ -244,6 +244,7 @@ class RequestFlow:
                 if delta.stopped and not event.finish_reason:
                     self._spawn(self._abort_decode(req.request_id, p))
                 return
+            self.promises.decoding(req, p)
             yield gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=event.token_ids, text=delta.text)
 
     def _final(self, req: ValidatedRequest, p: Progress, token_ids: list[int], text: str,

@@ -93,6 +93,7 @@ class Progress:
     prefill_call_s: float = 0.0  # what it took
     prefill_headroom: float | None = None  # the TTFT guard's headroom when that call went out
     decode_epsilon: float | None = None  # the decode worker's ε when its reservation came back
+    late_told: bool = False  # its TPOT so far was late and the closed loop heard (once a request)
     owner: object = None  # the validated request of the RPC that runs this flow
     inbox: asyncio.Queue | None = None  # type: ignore[type-arg]  # the decode worker's events for it
     prompt: PromptBlocks | None = None  # the prompt's block hashes, worked out once for every worker's cache
@@ -136,6 +137,7 @@ class Progress:
         self.decode, self.lease_id, self.prefill, self.prefill_reply = None, "", None, None
         self.decode_cached_tokens = 0
         self.prefill_headroom = self.decode_epsilon = None
+        self.late_told = False
 
     def end(self, outcome: Stage) -> Stage | None:
         """Ends the life, once: a request that sent its last message is DONE, any other ends

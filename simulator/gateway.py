@@ -23,7 +23,7 @@ from common.engine.leases import Lease
 from common.engine.request import RequestOutput
 from common.engine.sampling_params import SamplingParams
 from common.slo.admission_round import AdmissionRound
-from common.slo.promise import feed_back
+from common.slo.promise import decoding_late, feed_back
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
 from common.slo.tpot_guard import DecodeView, tpot_epsilon
 from common.slo.ttft_guard import TtftGuard, last_useful_admission, new_guard, ttft_refusal
@@ -49,6 +49,7 @@ class Flight:
     sent_at: float = 0.0  # its prefill call went out
     headroom_at: float | None = None  # the TTFT guard's headroom when it went out
     epsilon_at: float | None = None  # the decode worker's ε its reservation applied
+    late_told: bool = False  # its TPOT so far was late and the closed loop heard
 
     @property
     def request_id(self) -> str:
@@ -93,6 +94,7 @@ class SimGateway:
     views: dict[str, DecodeView] = field(default_factory=dict)
     inflight: dict[str, int] = field(default_factory=dict)
     waiters: list[Waiter] = field(default_factory=list)
+    decoding: dict[str, dict[str, Flight]] = field(default_factory=dict)  # by decode worker: those with a TPOT SLO
 
     def __post_init__(self) -> None:
         target = self.config.slo_target
@@ -102,6 +104,7 @@ class SimGateway:
         for w in self.decodes:
             self.views[w.worker_id] = DecodeView(tpot_epsilon(target))
         self.inflight = {w.worker_id: 0 for w in [*self.prefills, *self.decodes]}
+        self.decoding = {w.worker_id: {} for w in self.decodes}
         self.round_robin = {"prefill": RoundRobin(), "decode": RoundRobin()}
         self._calls = random.Random(f"{self.config.seed}-calls")  # draws of ``config.call_overhead_s``
         self._free_blocks = {w.worker_id: w.core.load.free_blocks for w in self.decodes}
@@ -159,6 +162,7 @@ class SimGateway:
             then(flight, None, None)
             return
         worker = candidates[at]
+        self._hear_tokens(worker)
         epsilon = self.views[worker.worker_id].epsilon.margin
 
         def reserve() -> None:
@@ -177,6 +181,21 @@ class SimGateway:
                 then(flight, worker, lease)
 
         self.sim.after(self.config.hop_s, worker.call, reserve)
+
+    def _hear_tokens(self, worker: SimDecodeWorker) -> None:
+        """The closed loop's look at the requests decoding on ``worker`` (``decoding_late``), brought
+        up to now before ε is read: the gateway hears every token as it comes, and ε matters only
+        when it admits. (Tokens a hop in flight count as heard.)"""
+        decoding = self.decoding[worker.worker_id]
+        if not decoding:
+            return
+        epsilon = self.views[worker.worker_id].epsilon
+        now = self.sim.now
+        for rid, decoded in worker.decoded_by_now().items():
+            flight = decoding.get(rid)
+            if flight is not None and not flight.late_told:
+                flight.late_told = decoding_late(decoded, now - flight.first_token_at, flight.tpot_s, epsilon,
+                                                 flight.epsilon_at)
 
     def _reserved_or_wait(self, flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
         if worker is not None and lease is not None:
@@ -208,6 +227,7 @@ class SimGateway:
         assert flight.decode is not None
         self.inflight[flight.decode.worker_id] -= 1
         self.views[flight.decode.worker_id].routed.pop(flight.request_id, None)
+        self.decoding[flight.decode.worker_id].pop(flight.request_id, None)
 
     # -- the admission queue --
 
@@ -334,6 +354,9 @@ class SimGateway:
             return
         decode, lease = flight.decode, flight.lease
         params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
+
+        if flight.tpot_s:
+            self.decoding[decode.worker_id][flight.request_id] = flight
 
         def commit() -> None:
             decode.listeners[flight.request_id] = lambda out: self._decoded(flight, out)

@@ -186,6 +186,18 @@ class SimDecodeWorker(SimWorker):
                 steps.append(Step(now, chosen, mean_len, seconds, credit.credits()))
         return steps
 
+    def decoded_by_now(self) -> dict[str, int]:
+        """Tokens after the first each running request has by now, the run ahead's ended steps included."""
+        decoded = {r.request_id: len(r.output_token_ids) - 1 + self._produced.get(r.request_id, 0)
+                   for r in self.core.scheduler.running}
+        now = self.sim.now
+        for step in self._run:
+            if step.ends > now:
+                break
+            for rid in step.chosen:
+                decoded[rid] += 1
+        return decoded
+
     def _interrupted(self) -> None:
         """Cuts the run ahead after the step in progress now; the call waits for that step's end."""
         run = self._run

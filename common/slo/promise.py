@@ -25,6 +25,13 @@ request admitted under the raised margin raises it again. In steady state the ad
 is the current one and each miss raises it by at least (1 + step), so the balance above holds
 or errs on the side of the promise.
 
+A request still decoding can show the miss before it ends: once ``EARLY_TOKENS`` tokens have
+come after its first, a TPOT so far above its SLO raises ε at once (``MarginController.warn``,
+the same raise as a miss, counted as no outcome; ``decoding_late``), so a slow stretch stops
+admissions a whole decode sooner than the finished requests would. Its final outcome is still fed
+back: a request warned about and then missed raises nothing twice (the raise does not compound),
+and one that recovered relaxes the margin like any other outcome.
+
 ``Attainment`` is the measured side: the share of admitted requests that met their SLO over a
 sliding time window, kept per SLO class and per worker for metrics and reports.
 
@@ -39,6 +46,7 @@ from dataclasses import dataclass, field
 
 DEFAULT_TARGET = 0.99
 ROOM = 0.8  # an outcome at most this fraction of its SLO met it with room to spare
+EARLY_TOKENS = 16  # decoded tokens after which a running request's TPOT so far is evidence of a miss
 
 
 @dataclass(slots=True)
@@ -66,12 +74,16 @@ class MarginController:
         self.outcomes += 1
         if ratio > 1.0:
             self.misses += 1
-            least = 1 + self.step
-            raised = self.margin * least if admitted_at is None else admitted_at * min(max(ratio, least), self.most)
-            self.margin = min(self.high, max(self.margin, raised))
+            self.warn(ratio, admitted_at)
         elif ratio <= ROOM:
             relax = math.exp(-math.log1p(self.step) * (1 - self.target) / self.target)
             self.margin = max(self.low, self.margin * relax)
+
+    def warn(self, ratio: float, admitted_at: float | None = None) -> None:
+        """A miss under way (``ratio`` > 1 so far): the raise of a miss, without an outcome."""
+        least = 1 + self.step
+        raised = self.margin * least if admitted_at is None else admitted_at * min(max(ratio, least), self.most)
+        self.margin = min(self.high, max(self.margin, raised))
 
 
 @dataclass(slots=True)
@@ -115,3 +127,19 @@ def feed_back(ttft_s: float, tpot_s: float, ttft_slo_s: float, tpot_slo_s: float
         if epsilon is not None:
             epsilon.observe(tpot_s / tpot_slo_s, epsilon_at)
     return ttft_ok and tpot_ok
+
+
+def decoding_late(decoded: int, since_first_s: float, tpot_slo_s: float, epsilon: MarginController | None,
+                  epsilon_at: float | None = None) -> bool:
+    """A request still decoding: ``decoded`` tokens came ``since_first_s`` seconds after its first.
+    When there are enough of them to tell (``EARLY_TOKENS``) and their TPOT already misses the
+    SLO, ε is raised now (``MarginController.warn``). Returns whether it was: the caller warns once
+    a request."""
+    if not tpot_slo_s or decoded < EARLY_TOKENS:
+        return False
+    ratio = since_first_s / decoded / tpot_slo_s
+    if ratio <= 1.0:
+        return False
+    if epsilon is not None:
+        epsilon.warn(ratio, epsilon_at)
+    return True

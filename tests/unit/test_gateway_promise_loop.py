@@ -46,3 +46,20 @@ def test_a_burst_of_tpot_misses_raises_epsilon_once_from_the_margin_that_admitte
     assert decode.view.epsilon.margin == pytest.approx(1.3 * 1.3, rel=0.05)
     assert prefill.guard.headroom.margin < 1.0  # TTFTs met with room: relaxed
     assert loop.by_class["1000:20"].value(time.perf_counter()) == 0.0
+
+
+def test_a_request_decoding_late_raises_epsilon_once_while_it_still_streams():
+    decode = _record("decode", "d0", decode_view=DecodeView(MarginController(1.3)))
+    prefill = _record("prefill", "p0", ttft=TtftGuard(None, 512, headroom=MarginController(1.0)))
+    request = ValidatedRequest("r", [1, 2, 3], SamplingParams(max_tokens=64), (), ttft_ms=1000, tpot_ms=20,
+                               tenant="")
+    loop = PromiseLoop()
+    early = _served(decode, prefill, ttft_ms=50, tpot_ms=30, tokens=8)  # 7 tokens after the first: too few
+    loop.decoding(request, early)
+    assert decode.view.epsilon.margin == 1.3 and not early.late_told
+    late = _served(decode, prefill, ttft_ms=50, tpot_ms=30, tokens=20)  # 19 tokens at 30 ms against 20 ms
+    loop.decoding(request, late)
+    assert late.late_told and decode.view.epsilon.margin == pytest.approx(1.3 * 1.5)  # the largest one raise
+    decode.view.epsilon.margin = 1.3
+    loop.decoding(request, late)  # told once
+    assert decode.view.epsilon.margin == 1.3

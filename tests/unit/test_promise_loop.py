@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.slo.promise import Attainment, MarginController, feed_back
+from common.slo.promise import EARLY_TOKENS, Attainment, MarginController, decoding_late, feed_back
 
 
 def test_a_miss_tightens_at_once_and_comfortable_outcomes_relax_slowly():
@@ -112,3 +112,23 @@ def test_an_outcome_feeds_the_ttft_headroom_and_the_tpot_epsilon_that_admitted_i
     feed_back(0.3, 0.08, ttft_slo_s=0.2, tpot_slo_s=0.05, headroom=headroom, epsilon=epsilon,
               headroom_at=1.0, epsilon_at=1.3)  # both missed, admitted under the margins before
     assert headroom.margin == pytest.approx(1.5) and epsilon.margin == pytest.approx(1.3 * 1.5)
+
+
+def test_a_request_decoding_late_raises_epsilon_before_it_ends_and_its_miss_does_not_raise_it_again():
+    epsilon = MarginController(1.3)
+    # too few tokens to tell: a TPOT of 26 ms against 20 ms over 15 tokens is no evidence yet
+    assert not decoding_late(EARLY_TOKENS - 1, (EARLY_TOKENS - 1) * 0.026, 0.020, epsilon, 1.3)
+    assert epsilon.margin == 1.3
+    # on time so far: nothing
+    assert not decoding_late(EARLY_TOKENS, EARLY_TOKENS * 0.019, 0.020, epsilon, 1.3)
+    assert epsilon.margin == 1.3
+    # late by 1.3 after 16 tokens: raised from the margin that admitted it, as a miss would, counted as no outcome
+    assert decoding_late(EARLY_TOKENS, EARLY_TOKENS * 0.026, 0.020, epsilon, 1.3)
+    assert epsilon.margin == pytest.approx(1.3 * 1.3)
+    assert (epsilon.outcomes, epsilon.misses) == (0, 0)
+    # it then ends missed by as much: the margin already holds what would have kept it
+    epsilon.observe(1.3, admitted_at=1.3)
+    assert epsilon.margin == pytest.approx(1.3 * 1.3)
+    assert (epsilon.outcomes, epsilon.misses) == (1, 1)
+    # no TPOT SLO: never late
+    assert not decoding_late(100, 100.0, 0.0, epsilon)
