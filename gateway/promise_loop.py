@@ -1,7 +1,8 @@
 """The gateway's closed loop on its promise (``common.slo.promise``): every request it admitted
-and served reports its TTFT and TPOT; they steer the margins of the guards that admitted it (the
-prefill worker's TTFT headroom, the decode worker's ε), and count toward the attainment of its
-SLO class and of both workers, over a sliding window, exported as metrics."""
+reports its TTFT at its first token and its TPOT at its last (and a TPOT already late on the
+way); they steer the margins of the guards that admitted it (the prefill worker's TTFT headroom,
+the decode worker's ε). Served requests count toward the attainment of their SLO class and of
+both workers, over a sliding window, exported as metrics."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 from collections import defaultdict
 
 from common.process.metrics import Metrics
-from common.slo.promise import Attainment, decoding_late, feed_back
+from common.slo.promise import Attainment, decoding_late, outcome
 from gateway.request_state import Progress
 from gateway.validation import ValidatedRequest
 
@@ -43,22 +44,26 @@ class PromiseLoop:
         p.late_told = decoding_late(p.completion_tokens - 1, since_first, req.tpot_ms / 1000, p.decode.view.epsilon,
                                     p.decode_epsilon)
 
+    def first_token(self, req: ValidatedRequest, p: Progress) -> None:
+        """``req``'s first token is here after ``p.ttft_ms``: its TTFT to the headroom that admitted it."""
+        headroom = p.prefill.guard.headroom if p.prefill is not None and p.prefill.ttft is not None else None
+        ttft_s = p.ttft_ms / 1000
+        if not outcome(ttft_s, req.ttft_ms / 1000, headroom, p.prefill_headroom):
+            _explain_ttft_miss(req, p, ttft_s)
+
     def served(self, req: ValidatedRequest, p: Progress) -> None:
-        """``req`` finished normally with ``p.completion_tokens`` tokens."""
+        """``req`` finished normally with ``p.completion_tokens`` tokens: its TPOT to the ε that admitted it."""
         now = time.perf_counter()
         ttft_s = p.ttft_ms / 1000
         tokens = p.completion_tokens
         tpot_s = (now - p.started - ttft_s) / (tokens - 1) if tokens > 1 else 0.0
-        headroom = p.prefill.guard.headroom if p.prefill is not None and p.prefill.ttft is not None else None
         epsilon = p.decode.view.epsilon if p.decode is not None and p.decode.decode_view is not None else None
-        if p.completion_tokens <= 1:
+        if tokens <= 1:
             epsilon = None  # it never decoded there
-        met = feed_back(ttft_s, tpot_s, req.ttft_ms / 1000, req.tpot_ms / 1000, headroom, epsilon,
-                        p.prefill_headroom, p.decode_epsilon)
+        met = outcome(tpot_s, req.tpot_ms / 1000, epsilon, p.decode_epsilon)
+        met = met and (not req.ttft_ms or ttft_s * 1000 <= req.ttft_ms)
         if not (req.ttft_ms or req.tpot_ms):
             return
-        if req.ttft_ms and ttft_s * 1000 > req.ttft_ms:
-            _explain_ttft_miss(req, p, ttft_s)
         name = req.slo_class or f"{req.ttft_ms}:{req.tpot_ms}"
         self.by_class[name].observe(now, met)
         for worker in (p.prefill, p.decode):

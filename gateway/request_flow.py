@@ -117,6 +117,7 @@ class RequestFlow:
         inbox = p.inbox
         first = text.add([reply.first_token])
         p.completion_tokens, p.ttft_ms = 1, _ms_since(p.started)
+        self.promises.first_token(req, p)
         reason = reply.finish_reason or ("stop" if first.stopped else "")
         if not reason and req.params.max_tokens == 1:
             reason = "length"

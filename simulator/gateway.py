@@ -4,7 +4,8 @@ gateway's own policy code.
     arrive ─▶ TTFT guard (``ttft_refusal``) ─▶ Reserve on decode workers in the router's order
       (refused everywhere: the admission queue's rounds, ``AdmissionRound``, until the last useful
       moment) ─▶ TTFT guard again ─▶ Prefill on the router's first prefill worker ─▶ KV copy ─▶
-      first token ─▶ Commit ─▶ decode ─▶ last token ─▶ the closed loop (``feed_back``)
+      first token (TTFT to the closed loop, ``outcome``) ─▶ Commit ─▶ decode (a TPOT late on the way:
+      ``decoding_late``) ─▶ last token (TPOT to the closed loop)
 
 Every message between processes takes ``hop_s``; prefill workers' loads reach the TTFT guards by
 heartbeat, as in the cluster.
@@ -23,7 +24,7 @@ from common.engine.leases import Lease
 from common.engine.request import RequestOutput
 from common.engine.sampling_params import SamplingParams
 from common.slo.admission_round import AdmissionRound
-from common.slo.promise import decoding_late, feed_back
+from common.slo.promise import decoding_late, outcome
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
 from common.slo.tpot_guard import DecodeView, tpot_epsilon
 from common.slo.ttft_guard import TtftGuard, last_useful_admission, new_guard, ttft_refusal
@@ -346,6 +347,7 @@ class SimGateway:
         guard.answered(flight.request_id, observed, flight.predicted_s, observed - 2 * self.config.hop_s - overhead_s)
         self.inflight[flight.prefill.worker_id] -= 1
         flight.first_token_at = now
+        outcome(now - flight.arrived, flight.ttft_s, guard.headroom, flight.headroom_at)
         flight.record.token_times.append(now + self.config.hop_s)
         flight.record.tokens_per_message.append(1)
         if flight.planned.output_len == 1:
@@ -377,12 +379,10 @@ class SimGateway:
 
     def _finished(self, flight: Flight, now: float) -> None:
         tokens = flight.planned.output_len
-        ttft_s = flight.first_token_at - flight.arrived
         tpot_s = (now - flight.first_token_at) / (tokens - 1) if tokens > 1 else 0.0
-        assert flight.prefill is not None and flight.decode is not None
+        assert flight.decode is not None
         epsilon = self.views[flight.decode.worker_id].epsilon if tokens > 1 else None
-        feed_back(ttft_s, tpot_s, flight.ttft_s, flight.tpot_s, self.guards[flight.prefill.worker_id].headroom, epsilon,
-                  flight.headroom_at, flight.epsilon_at)
+        outcome(tpot_s, flight.tpot_s, epsilon, flight.epsilon_at)
         self.sim.after(self.config.hop_s, self.done, flight)
 
     # -- heartbeats --

@@ -32,6 +32,9 @@ admissions a whole decode sooner than the finished requests would. Its final out
 back: a request warned about and then missed raises nothing twice (the raise does not compound),
 and one that recovered relaxes the margin like any other outcome.
 
+A TTFT is known at the first token and fed back then (``outcome``), not when the request ends:
+a burst of long prompts that overran the prefill worker shows a whole decode sooner.
+
 ``Attainment`` is the measured side: the share of admitted requests that met their SLO over a
 sliding time window, kept per SLO class and per worker for metrics and reports.
 
@@ -110,23 +113,18 @@ class Attainment:
             self._met -= met
 
 
-def feed_back(ttft_s: float, tpot_s: float, ttft_slo_s: float, tpot_slo_s: float,
-              headroom: MarginController | None, epsilon: MarginController | None,
-              headroom_at: float | None = None, epsilon_at: float | None = None) -> bool:
-    """One admitted request's outcome to the margins of the guards that admitted it (the prefill
-    worker's TTFT headroom, the decode worker's ε; None: not there), with the values those
-    margins had when they admitted it (None: not known). An SLO of 0 is none and teaches
-    nothing. Returns whether the request met both SLOs."""
-    ttft_ok = tpot_ok = True
-    if ttft_slo_s > 0:
-        ttft_ok = ttft_s <= ttft_slo_s
-        if headroom is not None:
-            headroom.observe(ttft_s / ttft_slo_s, headroom_at)
-    if tpot_slo_s > 0:
-        tpot_ok = tpot_s <= tpot_slo_s
-        if epsilon is not None:
-            epsilon.observe(tpot_s / tpot_slo_s, epsilon_at)
-    return ttft_ok and tpot_ok
+def outcome(latency_s: float, slo_s: float, margin: MarginController | None,
+            admitted_at: float | None = None) -> bool:
+    """One admitted request's TTFT or TPOT to the margin of the guard that admitted it (the prefill
+    worker's TTFT headroom, the decode worker's ε; None: not there), with the value that margin
+    had when it admitted the request (None: not known). A TTFT is fed back at the first token, a
+    TPOT at the last: each as soon as it is known. An SLO of 0 is none and teaches nothing.
+    Returns whether the SLO was met."""
+    if slo_s <= 0:
+        return True
+    if margin is not None:
+        margin.observe(latency_s / slo_s, admitted_at)
+    return latency_s <= slo_s
 
 
 def decoding_late(decoded: int, since_first_s: float, tpot_slo_s: float, epsilon: MarginController | None,

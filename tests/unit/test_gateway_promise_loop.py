@@ -41,10 +41,14 @@ def test_a_burst_of_tpot_misses_raises_epsilon_once_from_the_margin_that_admitte
     flights = [_served(decode, prefill, ttft_ms=50, tpot_ms=26, tokens=20) for _ in range(8)]  # all admitted at 1.3
     loop = PromiseLoop()
     for p in flights:
+        loop.first_token(request, p)
+    relaxed = prefill.guard.headroom.margin
+    assert relaxed < 1.0  # TTFTs met with room, heard at the first token: relaxed
+    for p in flights:
         loop.served(request, p)
+    assert prefill.guard.headroom.margin == relaxed  # the end of a request feeds its TPOT only
     # each missed by ~1.3 (26 ms of 20, and the clock moved a little): ε ≈ 1.3 × 1.3, not 1.3 × 1.2^8 ≈ 5.6
     assert decode.view.epsilon.margin == pytest.approx(1.3 * 1.3, rel=0.05)
-    assert prefill.guard.headroom.margin < 1.0  # TTFTs met with room: relaxed
     assert loop.by_class["1000:20"].value(time.perf_counter()) == 0.0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.slo.promise import EARLY_TOKENS, Attainment, MarginController, decoding_late, feed_back
+from common.slo.promise import EARLY_TOKENS, Attainment, MarginController, decoding_late, outcome
 
 
 def test_a_miss_tightens_at_once_and_comfortable_outcomes_relax_slowly():
@@ -103,15 +103,17 @@ def test_attainment_counts_outcomes_inside_its_window_only():
     assert attained.value(100.0) is None
 
 
-def test_an_outcome_feeds_the_ttft_headroom_and_the_tpot_epsilon_that_admitted_it():
+def test_an_outcome_feeds_the_margin_that_admitted_it():
     headroom, epsilon = MarginController(1.0), MarginController(1.3)
-    assert not feed_back(0.3, 0.010, ttft_slo_s=0.2, tpot_slo_s=0.05, headroom=headroom, epsilon=epsilon)
-    assert headroom.margin == pytest.approx(1.2) and epsilon.margin < 1.3  # TTFT missed; TPOT met with room
-    assert feed_back(0.3, 0.010, ttft_slo_s=0.0, tpot_slo_s=0.0, headroom=headroom, epsilon=None)  # no SLOs
+    assert not outcome(0.3, 0.2, headroom)  # a TTFT missed
     assert headroom.margin == pytest.approx(1.2)
-    feed_back(0.3, 0.08, ttft_slo_s=0.2, tpot_slo_s=0.05, headroom=headroom, epsilon=epsilon,
-              headroom_at=1.0, epsilon_at=1.3)  # both missed, admitted under the margins before
-    assert headroom.margin == pytest.approx(1.5) and epsilon.margin == pytest.approx(1.3 * 1.5)
+    assert outcome(0.010, 0.05, epsilon) and epsilon.margin < 1.3  # a TPOT met with room
+    assert outcome(0.3, 0.0, headroom) and headroom.margin == pytest.approx(1.2)  # no SLO: teaches nothing
+    assert outcome(0.3, 0.2, None) is False  # no guard there: only the verdict
+    assert not outcome(0.3, 0.2, headroom, admitted_at=1.0)  # admitted under the margin before
+    assert headroom.margin == pytest.approx(1.5)
+    assert not outcome(0.08, 0.05, epsilon, admitted_at=1.3)
+    assert epsilon.margin == pytest.approx(1.3 * 1.5)
 
 
 def test_a_request_decoding_late_raises_epsilon_before_it_ends_and_its_miss_does_not_raise_it_again():

@@ -113,7 +113,7 @@ def test_the_ttft_guard_refuses_at_its_boundary_and_not_before():
 
 
 POLICY_CODE = ("ttft_refusal", "last_useful_admission", "prefill_order", "decode_order_by_vbs", "least_loaded_order",
-               "AdmissionRound", "feed_back", "decoding_late")
+               "AdmissionRound", "outcome", "decoding_late")
 
 
 def _called(package: str) -> set[str]:
