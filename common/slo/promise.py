@@ -7,12 +7,15 @@ hold a target attainment:
 
     a miss                          → margin × (1 + step)                 tighten fast
                                       (from the margin that admitted it, when known)
-    a met SLO with room to spare    → margin × (1 + step)^(−(1−target)/target)   relax slowly
+    a met SLO with room to spare    → margin × (1 + step)^(−budget/(1−budget))   relax slowly
     a met SLO without room          → margin unchanged
 
-At the balance point the misses are at most ``1 − target`` of the outcomes: each miss raises
-the margin by as much as ``target / (1 − target)`` comfortable outcomes lower it (a quantile
-tracker). The margins start at the guards' old constants (TTFT headroom 1.0, the VBS ε 1.3).
+A request is good only when it meets both SLOs, and each SLO has its own guard and margin, so
+each margin may spend only its ``share`` of the misses the target allows (half: the TTFT
+headroom's misses and ε's add up). At the balance point a margin's misses are at most
+``budget = share × (1 − target)`` of its outcomes: each miss raises the margin by as much as
+``(1 − budget) / budget`` comfortable outcomes lower it (a quantile tracker). The margins start
+at the guards' old constants (TTFT headroom 1.0, the VBS ε 1.3).
 
 Misses come in bursts: one bad moment (a stall, a burst of long prompts) makes every request in
 flight miss together. They were all admitted under one margin, and they are one piece of evidence
@@ -56,6 +59,7 @@ EARLY_TOKENS = 16  # decoded tokens after which a running request's TPOT so far 
 class MarginController:
     margin: float
     target: float = DEFAULT_TARGET
+    share: float = 0.5  # of the misses ``1 − target`` allows, the part this margin may spend
     step: float = 0.2  # relative increase per miss
     low: float = 0.5
     high: float = 8.0
@@ -66,6 +70,8 @@ class MarginController:
     def __post_init__(self) -> None:
         if not 0 < self.target < 1:
             raise ValueError(f"target attainment must be in (0, 1), got {self.target}")
+        if not 0 < self.share <= 1:
+            raise ValueError(f"share of the miss budget must be in (0, 1], got {self.share}")
         if not self.low <= self.margin <= self.high:
             raise ValueError(f"margin {self.margin} outside [{self.low}, {self.high}]")
         if self.most < 1 + self.step:
@@ -79,7 +85,8 @@ class MarginController:
             self.misses += 1
             self.warn(ratio, admitted_at)
         elif ratio <= ROOM:
-            relax = math.exp(-math.log1p(self.step) * (1 - self.target) / self.target)
+            budget = self.share * (1 - self.target)
+            relax = math.exp(-math.log1p(self.step) * budget / (1 - budget))
             self.margin = max(self.low, self.margin * relax)
 
     def warn(self, ratio: float, admitted_at: float | None = None) -> None:
