@@ -11,9 +11,13 @@ runs that are not compared (and nothing from the compared ones): an RPC hop (the
 trip of the gateway's Info call, halved); what prefill calls took at the gateway beyond the
 worker's own time under the calibration load (``pdserve:prefill_call_overhead_seconds``, read
 back as one draw per call); a prefill forward's scale (the unloaded TTFT less six hops, the KV
-copy and the median call overhead, over the profile's prefill); and the decode step as the decode worker
-itself refitted it from the steps it ran under a moderate calibration load without SLOs
-(``pdserve:cost_model_coefficient``), times its calibration. Rates: fractions of the knee (where
+copy and the median call overhead, over the profile's prefill); and the decode step: the profile's
+(measured at every batch size) scaled by what a step costs inside the cluster, the decode worker's
+own model of the steps it ran under a moderate calibration load without SLOs
+(``pdserve:cost_model_coefficient``, times its calibration) over the profile's, at one request.
+That load runs small batches only, so a model refitted from it knows nothing of large ones; the
+profile does, and the cluster's cost (RPCs, token streaming, the gateway on the same cores) comes
+as a factor on the step. Rates: fractions of the knee (where
 fcfs meets fewer than 90% of SLOs in simulation), by default half, the knee and twice it; both
 policies.
 
@@ -130,14 +134,17 @@ def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: Deco
     p90_s = statistics.quantiles(overheads, n=10, method="inclusive")[-1] if len(overheads) > 1 else overhead_s
     prefill_s = unloaded["median_ttft_ms"] / 1000 - FIRST_TOKEN_HOPS * hop_s - copy_s - overhead_s
     prefill_scale = max(0.5, prefill_s / models.prefill.predict(args.prompt_len))
-    truth = CostModels(models.prefill.scaled(prefill_scale), decode)
     mean_len = args.prompt_len + args.output_len / 2
-    return truth, {"hop_s": hop_s, "prefill_scale": prefill_scale, "call_overhead_ms_p50": overhead_s * 1000,
+    decode_scale = decode.predict(1, mean_len) / models.decode.predict(1, mean_len)
+    truth = CostModels(models.prefill.scaled(prefill_scale), models.decode.scaled(decode_scale))
+    return truth, {"hop_s": hop_s, "prefill_scale": prefill_scale, "decode_scale": decode_scale,
+                   "call_overhead_ms_p50": overhead_s * 1000,
                    "call_overhead_ms_p90": p90_s * 1000,
                    "profile_prefill_ms": models.prefill.predict(args.prompt_len) * 1000,
                    "profile_step_ms_b1": models.decode.predict(1, mean_len) * 1000,
                    "in_cluster_step_ms_b1": decode.predict(1, mean_len) * 1000,
-                   "in_cluster_step_ms_b16": decode.predict(16, mean_len) * 1000}
+                   "in_cluster_refit_step_ms_b16": decode.predict(16, mean_len) * 1000,
+                   "simulated_step_ms_b16": truth.decode.predict(16, mean_len) * 1000}
 
 
 def knee(args: argparse.Namespace, slo_mix: str, config: SimConfig, models, truth) -> float:  # type: ignore[no-untyped-def]
