@@ -29,7 +29,7 @@ from common.engine.sampling_params import SamplingParams
 from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.slo import tpot_guard
 from common.slo.calibration import Calibration
-from common.slo.cost_models import CostModels
+from common.slo.cost_models import CostModels, DecodeModel
 from common.slo.refit import StepLog
 
 Clock = Callable[[], float]
@@ -58,6 +58,7 @@ class EngineCore:
             self.scheduler.all_fit = self._all_fit
         self.tpot_margin = tpot_guard.TPOT_MARGIN  # ε of the latest reservation (the gateway's closed loop steers it)
         self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
+        self._profile_decode: DecodeModel | None = None  # the decode model before any refit: refits' prior
         self.step_calibration = Calibration(clock=clock)  # decode step periods as observed vs the fitted model
         self.unloaded_step_s: float | None = None  # one request's step, measured alone at warm-up
         self.steps_completed = 0  # forwards run since start: heartbeats carry it as proof of progress
@@ -272,7 +273,9 @@ class EngineCore:
         """A new decode model from the steps run, when they support a sound one. Calibration
         starts afresh: its ratios were against the old model."""
         assert self.cost_models is not None
-        model = self.step_log.refit(self.clock())
+        if self._profile_decode is None:
+            self._profile_decode = self.cost_models.decode
+        model = self.step_log.refit(self.clock(), self._profile_decode, self.config.max_batch_size)
         if model is not None:
             self.cost_models = dataclasses.replace(self.cost_models, decode=model)
             self.step_calibration = Calibration(clock=self.clock)

@@ -6,6 +6,13 @@ steps are logged in bins of (batch size, mean length rounded to ``LEN_BIN`` toke
 ``REFIT_PERIOD_S`` (once ``MIN_NEW_STEPS`` more were logged) the medians of the bins are fitted
 again, and a sound fit over at least ``MIN_BATCHES`` batch sizes replaces the model (calibration
 then corrects what it misses).
+
+The steps a worker ran say nothing of batches larger than it has run. Fitted alone, a quiet
+spell's batches of one to three extrapolate a slope from noise (one CPU worker refitted a
+16-request step at 30 ms after a light load; it takes 7), and the TPOT guard then refuses the
+very load that would have shown it wrong. So past the largest batch observed the refit takes the
+``prior`` (the start-up profile, measured at every batch size) at the scale the steps showed at
+that batch: the observed steps decide the model where they exist, the profile's shape beyond.
 """
 
 from __future__ import annotations
@@ -54,11 +61,32 @@ class StepLog:
             self._last_refit = now
         return now - self._last_refit >= REFIT_PERIOD_S and self._new_steps >= MIN_NEW_STEPS
 
-    def refit(self, now: float) -> DecodeModel | None:
-        """A sound fit of the logged steps, or None when they do not support one."""
+    def refit(self, now: float, prior: DecodeModel | None = None, max_batch: int = 0) -> DecodeModel | None:
+        """A sound fit of the logged steps, or None when they do not support one; with a
+        ``prior``, steps of batches past the largest observed, up to ``max_batch``, follow it."""
         self._last_refit, self._new_steps = now, 0
         batches, lengths, seconds = self.points()
         if len(batches) < MIN_BINS or len(set(batches)) < MIN_BATCHES:
             return None
+        if prior is not None:
+            more = beyond_observed(prior, batches, lengths, seconds, max_batch)
+            batches, lengths, seconds = batches + more[0], lengths + more[1], seconds + more[2]
         model = DecodeModel.fit(batches, lengths, seconds)
         return model if model.sound else None
+
+
+def beyond_observed(prior: DecodeModel, batches: list[float], lengths: list[float], seconds: list[float],
+                    max_batch: int) -> tuple[list[float], list[float], list[float]]:
+    """Points for batch sizes past the largest observed (doubling, and ``max_batch``), at the
+    lengths observed there: ``prior``'s step times, scaled by the median ratio of the observed
+    steps of that largest batch to ``prior``'s."""
+    top = max(batches)
+    at_top = [(n, t) for b, n, t in zip(batches, lengths, seconds) if b == top]
+    scale = statistics.median(t / prior.predict(top, n) for n, t in at_top)
+    sizes, b = [], 2 * top
+    while b < max_batch:
+        sizes.append(b)
+        b *= 2
+    sizes += [float(max_batch)] if max_batch > top else []
+    points = [(b, n, prior.predict(b, n) * scale) for b in sizes for n, _ in at_top]
+    return [p[0] for p in points], [p[1] for p in points], [p[2] for p in points]

@@ -72,3 +72,29 @@ def test_a_worker_refits_its_decode_model_from_the_steps_it_runs():
     refit = log.refit(2 * REFIT_PERIOD_S)
     assert refit is not None and refit.knee == 8
     assert refit.predict(24, 500.0) == pytest.approx(truth.predict(24, 500.0), rel=0.02)
+
+
+def test_a_refit_after_a_quiet_spell_takes_the_profiles_shape_past_the_batches_it_ran():
+    """Batches of 1-3, the largest a little slow (the machine was busy), fit alone extrapolate a
+    slope from that noise to large batches; anchored on the start-up profile past the largest
+    batch run, the refit keeps the profile's shape there at the scale the steps showed."""
+    from common.slo.cost_models import DecodeModel
+    from common.slo.refit import StepLog
+
+    profile = DecodeModel(alpha=4e-7, beta=1e-4, gamma=2e-7, delta=0.002)
+
+    def quiet_spell() -> StepLog:
+        log = StepLog()
+        for batch, slower in ((1, 1.4), (2, 1.4), (3, 1.4 * 1.3)):
+            for length in (100.0, 300.0):
+                for _ in range(5):
+                    log.observe(batch, length, profile.predict(batch, length) * slower)
+        return log
+
+    alone, anchored = quiet_spell().refit(100.0), quiet_spell().refit(100.0, profile, max_batch=64)
+    assert alone is not None and anchored is not None
+    expected = profile.predict(16, 300.0) * 1.4 * 1.3  # the scale the largest batch run showed
+    assert anchored.predict(16, 300.0) == pytest.approx(expected, rel=0.1)
+    assert alone.predict(16, 300.0) > 2 * expected  # what the guard would have refused large batches on
+    for batch in (1, 2):  # where steps were observed, they decide
+        assert anchored.predict(batch, 300.0) == pytest.approx(profile.predict(batch, 300.0) * 1.4, rel=0.2)
