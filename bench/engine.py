@@ -17,7 +17,7 @@ With ``--peer vllm``, vLLM (in a virtual environment of its own, ``--peer-python
 model directory, shapes and dtype on the same cores after pdserve's runs, and every ``decode`` and
 ``prefill`` entry gains ``vllm_tok_s``; without its interpreter the bench says so and skips it.
 
-    python bench/engine.py [--preset tiny|small|1b | --model DIR] [--dtype bfloat16] [--device cuda]
+    python bench/engine.py [--preset tiny|small|1b | --model DIR] [--dtype float32|bfloat16] [--device cuda]
                            [--peer vllm --peer-python PEER/bin/python]
 """
 
@@ -39,6 +39,7 @@ from bench.engine_runs import (  # noqa: E402
 from bench.kernel_figures import decode_attention_figures  # noqa: E402
 from bench.peer_runs import add_peer, run_vllm  # noqa: E402
 from bench.roofline import decode_roofline, machine_figures  # noqa: E402
+from common.engine.config import DTYPES, resolve_dtype  # noqa: E402
 from common.engine.llm_engine import LLMEngine  # noqa: E402
 
 ROOFLINE_BATCH = 32
@@ -48,7 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--model", default=None, help="a Hugging Face checkpoint directory (overrides --preset)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--dtype", default="auto", choices=DTYPES,
+                        help="auto (the engine's default): bfloat16 where the device computes it natively, else float32")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batches", default="1,8,32,64")
     parser.add_argument("--prompt-len", type=int, default=512)
@@ -64,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     args = parser.parse_args(argv)
     args.batch_sizes = [int(b) for b in args.batches.split(",") if b.strip()]
+    args.dtype = resolve_dtype(args.dtype, args.device)  # pdserve, transformers and the peer all run this one
     if args.long_prompts is None:
         args.long_prompts = 100 if args.device.startswith("cuda") else 16
     if not args.batch_sizes or min(args.batch_sizes) < 1 or args.output_len < 2 or args.prompt_len < 1:

@@ -83,7 +83,7 @@ class PdserveSystem:
 
     def __init__(self, preset: str, policy: str, dtype: str, log_dir: Path) -> None:
         spec = ClusterSpec(port=0, preset=preset, policy=policy, http_port=0,
-                           worker_args=("--dtype", dtype) if dtype != "float32" else ())
+                           worker_args=("--dtype", dtype))
         self.cluster = LocalCluster(spec, log_dir)
         self.base_url = ""
 

@@ -36,6 +36,7 @@ from bench.common import device_name, emit, progress, run_load_tester  # noqa: E
 from bench.peer_runs import peer_python  # noqa: E402
 from bench.serving_systems import PdserveSystem, VllmSystem  # noqa: E402
 from bench.slo import point_summary  # noqa: E402
+from common.engine.config import resolve_dtype  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 
 WORKLOADS = {
@@ -132,7 +133,8 @@ def main() -> None:
     parser.add_argument("--workload", action="append", choices=tuple(WORKLOADS), default=None,
                         help="repeatable (default: mixed and bursty)")
     parser.add_argument("--preset", default="tiny", help="the model both serve (its checkpoint directory)")
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default="auto",
+                        help="both systems' (auto: pdserve's default on this CPU, given to both by name)")
     parser.add_argument("--grid", default="1,2,4,8,12,16,24,32,48,64", help="rates tried until vLLM's knee")
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--min-prompts", type=int, default=60)
@@ -140,6 +142,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
+    args.dtype = resolve_dtype(args.dtype, "cpu")
     python = peer_python(args.peer_python)
     if python is None:
         sys.exit("no vLLM interpreter: make one with ../shared/peers/install-vllm-cpu.sh DIR and pass "

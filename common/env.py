@@ -22,3 +22,9 @@ def default_model() -> str | None:
 def default_preset() -> str | None:
     """The model every command uses when given none (``PDSERVE_PRESET``, e.g. ``tiny`` for fast tests)."""
     return os.environ.get("PDSERVE_PRESET") or None
+
+
+def default_dtype() -> str | None:
+    """The engine's dtype when none is given (``PDSERVE_DTYPE``; unset: ``auto``). The tests set
+    ``float32``, the precision whose greedy output is token-identical to transformers'."""
+    return os.environ.get("PDSERVE_DTYPE") or None

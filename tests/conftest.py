@@ -19,3 +19,7 @@ os.environ.setdefault("PDSERVE_CACHE_DIR", str(Path(__file__).resolve().parents[
 
 # Tests run on the tiny random-weight model unless they name another (the real default is slower).
 os.environ.setdefault("PDSERVE_PRESET", "tiny")
+
+# float32: the precision whose greedy output is token-identical to transformers' (``auto`` would
+# pick bfloat16 on CPUs with AVX512-BF16); tests of other dtypes name theirs.
+os.environ.setdefault("PDSERVE_DTYPE", "float32")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from common import env
 from common.model.presets import DEFAULT_PRESET, MODEL_NAMES
 from common.engine.scheduler import MEMORY_POLICIES, POLICIES
 
@@ -12,7 +13,8 @@ if TYPE_CHECKING:
     import torch
 
 # torch-free (the gateway reads these configs): dtypes by name, torch's objects only on use
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEFAULT_DTYPE = env.default_dtype() or "auto"
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 
 
@@ -20,7 +22,9 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton")
 class EngineConfig:
     model: str | None = None  # a Hugging Face checkpoint directory; None = the embedded preset
     preset: str = DEFAULT_PRESET
-    dtype: str = "float32"
+    # auto: bfloat16 where the device computes it natively (a GPU with bfloat16, a CPU with
+    # AVX512-BF16 or AMX), float32 elsewhere; float32 is the precision exact against transformers
+    dtype: str = DEFAULT_DTYPE
     device: str = "cpu"
     block_size: int = 16
     num_kv_blocks: int | None = None  # explicit pool size; overrides the memory fraction
@@ -65,10 +69,29 @@ class EngineConfig:
                  f"must be one of {', '.join(ATTENTION_BACKENDS)}", self.attention_backend)
 
     @property
+    def resolved_dtype(self) -> str:
+        """The dtype's name, ``auto`` resolved on this machine for ``device``."""
+        return resolve_dtype(self.dtype, self.device)
+
+    @property
     def torch_dtype(self) -> torch.dtype:
         import torch
 
-        return getattr(torch, self.dtype)  # type: ignore[no-any-return]
+        return getattr(torch, self.resolved_dtype)  # type: ignore[no-any-return]
+
+
+def resolve_dtype(name: str, device: str) -> str:
+    """``name``, or for ``auto``: bfloat16 where ``device`` computes it natively, else float32."""
+    if name != "auto":
+        return name
+    import torch
+
+    if device.startswith("cuda"):
+        native = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    else:
+        cpu_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        native = cpu_bf16 and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return "bfloat16" if native else "float32"
 
 
 def _require(ok: bool, field: str, rule: str, value: object) -> None:

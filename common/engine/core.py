@@ -47,7 +47,7 @@ class EngineCore:
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
         self.pool = BlockPool(num_blocks, PrefixIndex() if config.enable_prefix_caching else None)
-        self.prefix_salt = model_salt(f"{config.model or config.preset}:{config.dtype}")
+        self.prefix_salt = model_salt(f"{config.model or config.preset}:{config.resolved_dtype}")
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_batch_size, config.max_num_tokens, config.block_size, max_model_len,
                             config.memory_policy, eos_token_ids, config.policy, self.prefix_salt),

@@ -14,7 +14,7 @@ import torch
 from common.engine.config import EngineConfig
 from common.engine.core import AdmissionError, EngineCore
 from common.model.decode_graphs import DecodeGraphs, capture_memory_bytes
-from common.model.packed_linear import PackedLinear, packed_linear_supported
+from common.model.packed_linear import MAX_ROWS, PackedLinear, packed_linear_supported, prefill_rows_packed
 from common.model.dense_decode_cache import DecodeStage
 from common.model.kv_cache import PagedKVCache, StorageFactory, zeros_storage
 from common.engine.kv_memory import num_kv_blocks
@@ -37,7 +37,7 @@ class LLMEngine(EngineCore):
         self.backend = kernel_backend(config, self.device)
         self.model.attention, self.model.ops = _kernels(self.backend)
         if not config.enforce_eager and packed_linear_supported(self.device, config.torch_dtype):
-            self.model.linear = PackedLinear(self.model.linear_weights())
+            self.model.linear = packed_linears(self.model)
         mcfg = self.model.config
         max_model_len = min(config.max_model_len or mcfg.max_position_embeddings, mcfg.max_position_embeddings)
         graphs_wanted = self.device.type == "cuda" and self.backend == "triton" and not config.enforce_eager
@@ -75,6 +75,14 @@ class LLMEngine(EngineCore):
             for out in self.step():
                 results[out.request_id].extend(out.new_token_ids)
         return [results[f"gen-{i}"] for i in range(len(prompts))]
+
+
+def packed_linears(model: LlamaModel) -> PackedLinear:
+    """Every linear weight prepacked; calls of prefill size use the packed layout too where a
+    measurement on the first layer's weights finds it at least as fast on this CPU."""
+    first = model.weights.layers[0]
+    many_rows = prefill_rows_packed([first.qkv, first.o, first.gate_up, first.down])
+    return PackedLinear(model.linear_weights(), max_rows=None if many_rows else MAX_ROWS)
 
 
 __all__ = ["AdmissionError", "LLMEngine", "kernel_backend"]

@@ -10,6 +10,13 @@ A request's slot is filled from the pool once (when it starts decoding, or after
 preempted, or when the batch moved on without it) and from then on receives only its new
 token per step, written beside the pool write. The pool stays the source of truth (KV
 transfer and preemption read it); the stage is a cache the runner may drop at any time.
+
+Attention reads every position the stage holds, ``[: rows, :, : width]`` with ``width`` the
+whole allocation, masked past each slot's context: a batch of whole matrices, which the matmul
+takes as they are. A narrower slice would make it copy every key and value first (in bfloat16,
+half the time of decode attention). So the allocation follows the longest context closely: it
+grows in steps of ``WIDTH_STEP`` positions and shrinks when the longest context falls
+``SHRINK_SLACK`` below it.
 The Triton path on GPUs reads the pool directly and has no stage.
 """
 
@@ -22,13 +29,17 @@ import torch
 from common.model.kv_cache import PagedKVCache
 
 
+WIDTH_STEP = 64  # positions the allocation grows by
+SHRINK_SLACK = 128  # unused positions past the longest context that make the allocation shrink
+
+
 @dataclass(frozen=True, slots=True)
 class StagePlan:
     slots: torch.Tensor  # [decodes] slot of each decode row
     positions: torch.Tensor  # [decodes] position of each row's new token
     fills: tuple[tuple[int, torch.Tensor, int], ...]  # (slot, block table, tokens to copy from the pool)
     rows: int  # slots 0..rows-1 take part in the attention batch
-    width: int  # positions 0..width-1 are attended (masked per row)
+    width: int  # positions 0..width-1 are attended (masked per row): the whole allocation
     identity: bool  # decode row i sits in slot i: no scatter/gather needed
     hidden: torch.Tensor  # [rows, width] True past each slot's context (full attention)
 
@@ -43,7 +54,7 @@ class DecodeStage:
         # Keyed by Request.uid, never by request id: a reused id must not find the old KV.
         self._slot_of: dict[int, int] = {}
         self._length: dict[int, int] = {}  # tokens of each request present in its slot
-        self._grow(initial_width)
+        self._fit(initial_width)
 
     def plan(self, request_ids: list[int], context_lens: list[int], block_tables: list[list[int]]) -> StagePlan:
         """Assigns slots for this step's decodes; requests absent from the step lose theirs."""
@@ -58,9 +69,9 @@ class DecodeStage:
             if self._length.get(rid) != ctx - 1:  # new, or out of step with the pool: refill
                 fills.append((self._slot_of[rid], torch.tensor(table), ctx - 1))
             self._length[rid] = ctx
-        self._grow(max(context_lens))
+        self._fit(max(context_lens))
         slots = [self._slot_of[r] for r in request_ids]
-        rows, width = max(slots) + 1, max(context_lens)
+        rows, width = max(slots) + 1, self.width
         lens = torch.zeros(rows, dtype=torch.int64)
         lens[slots] = torch.tensor(context_lens)
         hidden = torch.arange(width)[None, :] >= lens[:, None]
@@ -97,15 +108,16 @@ class DecodeStage:
         lens = (~plan.hidden).sum(dim=1, keepdim=True)
         return plan.hidden | ((lens - 1) - torch.arange(plan.width)[None, :] >= window)
 
-    def _grow(self, needed: int) -> None:
-        if needed <= self.width:
+    def _fit(self, needed: int) -> None:
+        """Reallocates when ``needed`` positions do not fit, or leave ``SHRINK_SLACK`` unused;
+        every slot's context (at most ``needed``) is kept."""
+        if self.width - SHRINK_SLACK < needed <= self.width:
             return
-        width = max(needed, 2 * self.width, 1)
-        width = -(-width // 64) * 64
-        data = self.cache.data
+        width = -(-max(needed, 1) // WIDTH_STEP) * WIDTH_STEP
+        data, kept = self.cache.data, min(width, self.width)
         shape = (self.max_slots, self.cache.num_kv_heads, width, data.shape[-1])
-        grown_k = [torch.zeros(shape, dtype=data.dtype, device=data.device) for _ in range(self.cache.num_layers)]
-        grown_v = [torch.zeros(shape, dtype=data.dtype, device=data.device) for _ in range(self.cache.num_layers)]
-        for old, new in zip(self.keys + self.values, grown_k + grown_v):
-            new[:, :, : self.width] = old
-        self.keys, self.values, self.width = grown_k, grown_v, width
+        keys = [data.new_zeros(shape) for _ in range(self.cache.num_layers)]
+        values = [data.new_zeros(shape) for _ in range(self.cache.num_layers)]
+        for old, new in zip(self.keys + self.values, keys + values):
+            new[:, :, :kept] = old[:, :, :kept]
+        self.keys, self.values, self.width = keys, values, width

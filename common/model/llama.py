@@ -24,6 +24,7 @@ from common.model.rope import RotaryTable
 from common.model.weights import LayerWeights, ModelWeights, load_weights
 
 AttentionFn = Callable[..., torch.Tensor]
+MLP_TILE_BYTES = 4 << 20  # the gate/up output of one tile of rows, at most
 LinearFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
@@ -39,6 +40,7 @@ class LlamaModel:
         self.attention = attention
         self.ops = ops
         self.linear: LinearFn = F.linear  # a CPU's fast step swaps in prepacked weights (``packed_linear``)
+        self.mlp_tile_rows = mlp_tile_rows(config, self.dtype) if device.type == "cpu" else None
 
     @classmethod
     def load(cls, model_dir: str | Path, dtype: torch.dtype, device: torch.device) -> LlamaModel:
@@ -73,8 +75,30 @@ class LlamaModel:
         v = v.view(-1, cfg.num_kv_heads, cfg.head_dim)
         attn = self.attention(q, k, v, cache, index, meta, self.scale, cfg.sliding_windows[index])
         x = ops.add_rms_norm(linear(attn.flatten(1), w.o, w.o_bias), residual, w.post_norm, cfg.rms_norm_eps)
-        return linear(ops.silu_mul(linear(x, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
+        return self._mlp(x, w)
+
+    def _mlp(self, x: torch.Tensor, w: LayerWeights) -> torch.Tensor:
+        """``down(silu(gate) · up)``; on a CPU, many rows go through in tiles of ``mlp_tile_rows``.
+
+        A prefill's gate/up output is the largest tensor of a layer (rows × 2·intermediate). On a
+        CPU, one that large is mapped fresh from the OS on every call and each of its pages is
+        faulted in as it is first written, which cost more than the SiLU and the product on it;
+        a tile's is small enough for the allocator to reuse, and stays in the caches."""
+        linear, ops, tile = self.linear, self.ops, self.mlp_tile_rows
+        if tile is None or x.shape[0] <= tile:
+            return linear(ops.silu_mul(linear(x, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
+        out = x.new_empty(x.shape[0], w.down.shape[0])
+        for start in range(0, x.shape[0], tile):
+            part = x[start:start + tile]
+            out[start:start + tile] = linear(ops.silu_mul(linear(part, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
+        return out
 
     def linear_weights(self) -> list[torch.Tensor]:
         """Every weight the forward multiplies by (``self.linear``'s second argument)."""
         return [*(t for w in self.weights.layers for t in (w.qkv, w.o, w.gate_up, w.down)), self.weights.lm_head]
+
+
+def mlp_tile_rows(config: ModelConfig, dtype: torch.dtype) -> int:
+    """Rows per MLP tile on a CPU: as many as keep the gate/up output within ``MLP_TILE_BYTES``."""
+    row_bytes = 2 * config.intermediate_size * torch.empty((), dtype=dtype).element_size()
+    return max(16, MLP_TILE_BYTES // row_bytes)

@@ -1,40 +1,52 @@
-"""Linears on weights prepacked for oneDNN: the CPU's fast decode step.
+"""Linears on weights prepacked for oneDNN: the CPU's fast linears.
 
 ``F.linear`` on a CPU hands the BLAS each weight as a plain row-major matrix on every call. At a
 decode step's few rows (one per request) that call is poor: the weight streams through the cache
 in a layout the kernel must re-block each time. oneDNN, given the weight reordered once into its
-own blocked layout (what inductor's weight freezing does), runs the same products faster; on the
-2-core machine this project is tested on, SmolLM2-135M in float32 decoded 1.3× faster at batch 1,
-1.6× at 8 and 1.2× at 32 (``bench/engine.py``). For many rows (a prefill) the plain call is as fast
-or faster, so a call with more than ``max_rows`` rows keeps it, and both layouts stay in memory:
-one more copy of the linear weights.
+own blocked layout (what inductor's weight freezing does), runs the same products faster, in
+float32 and, on CPUs with AVX512-BF16 or AMX, in bfloat16 (where ``F.linear`` is slower still).
 
-The products are the same float32 dot products, summed in another order; the exactness tests
-against transformers run this path (it is the CPU default) and the plain one (``enforce_eager``).
+For many rows (a prefill) which one wins depends on the CPU: on one AVX2 machine the plain call
+was faster past a few dozen rows, on an AVX-512 one the packed call was faster at every size. So
+the engine measures both once on the model's own weights (``prefill_rows_packed``) and a call
+with more than ``max_rows`` rows keeps ``F.linear`` where that measurement says so. Both layouts
+stay in memory: one more copy of the linear weights.
+
+The products are the same dot products, summed in another order; the exactness tests against
+transformers run this path (it is the CPU default) and the plain one (``enforce_eager``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-MAX_ROWS = 64  # rows a call may have and still use the packed weight: a decode step's batch
+MAX_ROWS = 64  # rows a call may have and still use the packed weight, unless measured otherwise
 ROWS_HINT = 8  # the batch oneDNN picks its blocking for
+PROBE_ROWS = 256  # a prefill-sized call, for deciding which layout serves many rows
 
 
 def packed_linear_supported(device: torch.device, dtype: torch.dtype) -> bool:
-    """float32 on a CPU with oneDNN (other dtypes: the plain path, not measured here)."""
-    return (device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_linear_pointwise") and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    """float32 on a CPU with oneDNN, and bfloat16 where oneDNN has bfloat16 kernels."""
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    ops = torch.ops.mkldnn
+    if not (hasattr(ops, "_linear_pointwise") and hasattr(ops, "_reorder_linear_weight")):
+        return False
+    if dtype == torch.bfloat16:
+        return bool(ops._is_mkldnn_bf16_supported())
+    return dtype == torch.float32
 
 
 class PackedLinear:
     """A drop-in for ``F.linear(x, w, b)`` that uses a prepacked copy of ``w`` when it has one
-    and ``x`` has at most ``max_rows`` rows."""
+    and ``x`` has at most ``max_rows`` rows (None: any number)."""
 
-    def __init__(self, weights: Iterable[torch.Tensor], max_rows: int = MAX_ROWS, rows_hint: int = ROWS_HINT) -> None:
+    def __init__(self, weights: Iterable[torch.Tensor], max_rows: int | None = MAX_ROWS,
+                 rows_hint: int = ROWS_HINT) -> None:
         self.max_rows = max_rows
         # keyed by the weight's identity; the weight itself is kept so the key is never reused
         self._packed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -46,7 +58,7 @@ class PackedLinear:
     def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         entry = self._packed.get(id(w))
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-        if entry is None or not 0 < rows <= self.max_rows:
+        if entry is None or rows == 0 or (self.max_rows is not None and rows > self.max_rows):
             return F.linear(x, w, b)
         out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), entry[1], b, "none", [], "")
         return out.reshape(*x.shape[:-1], out.shape[-1])
@@ -54,3 +66,24 @@ class PackedLinear:
     @property
     def num_packed(self) -> int:
         return len(self._packed)
+
+
+def prefill_rows_packed(weights: Sequence[torch.Tensor], rows: int = PROBE_ROWS, repeats: int = 3) -> bool:
+    """Whether the packed layout is at least as fast as ``F.linear`` for a ``rows``-row call on
+    ``weights`` (one layer's, say): the best of ``repeats`` interleaved timings of each."""
+    packed = PackedLinear(weights, max_rows=None)
+    inputs = [torch.randn(rows, w.shape[1], dtype=w.dtype) for w in weights]
+
+    def timed(linear: object) -> float:
+        started = time.perf_counter()
+        for x, w in zip(inputs, weights):
+            linear(x, w, None)  # type: ignore[operator]
+        return time.perf_counter() - started
+
+    with torch.inference_mode():
+        timed(packed), timed(F.linear)  # first calls pay for oneDNN's primitive creation
+        plain = fast = float("inf")
+        for _ in range(repeats):
+            plain = min(plain, timed(F.linear))
+            fast = min(fast, timed(packed))
+    return fast <= plain

@@ -63,9 +63,9 @@ def cache_key(engine: LLMEngine) -> str:
     parts = {
         "model": str(engine.model_dir.resolve()),
         "model_config": hashlib.sha256(config_file.read_bytes()).hexdigest() if config_file.exists() else "",
-        "dtype": engine.config.dtype, "device": str(engine.device), "hardware": hardware_name(engine.device),
+        "dtype": engine.config.resolved_dtype, "device": str(engine.device), "hardware": hardware_name(engine.device),
         "threads": torch.get_num_threads(), "attention": engine.config.attention_backend,
-        "packed_linears": isinstance(engine.model.linear, PackedLinear), "enforce_eager": engine.config.enforce_eager,
+        "packed_linears": isinstance(engine.model.linear, PackedLinear) and (engine.model.linear.max_rows or "all"), "enforce_eager": engine.config.enforce_eager,
         "max_batch_size": engine.config.max_batch_size, "max_num_tokens": engine.config.max_num_tokens,
         "block_size": engine.config.block_size, "torch": torch.__version__, "procedure": PROFILE_VERSION,
     }

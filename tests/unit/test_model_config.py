@@ -42,3 +42,18 @@ def test_llama3_inverse_frequencies_match_transformers():
 def test_unsupported_architecture_is_refused_by_name():
     with pytest.raises(ValueError, match="gpt2"):
         parse_model_config({**BASE, "model_type": "gpt2"})
+
+
+def test_auto_dtype_is_bfloat16_where_the_device_computes_it_natively_and_names_pass_through():
+    import torch
+
+    from common.engine.config import EngineConfig, resolve_dtype
+
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    native = native and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert resolve_dtype("auto", "cpu") == ("bfloat16" if native else "float32")
+    for name in ("float32", "bfloat16", "float16"):
+        assert resolve_dtype(name, "cpu") == name
+    assert EngineConfig(dtype="auto").torch_dtype == getattr(torch, resolve_dtype("auto", "cpu"))
+    with pytest.raises(ValueError, match="dtype"):
+        EngineConfig(dtype="int8")

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common.model.packed_linear import MAX_ROWS, PackedLinear, packed_linear_supported
+from common.model.packed_linear import MAX_ROWS, PackedLinear, packed_linear_supported, prefill_rows_packed
 
 pytestmark = pytest.mark.skipif(not packed_linear_supported(torch.device("cpu"), torch.float32),
                                 reason="this torch build has no oneDNN linear")
@@ -36,3 +36,28 @@ def test_more_rows_than_a_decode_step_and_unknown_weights_take_f_linear_exactly(
     small = torch.randn(2, 32, generator=gen)
     assert torch.equal(linear(small, other), F.linear(small, other))
     assert torch.equal(linear(torch.empty(0, 32), w), F.linear(torch.empty(0, 32), w))
+
+
+@pytest.mark.skipif(not packed_linear_supported(torch.device("cpu"), torch.bfloat16),
+                    reason="no oneDNN bfloat16 kernels on this CPU")
+@pytest.mark.parametrize("rows", [1, 8, MAX_ROWS, 300])
+def test_bfloat16_packed_rows_match_f_linear_to_bfloat16_rounding(rows):
+    gen = torch.Generator().manual_seed(rows)
+    w = (torch.randn(300, 96, generator=gen) / 10).bfloat16()
+    b = torch.randn(300, generator=gen).bfloat16()
+    x = torch.randn(rows, 96, generator=gen).bfloat16()
+    linear = PackedLinear([w], max_rows=None)  # every size packed, as where prefill measured it faster
+    got = linear(x, w, b)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), F.linear(x.float(), w.float(), b.float()), rtol=0.02, atol=0.02)
+
+
+def test_the_probe_of_many_rows_times_both_layouts_and_answers():
+    """It returns a verdict for real weights (which way depends on the CPU), and packed calls of
+    prefill size give F.linear's products where it says packed."""
+    gen = torch.Generator().manual_seed(3)
+    weights = [torch.randn(192, 64, generator=gen), torch.randn(64, 192, generator=gen)]
+    assert prefill_rows_packed(weights, rows=128, repeats=1) in (True, False)
+    x = torch.randn(128, 64, generator=gen)
+    torch.testing.assert_close(PackedLinear(weights, max_rows=None)(x, weights[0]), F.linear(x, weights[0]),
+                               rtol=1e-5, atol=1e-5)

@@ -1,0 +1,72 @@
+"""The CPU's dense decode stage attends as the pool does, while its allocation grows and shrinks
+with the longest context it holds."""
+
+from __future__ import annotations
+
+import torch
+
+from common.model.attention import decode_attention
+from common.model.attention_metadata import AttentionMetadata
+from common.model.config import parse_model_config
+from common.model.dense_decode_cache import SHRINK_SLACK, WIDTH_STEP, DecodeStage
+from common.model.kv_cache import PagedKVCache
+
+BLOCK = 16
+
+
+def _cache(gen: torch.Generator, dtype: torch.dtype = torch.float32) -> PagedKVCache:
+    model = parse_model_config({"vocab_size": 10, "hidden_size": 6 * 16, "intermediate_size": 8,
+                                "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
+                                "head_dim": 16})
+    cache = PagedKVCache(model, 96, BLOCK, dtype, torch.device("cpu"))
+    cache.data.copy_(torch.randn(cache.data.shape, generator=gen))
+    return cache
+
+
+def _step(stage: DecodeStage, cache: PagedKVCache, uids: list[int], lens: list[int], tables: dict[int, list[int]],
+          gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decode step of every request in ``uids`` at context ``lens`` (its new token included):
+    the new K/V go to the pool first (as ``paged_attention`` does), then both paths attend."""
+    layer, n = 1, len(uids)
+    q = torch.randn(n, 6, 16, generator=gen).to(cache.data.dtype)
+    k = torch.randn(n, 2, 16, generator=gen).to(cache.data.dtype)
+    v = torch.randn(n, 2, 16, generator=gen).to(cache.data.dtype)
+    slots = [tables[u][(length - 1) // BLOCK] for u, length in zip(uids, lens)]
+    cache.write(layer, torch.tensor(slots), torch.tensor([(length - 1) % BLOCK for length in lens]), k, v)
+    width = max(-(-length // BLOCK) for length in lens)
+    block_tables = torch.tensor([tables[u][:width] + [0] * (width - len(tables[u][:width])) for u in uids])
+    meta = AttentionMetadata(slot_blocks=torch.tensor(slots), slot_offsets=torch.zeros(n, dtype=torch.int64),
+                             prefills=(), num_prefill_rows=0, decode_block_tables=block_tables,
+                             decode_context_lens=torch.tensor(lens))
+    plan = stage.plan(uids, lens, [tables[u] for u in uids])
+    return stage.attend(q, k, v, layer, plan, 0.25, None), decode_attention(q, cache, layer, meta, 0.25, None)
+
+
+def test_the_stage_attends_as_the_pool_while_its_width_follows_the_longest_context():
+    gen = torch.Generator().manual_seed(0)
+    cache = _cache(gen)
+    tables = {u: list(range(u * 24, u * 24 + 24)) for u in range(4)}  # 384 positions each
+    stage = DecodeStage(cache, max_slots=4)
+    lens = {0: 20, 1: 300, 2: 5}
+    widths = []
+    for _ in range(3):  # the long request makes the allocation grow past 300
+        got, expected = _step(stage, cache, list(lens), list(lens.values()), tables, gen)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        widths.append(stage.width)
+        lens = {u: n + 1 for u, n in lens.items()}
+    assert widths[-1] == -(-max(lens.values()) // WIDTH_STEP) * WIDTH_STEP
+    del lens[1]  # it finished: the others' contexts leave most of the allocation unused
+    lens[3] = 40  # a newcomer is filled from the pool
+    got, expected = _step(stage, cache, list(lens), list(lens.values()), tables, gen)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert stage.width == WIDTH_STEP < widths[-1] - SHRINK_SLACK  # shrunk to what the contexts need
+
+
+def test_a_bfloat16_stage_attends_as_the_pool_to_bfloat16_rounding():
+    gen = torch.Generator().manual_seed(1)
+    cache = _cache(gen, torch.bfloat16)
+    tables = {u: list(range(u * 24, u * 24 + 24)) for u in range(3)}
+    stage = DecodeStage(cache, max_slots=3)
+    got, expected = _step(stage, cache, [0, 1, 2], [7, 130, 64], tables, gen)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected.float(), rtol=0.02, atol=0.02)
