@@ -58,13 +58,15 @@ class DecodeStage:
 
     def plan(self, request_ids: list[int], context_lens: list[int], block_tables: list[list[int]]) -> StagePlan:
         """Assigns slots for this step's decodes; requests absent from the step lose theirs."""
-        present = set(request_ids)
-        for gone in [r for r in self._slot_of if r not in present]:
-            del self._slot_of[gone], self._length[gone]
-        free = sorted(set(range(self.max_slots)) - set(self._slot_of.values()), reverse=True)
-        fills = []
+        if len(self._slot_of) != len(request_ids) or not all(r in self._slot_of for r in request_ids):
+            present = set(request_ids)
+            for gone in [r for r in self._slot_of if r not in present]:
+                del self._slot_of[gone], self._length[gone]
+        fills, free = [], None
         for rid, ctx, table in zip(request_ids, context_lens, block_tables):
             if rid not in self._slot_of:
+                if free is None:
+                    free = sorted(set(range(self.max_slots)) - set(self._slot_of.values()), reverse=True)
                 self._slot_of[rid] = free.pop()
             if self._length.get(rid) != ctx - 1:  # new, or out of step with the pool: refill
                 fills.append((self._slot_of[rid], torch.tensor(table), ctx - 1))
@@ -72,11 +74,12 @@ class DecodeStage:
         self._fit(max(context_lens))
         slots = [self._slot_of[r] for r in request_ids]
         rows, width = max(slots) + 1, self.width
-        lens = torch.zeros(rows, dtype=torch.int64)
-        lens[slots] = torch.tensor(context_lens)
-        hidden = torch.arange(width)[None, :] >= lens[:, None]
-        return StagePlan(torch.tensor(slots), torch.tensor(context_lens) - 1, tuple(fills), rows, width,
-                         slots == list(range(rows)), hidden)
+        lens = [0] * rows
+        for slot, ctx in zip(slots, context_lens):
+            lens[slot] = ctx
+        numbers = torch.tensor([slots, [c - 1 for c in context_lens]], dtype=torch.int64)
+        hidden = self._positions[:width][None, :] >= torch.tensor(lens, dtype=torch.int64)[:, None]
+        return StagePlan(numbers[0], numbers[1], tuple(fills), rows, width, slots == list(range(rows)), hidden)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, plan: StagePlan,
                scale: float, window: int | None) -> torch.Tensor:
@@ -121,3 +124,4 @@ class DecodeStage:
         for old, new in zip(self.keys + self.values, keys + values):
             new[:, :, :kept] = old[:, :, :kept]
         self.keys, self.values, self.width = keys, values, width
+        self._positions = torch.arange(width)

@@ -49,16 +49,17 @@ class LlamaModel:
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: PagedKVCache,
-                meta: AttentionMetadata, logits_rows: torch.Tensor) -> torch.Tensor:
-        """Runs the packed batch and returns float32 logits for the rows in ``logits_rows``."""
+                meta: AttentionMetadata, logits_rows: torch.Tensor | None) -> torch.Tensor:
+        """Runs the packed batch and returns float32 logits for the rows in ``logits_rows`` (None: every row)."""
         residual = self.weights.embed[input_ids]  # a fresh tensor: the stream is updated in place
         rotary = self.ops.rotary(self.rotary, positions, self.dtype)
         delta: torch.Tensor | None = None
         for index, layer in enumerate(self.weights.layers):
             delta = self._layer(index, layer, residual, delta, rotary, cache, meta)
         assert delta is not None
-        final = self.ops.add_rms_norm(delta[logits_rows], residual[logits_rows], self.weights.final_norm,
-                                      self.config.rms_norm_eps)
+        if logits_rows is not None:
+            delta, residual = delta[logits_rows], residual[logits_rows]
+        final = self.ops.add_rms_norm(delta, residual, self.weights.final_norm, self.config.rms_norm_eps)
         return self.linear(final, self.weights.lm_head, None).float()
 
     def _layer(self, index: int, w: LayerWeights, residual: torch.Tensor, delta: torch.Tensor | None,

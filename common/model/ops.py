@@ -38,10 +38,9 @@ class ModelOps:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Normalises in float32 and casts back before scaling, as the reference models do."""
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
+    """Normalises in float32 and casts back before scaling, as the reference models do
+    (``F.rms_norm`` computes ``x · rsqrt(mean(x²) + eps)`` with the same operations, in fewer calls)."""
+    return weight * F.rms_norm(x.float(), x.shape[-1:], eps=eps).to(x.dtype)
 
 
 def add_rms_norm(delta: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -59,7 +58,22 @@ class TorchRotary:
         self.cos, self.sin = table.lookup(positions, dtype)
 
     def apply(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where k's heads follow q's in one buffer (views of the qkv projection's rows), both are
+        rotated as one tensor: the same arithmetic in half the calls."""
+        heads = q.shape[1]
+        if _adjacent_heads(q, k):
+            both = q.as_strided((q.shape[0], heads + k.shape[1], q.shape[2]), q.stride())
+            rotated = RotaryTable.apply(both, self.cos, self.sin)
+            return rotated[:, :heads], rotated[:, heads:]
         return RotaryTable.apply(q, self.cos, self.sin), RotaryTable.apply(k, self.cos, self.sin)
+
+
+def _adjacent_heads(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether ``k [rows, kv_heads, d]`` starts where ``q [rows, heads, d]``'s heads end, row by
+    row, with the same strides: together they are one ``[rows, heads + kv_heads, d]`` view."""
+    return (q.dim() == k.dim() == 3 and q.stride() == k.stride() and q.shape[0] == k.shape[0]
+            and q.stride(2) == 1 and q.stride(1) == q.shape[2] and q.untyped_storage().data_ptr() ==
+            k.untyped_storage().data_ptr() and k.data_ptr() == q.data_ptr() + q.shape[1] * q.stride(1) * q.element_size())
 
 
 class TritonRotary:

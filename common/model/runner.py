@@ -24,6 +24,9 @@ from common.model.sampler import Sampler
 from common.model.staging import Staging, pad_rows
 
 
+_NO_TABLES = torch.empty(1, 0, dtype=torch.int64)  # a decode on the dense stage reads no block table
+
+
 @dataclass(frozen=True, slots=True)
 class HostStep:
     """The step's inputs on the host, int64; rows packed prefill chunks first, then decodes."""
@@ -74,13 +77,36 @@ class ModelRunner:
         decodes = [s for s in batch.seqs if s.is_decode]
         sampled = [s for s in prefills + decodes if s.sample]
         if not prefills and self.graphs is not None and self.graphs.covers(len(decodes)):
-            logits = self.graphs.run(decodes)
-            if len(sampled) < len(decodes):  # a one-token prompt chunk that is not the prompt's last
-                logits = logits[torch.tensor([i for i, s in enumerate(decodes) if s.sample], device=self.device)]
+            logits = self._sampled_rows(self.graphs.run(decodes), decodes, sampled)
+        elif not prefills and self.stage is not None:
+            logits = self._sampled_rows(self._decode_on_stage(decodes), decodes, sampled)
         else:
             logits = self._forward(prefills, decodes)
         tokens = self.sampler(logits, sampled)
         return {seq.request_id: token for seq, token in zip(sampled, tokens)}
+
+    def _sampled_rows(self, logits: torch.Tensor, decodes: list[ScheduledSeq],
+                      sampled: list[ScheduledSeq]) -> torch.Tensor:
+        """The rows of a decode-only step's logits that sample (a one-token prompt chunk that is not
+        its prompt's last does not)."""
+        if len(sampled) == len(decodes):
+            return logits
+        return logits[torch.tensor([i for i, s in enumerate(decodes) if s.sample], device=self.device)]
+
+    def _decode_on_stage(self, decodes: list[ScheduledSeq]) -> torch.Tensor:
+        """A decode-only step on the CPU's dense stage, its inputs one tensor of plain numbers: the
+        stage reads no block tables, and a decode step is short enough that building
+        ``HostStep``'s was a tenth of it."""
+        bs = self.cache.block_size
+        positions = [s.start_pos for s in decodes]
+        fields = torch.tensor([[s.token_ids[0] for s in decodes], positions,
+                               [s.block_ids[p // bs] for s, p in zip(decodes, positions)],
+                               [p % bs for p in positions], [p + 1 for p in positions]], dtype=torch.int64)
+        ids, pos, slot_blocks, slot_offsets, lens = fields.unbind(0)
+        meta = AttentionMetadata(slot_blocks=slot_blocks, slot_offsets=slot_offsets, prefills=(), num_prefill_rows=0,
+                                 decode_block_tables=_NO_TABLES.expand(len(decodes), 0), decode_context_lens=lens,
+                                 stage=self._stage_plan(decodes))
+        return self.model.forward(ids, pos, self.cache, meta, None)
 
     def _forward(self, prefills: list[ScheduledSeq], decodes: list[ScheduledSeq]) -> torch.Tensor:
         host = HostStep.build(prefills + decodes, self.cache.block_size)
