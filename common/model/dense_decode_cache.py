@@ -17,11 +17,19 @@ takes as they are. A narrower slice would make it copy every key and value first
 half the time of decode attention). So the allocation follows the longest context closely: it
 grows in steps of ``WIDTH_STEP`` positions and shrinks when the longest context falls
 ``SHRINK_SLACK`` below it.
+
+Attended whole, one long context makes every row of the step cost its length: one request of
+3,500 tokens among nineteen of 300 made a tiny model's step 3.5× the cost of twenty of 460 (the
+same total context). So the few longest contexts may go to a second, narrow stage of their own
+(``long_rows`` decides when that costs less than widening every row to them), attended whole
+beside the first; the cost model's step at the batch's mean length then holds for long-tailed
+batches too.
 The Triton path on GPUs reads the pool directly and has no stage.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +39,8 @@ from common.model.kv_cache import PagedKVCache
 
 WIDTH_STEP = 64  # positions the allocation grows by
 SHRINK_SLACK = 128  # unused positions past the longest context that make the allocation shrink
+MAX_LONG_ROWS = 4  # rows of the second stage, for the longest contexts
+SECOND_STAGE_CALLS = 256  # the second stage's own calls in every layer, in positions of the first's
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +52,15 @@ class StagePlan:
     width: int  # positions 0..width-1 are attended (masked per row): the whole allocation
     identity: bool  # decode row i sits in slot i: no scatter/gather needed
     hidden: torch.Tensor  # [rows, width] True past each slot's context (full attention)
+    # with the longest contexts on the second stage: the decode rows on each, and that stage's plan
+    split: tuple[torch.Tensor, torch.Tensor, StagePlan] | None = None
 
 
 class DecodeStage:
-    def __init__(self, cache: PagedKVCache, max_slots: int, initial_width: int = 256) -> None:
+    def __init__(self, cache: PagedKVCache, max_slots: int, initial_width: int = 256, split: bool = True) -> None:
         self.cache = cache
+        # the second stage, for the few longest contexts (``long_rows``); it has none of its own
+        self.long = DecodeStage(cache, MAX_LONG_ROWS, WIDTH_STEP, split=False) if split and max_slots > 1 else None
         self.max_slots = max_slots
         self.width = 0
         self.keys: list[torch.Tensor] = []
@@ -57,7 +71,30 @@ class DecodeStage:
         self._fit(initial_width)
 
     def plan(self, request_ids: list[int], context_lens: list[int], block_tables: list[list[int]]) -> StagePlan:
-        """Assigns slots for this step's decodes; requests absent from the step lose theirs."""
+        """Assigns slots for this step's decodes, the few longest perhaps excepted (``long_rows``);
+        requests absent from the stage this step lose their slots."""
+        long = long_rows(context_lens) if self.long is not None else []
+        if not long:
+            if self.long is not None:
+                self.long.release()
+            return self._plan(request_ids, context_lens, block_tables)
+        assert self.long is not None
+        short = [i for i in range(len(request_ids)) if i not in long]
+        plan = self._plan([request_ids[i] for i in short], [context_lens[i] for i in short],
+                          [block_tables[i] for i in short])
+        long_plan = self.long._plan([request_ids[i] for i in long], [context_lens[i] for i in long],
+                                    [block_tables[i] for i in long])
+        return dataclasses.replace(plan, split=(torch.tensor(short), torch.tensor(long), long_plan))
+
+    def release(self) -> None:
+        """Drops every slot, and the allocation down to its least."""
+        self._slot_of.clear()
+        self._length.clear()
+        if self.width > WIDTH_STEP:
+            self.keys, self.values, self.width = [], [], 0
+            self._fit(1)
+
+    def _plan(self, request_ids: list[int], context_lens: list[int], block_tables: list[list[int]]) -> StagePlan:
         if len(self._slot_of) != len(request_ids) or not all(r in self._slot_of for r in request_ids):
             present = set(request_ids)
             for gone in [r for r in self._slot_of if r not in present]:
@@ -83,7 +120,19 @@ class DecodeStage:
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, plan: StagePlan,
                scale: float, window: int | None) -> torch.Tensor:
-        """Decode attention for ``q [decodes, heads, d]`` whose new ``k``/``v`` are ``[decodes, kv_heads, d]``."""
+        """Decode attention for ``q [decodes, heads, d]`` whose new ``k``/``v`` are ``[decodes, kv_heads, d]``
+        (already written to the pool)."""
+        if plan.split is None:
+            return self._attend_staged(q, k, v, layer, plan, scale, window)
+        assert self.long is not None
+        short, long, long_plan = plan.split
+        out = torch.empty_like(q)
+        out[short] = self._attend_staged(q[short], k[short], v[short], layer, plan, scale, window)
+        out[long] = self.long._attend_staged(q[long], k[long], v[long], layer, long_plan, scale, window)
+        return out
+
+    def _attend_staged(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, plan: StagePlan,
+                       scale: float, window: int | None) -> torch.Tensor:
         keys, values = self.keys[layer], self.values[layer]
         for slot, table, length in plan.fills:
             if length:
@@ -125,3 +174,14 @@ class DecodeStage:
             new[:, :, :kept] = old[:, :, :kept]
         self.keys, self.values, self.width = keys, values, width
         self._positions = torch.arange(width)
+
+
+def long_rows(context_lens: list[int]) -> list[int]:
+    """The rows (at most ``MAX_LONG_ROWS``, never all) for the second stage: the count of the
+    longest contexts that minimises what both stages attend, rows × width each."""
+    n = len(context_lens)
+    order = sorted(range(n), key=lambda i: -context_lens[i])
+    padded = [-(-context_lens[i] // WIDTH_STEP) * WIDTH_STEP for i in order]
+    costs = [(n - k) * padded[k] + (k * padded[0] + SECOND_STAGE_CALLS if k else 0)
+             for k in range(min(MAX_LONG_ROWS, n - 1) + 1)]
+    return sorted(order[:costs.index(min(costs))])

@@ -8,7 +8,8 @@ import torch
 from common.model.attention import decode_attention
 from common.model.attention_metadata import AttentionMetadata
 from common.model.config import parse_model_config
-from common.model.dense_decode_cache import SHRINK_SLACK, WIDTH_STEP, DecodeStage
+from common.model.dense_decode_cache import (MAX_LONG_ROWS, SECOND_STAGE_CALLS, SHRINK_SLACK, WIDTH_STEP, DecodeStage,
+                                           long_rows)
 from common.model.kv_cache import PagedKVCache
 
 BLOCK = 16
@@ -46,7 +47,7 @@ def test_the_stage_attends_as_the_pool_while_its_width_follows_the_longest_conte
     gen = torch.Generator().manual_seed(0)
     cache = _cache(gen)
     tables = {u: list(range(u * 24, u * 24 + 24)) for u in range(4)}  # 384 positions each
-    stage = DecodeStage(cache, max_slots=4)
+    stage = DecodeStage(cache, max_slots=4, split=False)  # one stage: the long context sets its width
     lens = {0: 20, 1: 300, 2: 5}
     widths = []
     for _ in range(3):  # the long request makes the allocation grow past 300
@@ -70,3 +71,44 @@ def test_a_bfloat16_stage_attends_as_the_pool_to_bfloat16_rounding():
     got, expected = _step(stage, cache, [0, 1, 2], [7, 130, 64], tables, gen)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), expected.float(), rtol=0.02, atol=0.02)
+
+
+def test_the_longest_contexts_go_to_the_second_stage_and_attend_as_the_pool():
+    gen = torch.Generator().manual_seed(2)
+    cache = _cache(gen)
+    tables = {u: list(range(u * 8, u * 8 + 8)) for u in range(11)}  # 128 positions each
+    tables[11] = list(range(88, 96))  # the long one
+    stage = DecodeStage(cache, max_slots=12)
+    # eleven short contexts and one that alone would set the whole stage's width
+    lens = {**{u: 9 + u for u in range(11)}, 11: 120}
+    for _ in range(3):
+        got, expected = _step(stage, cache, list(lens), list(lens.values()), tables, gen)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        assert stage.width == WIDTH_STEP  # the short ones' width, not the long one's
+        assert stage.long is not None and stage.long.width == 128
+        lens = {u: n + 1 for u, n in lens.items()}
+    del lens[11]  # it finished: the second stage lets go
+    got, expected = _step(stage, cache, list(lens), list(lens.values()), tables, gen)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert stage.long.width == WIDTH_STEP and not stage.long._slot_of
+
+
+def test_long_rows_minimise_what_both_stages_attend():
+    def cost(lens: list[int], long: set[int]) -> int:
+        padded = [-(-n // WIDTH_STEP) * WIDTH_STEP for n in lens]
+        short = [p for i, p in enumerate(padded) if i not in long]
+        second = len(long) * max(padded[i] for i in long) + SECOND_STAGE_CALLS if long else 0
+        return len(short) * max(short) + second
+
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(200):
+        n = int(torch.randint(1, 12, (1,), generator=gen))
+        lens = [int(x) for x in torch.randint(1, 4000, (n,), generator=gen)]
+        chosen = set(long_rows(lens))
+        assert len(chosen) <= min(MAX_LONG_ROWS, n - 1)
+        # brute force over every set of the longest k (a set of rows that is not the longest k costs more)
+        order = sorted(range(n), key=lambda i: -lens[i])
+        best = min(cost(lens, set(order[:k])) for k in range(min(MAX_LONG_ROWS, n - 1) + 1))
+        assert cost(lens, chosen) == best
+    assert long_rows([300] * 19 + [3500]) == [19]
+    assert long_rows([460] * 20) == []
