@@ -76,16 +76,16 @@ def test_a_bfloat16_stage_attends_as_the_pool_to_bfloat16_rounding():
 def test_the_longest_contexts_go_to_the_second_stage_and_attend_as_the_pool():
     gen = torch.Generator().manual_seed(2)
     cache = _cache(gen)
-    tables = {u: list(range(u * 8, u * 8 + 8)) for u in range(11)}  # 128 positions each
-    tables[11] = list(range(88, 96))  # the long one
+    tables = {u: [2 * u, 2 * u + 1] for u in range(11)}  # 32 positions each
+    tables[11] = list(range(22, 62))  # 640 positions
     stage = DecodeStage(cache, max_slots=12)
     # eleven short contexts and one that alone would set the whole stage's width
-    lens = {**{u: 9 + u for u in range(11)}, 11: 120}
+    lens = {**{u: 9 + u for u in range(11)}, 11: 600}
     for _ in range(3):
         got, expected = _step(stage, cache, list(lens), list(lens.values()), tables, gen)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
         assert stage.width == WIDTH_STEP  # the short ones' width, not the long one's
-        assert stage.long is not None and stage.long.width == 128
+        assert stage.long is not None and stage.long.width == 640
         lens = {u: n + 1 for u, n in lens.items()}
     del lens[11]  # it finished: the second stage lets go
     got, expected = _step(stage, cache, list(lens), list(lens.values()), tables, gen)
