@@ -115,7 +115,7 @@ class DecodeStage:
         for slot, ctx in zip(slots, context_lens):
             lens[slot] = ctx
         numbers = torch.tensor([slots, [c - 1 for c in context_lens]], dtype=torch.int64)
-        hidden = self._positions[:width][None, :] >= torch.tensor(lens, dtype=torch.int64)[:, None]
+        hidden = self._positions[None, :] >= torch.tensor(lens, dtype=torch.int64)[:, None]  # arange(self.width)
         return StagePlan(numbers[0], numbers[1], tuple(fills), rows, width, slots == list(range(rows)), hidden)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, plan: StagePlan,
@@ -165,7 +165,7 @@ class DecodeStage:
         every slot's context (at most ``needed``) is kept."""
         if self.width - SHRINK_SLACK < needed <= self.width:
             return
-        width = -(-max(needed, 1) // WIDTH_STEP) * WIDTH_STEP
+        width = padded(max(needed, 1))
         data, kept = self.cache.data, min(width, self.width)
         shape = (self.max_slots, self.cache.num_kv_heads, width, data.shape[-1])
         keys = [data.new_zeros(shape) for _ in range(self.cache.num_layers)]
@@ -181,7 +181,12 @@ def long_rows(context_lens: list[int]) -> list[int]:
     longest contexts that minimises what both stages attend, rows × width each."""
     n = len(context_lens)
     order = sorted(range(n), key=lambda i: -context_lens[i])
-    padded = [-(-context_lens[i] // WIDTH_STEP) * WIDTH_STEP for i in order]
-    costs = [(n - k) * padded[k] + (k * padded[0] + SECOND_STAGE_CALLS if k else 0)
+    widths = [padded(context_lens[i]) for i in order]
+    costs = [(n - k) * widths[k] + (k * widths[0] + SECOND_STAGE_CALLS if k else 0)
              for k in range(min(MAX_LONG_ROWS, n - 1) + 1)]
     return sorted(order[:costs.index(min(costs))])
+
+
+def padded(positions: int) -> int:
+    """``positions`` rounded up to the stage's allocation step."""
+    return -(-positions // WIDTH_STEP) * WIDTH_STEP
