@@ -16,6 +16,7 @@ from common.engine.core import AdmissionError, EngineCore
 from common.model.decode_graphs import DecodeGraphs, capture_memory_bytes
 from common.model.packed_linear import MAX_ROWS, PackedLinear, packed_linear_supported, prefill_rows_packed
 from common.model.dense_decode_cache import DecodeStage
+from common.model.host_heap import keep_large_buffers_on_heap
 from common.model.kv_cache import PagedKVCache, StorageFactory, zeros_storage
 from common.engine.kv_memory import num_kv_blocks
 from common.model.llama import LlamaModel
@@ -32,6 +33,8 @@ class LLMEngine(EngineCore):
 
     def __init__(self, config: EngineConfig, kv_storage: StorageFactory = zeros_storage) -> None:
         self.device = torch.device(config.device)
+        if self.device.type == "cpu":
+            keep_large_buffers_on_heap()
         self.model_dir = resolve_model_dir(config.model, config.preset)
         self.model = LlamaModel.load(self.model_dir, config.torch_dtype, self.device)
         self.backend = kernel_backend(config, self.device)

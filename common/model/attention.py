@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from common.model import cpu_prefill_attention
 from common.model.attention_metadata import AttentionMetadata, PrefillChunk
 from common.model.kv_cache import PagedKVCache
 
@@ -20,8 +21,9 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pa
     """``q [rows, heads, d]``, new ``k``/``v`` ``[rows, kv_heads, d]`` -> ``[rows, heads, d]``.
 
     The new K/V are written to the cache first, so every query sees its own token.
-    Prefill chunks use SDPA; decode rows read the dense decode stage where the runner keeps one
-    (the CPU), else gather their context from the pool.
+    Prefill chunks use SDPA (on a CPU in bfloat16, ``cpu_prefill_attention``); decode rows read
+    the dense decode stage where the runner keeps one (the CPU), else gather their context from
+    the pool.
     """
     cache.write(layer, meta.slot_blocks, meta.slot_offsets, k, v)
     out = torch.empty_like(q)
@@ -45,6 +47,8 @@ def _prefill_chunk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pag
         values = cache.gather(layer, 1, chunk.block_ids[None])[:, :, : chunk.context_len]
     else:
         keys, values = k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
+    if cpu_prefill_attention.applies(q, window):
+        return cpu_prefill_attention.blocked_causal_attention(q, keys[0], values[0], scale)
     mask = None
     if chunk.context_start > 0 or window is not None:
         mask = _causal_mask(chunk.query_len, chunk.context_start, window, q.device)
