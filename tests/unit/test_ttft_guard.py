@@ -108,3 +108,20 @@ def test_best_prefill_over_workers_skips_those_it_would_make_late():
     assert best_prefill_s([_guard(clock, model=None)], 250, deadline=0.020, now=clock.now) == 0.0
     # an idle worker no call has tested never refuses on its model alone
     assert best_prefill_s([crowded, _guard(clock)], 250, deadline=0.020, now=clock.now) == 0.0
+
+
+def test_the_overhead_a_prediction_adds_is_the_miss_budgets_quantile_of_recent_calls():
+    """A request admitted with no slack misses when its call's overhead exceeds what was added:
+    at a 0.99 target, with half the misses the TTFT's, a spike in one call of twenty counts."""
+    from common.slo.ttft_guard import new_guard, overhead_quantile
+
+    assert overhead_quantile(0.99) == pytest.approx(0.995)
+    assert overhead_quantile(0.9) == pytest.approx(0.95)
+    clock = Clock()
+    guard = new_guard(MODEL, 0, target=0.99, clock=clock)
+    for i in range(40):
+        clock.now += 0.01
+        raw = MODEL.predict_forwards(100, 0)
+        guard.answered(f"r{i}", observed_s=raw + (0.300 if i in (7, 29) else 0.010), predicted_s=raw, worker_s=raw)
+    assert guard.overhead.value() == pytest.approx(0.300)  # at p90 it was 0.010: the spikes unseen
+    assert guard.predict_s(100) == pytest.approx(raw + 0.300)
