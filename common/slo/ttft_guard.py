@@ -118,15 +118,22 @@ class TtftGuard:
     def queued_ahead(self, deadline: float) -> int:
         """Prompt tokens the worker will compute before a request with this deadline.
 
-        Prefill queues run least slack first, so only queued requests with an earlier deadline
-        are ahead, plus the oldest one, which may already be in its (non-preemptible) forward.
+        Prefill queues run least slack first, so queued requests with an earlier deadline are
+        ahead. So is the forward under way, whatever its requests' deadlines: it is not
+        preempted, and it holds up to ``forward_tokens`` of what was queued when it began (0: all
+        of it), while a prompt begun in chunks runs its remaining chunks before any newcomer.
+        Which later requests that forward holds only the worker knows, so all of them count, up
+        to one forward's tokens or the oldest request whole, whichever is more. (Counting only the
+        oldest missed a burst's forward of several prompts: calls took 2.5x their prediction.)
         Work the worker last reported beyond what this gateway had sent (other gateways') counts
         as ahead.
         """
         mine = list(self.queued.values())
         ahead = sum(tokens for d, tokens in mine if d <= deadline)
-        if mine and mine[0][0] > deadline:
-            ahead += mine[0][1]
+        later = sum(tokens for d, tokens in mine if d > deadline)
+        if later:
+            oldest = mine[0][1] if mine[0][0] > deadline else 0
+            ahead += min(later, max(self.forward_tokens, oldest)) if self.forward_tokens else later
         return ahead + self.others_tokens
 
     def predict_s(self, prompt_tokens: int, deadline: float = float("inf"), calibrated: bool = True) -> float | None:

@@ -27,13 +27,15 @@ def _worker(queued: dict[str, tuple[float, int]], reported_tokens: int = 0, test
     return record
 
 
-def test_only_earlier_deadlines_and_the_request_in_its_forward_are_ahead():
+def test_earlier_deadlines_and_what_the_forward_under_way_may_hold_are_ahead():
     worker = _worker({"oldest": (5.0, 300), "urgent": (1.0, 200), "loose": (9.0, 400)})
-    # brute force over the queue as the worker's scheduler orders it (least slack first),
-    # with the oldest request possibly already running
-    assert worker.guard.queued_ahead(deadline=2.0) == 200 + 300  # urgent, plus oldest in its forward
-    assert worker.guard.queued_ahead(deadline=6.0) == 200 + 300
-    assert worker.guard.queued_ahead(deadline=0.5) == 300  # only the one that may be running
+    # brute force over the queue as the worker's scheduler orders it (least slack first), with a
+    # forward of later requests possibly under way: the whole queue when one forward takes it all
+    assert all(worker.guard.queued_ahead(deadline=d) == 900 for d in (0.5, 2.0, 6.0, float("inf")))
+    worker.guard.forward_tokens = 350  # at most 350 tokens, or the oldest request whole, are running
+    assert worker.guard.queued_ahead(deadline=2.0) == 200 + 350  # urgent, plus one forward
+    assert worker.guard.queued_ahead(deadline=6.0) == 200 + 300 + 350  # urgent and oldest, plus one forward
+    assert worker.guard.queued_ahead(deadline=0.5) == 350
     assert worker.guard.queued_ahead(deadline=float("inf")) == 900
 
 

@@ -26,22 +26,29 @@ def _guard(clock: Clock, model: PrefillModel | None = MODEL, forward_tokens: int
                      headroom=MarginController(1.0))  # no margin: predictions as the fit and calibration say
 
 
-def test_a_queued_request_with_an_earlier_deadline_is_ahead_and_a_later_one_is_not():
+def test_earlier_deadlines_are_ahead_and_of_later_ones_what_the_forward_under_way_may_hold():
     clock = Clock()
-    guard = _guard(clock)
+    guard = _guard(clock, forward_tokens=250)
     guard.sent("first", deadline=1.0, tokens=300)  # the oldest: may be in its forward whatever its deadline
     guard.sent("early", deadline=2.0, tokens=200)
     guard.sent("late", deadline=4.0, tokens=400)
-    assert guard.queued_ahead(3.0) == 300 + 200
-    assert guard.queued_ahead(1.5) == 300
-    assert guard.queued_ahead(0.5) == 300  # not earlier, but already running
+    assert guard.queued_ahead(3.0) == 300 + 200 + 250  # one forward of the later ones may be running
+    assert guard.queued_ahead(1.5) == 300 + 250
+    assert guard.queued_ahead(0.5) == 300  # none earlier; the oldest whole (its chunks run first)
     assert guard.queued_ahead(INF) == 900
-    # the prediction counts what is ahead, not what queues behind: 500 + 100 through the fit
-    assert guard.predict_s(100, deadline=3.0) == pytest.approx(0.010 + 1e-4 * 500)
+    # the prediction counts what is ahead, not what queues behind, one forward per 250 tokens
+    assert guard.predict_s(100, deadline=3.0) == pytest.approx(MODEL.predict_forwards(750 + 100, 250))
     guard.dropped("first")
-    assert guard.queued_ahead(1.5) == 200  # now "early" is the oldest, possibly running
+    assert guard.queued_ahead(1.5) == 250  # "early" is the oldest now, "late" perhaps beside it
     guard.dropped("first")  # twice: no harm
-    assert guard.queued_ahead(3.0) == 200
+    assert guard.queued_ahead(3.0) == 200 + 250
+
+
+def test_when_one_forward_takes_the_whole_queue_all_of_it_is_ahead():
+    guard = _guard(Clock(), forward_tokens=0)
+    guard.sent("first", deadline=1.0, tokens=300)
+    guard.sent("late", deadline=4.0, tokens=400)
+    assert guard.queued_ahead(0.5) == guard.queued_ahead(3.0) == 700
 
 
 def test_work_the_worker_reports_beyond_what_was_sent_counts_as_ahead():
