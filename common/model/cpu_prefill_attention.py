@@ -36,7 +36,7 @@ def blocked_causal_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.
     group = heads // kv_heads
     first = context - rows  # position of the first query
     keys_t = keys.transpose(1, 2)  # [kv_heads, d, context]
-    out = torch.empty_like(q)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous, whatever q's strides
     out_grouped = out.view(rows, kv_heads, group, dim)
     for start in range(0, rows, QUERY_BLOCK):
         n = min(QUERY_BLOCK, rows - start)
