@@ -129,12 +129,15 @@ class TtftGuard:
         as ahead.
         """
         mine = list(self.queued.values())
-        ahead = sum(tokens for d, tokens in mine if d <= deadline)
-        later = sum(tokens for d, tokens in mine if d > deadline)
+        earlier = sum(tokens for d, tokens in mine if d <= deadline)
+        return self._ahead(mine, earlier, sum(tokens for _, tokens in mine) - earlier, deadline)
+
+    def _ahead(self, mine: list[Queued], earlier: int, later: int, deadline: float) -> int:
+        """``queued_ahead`` from the tokens queued with a deadline up to ``deadline`` and after it."""
         if later:
             oldest = mine[0][1] if mine[0][0] > deadline else 0
-            ahead += min(later, max(self.forward_tokens, oldest)) if self.forward_tokens else later
-        return ahead + self.others_tokens
+            earlier += min(later, max(self.forward_tokens, oldest)) if self.forward_tokens else later
+        return earlier + self.others_tokens
 
     def predict_s(self, prompt_tokens: int, deadline: float = float("inf"), calibrated: bool = True) -> float | None:
         """The queue ahead plus this prompt through the fitted model, one forward per
@@ -142,13 +145,23 @@ class TtftGuard:
         ``calibrated``); None without a model."""
         if self.model is None:
             return None
-        tokens = self.queued_ahead(deadline) + prompt_tokens
+        return self._predict_tokens(self.queued_ahead(deadline) + prompt_tokens, calibrated)
+
+    def _predict_tokens(self, tokens: int, calibrated: bool = True,
+                        scale: tuple[float, float, float] | None = None) -> float:
+        """``tokens`` through the model; ``scale``: (calibration ratio, overhead, headroom) when
+        the caller read them once for many predictions."""
+        assert self.model is not None
         if self.model.extrapolates(min(tokens, self.forward_tokens or tokens)):
             self.extrapolations += 1
         raw = self.model.predict_forwards(tokens, self.forward_tokens)
         if not calibrated:
             return raw
-        return (self.calibration.scale(raw) + self.overhead.value()) * self.headroom.margin
+        ratio, overhead, margin = scale or self._scale()
+        return (raw * ratio + overhead) * margin
+
+    def _scale(self) -> tuple[float, float, float]:
+        return self.calibration.ratio, self.overhead.value(), self.headroom.margin
 
     def raw_for(self, ahead_tokens: int, prompt_tokens: int) -> float | None:
         """The uncalibrated prediction for a prompt of ``prompt_tokens`` behind ``ahead_tokens``
@@ -165,11 +178,22 @@ class TtftGuard:
         so each of those waits for its tokens too. Admitting it anyway would trade a request that
         was promised its SLO for one that was not, and make the promises worth less.
         """
-        for queued_deadline, _ in list(self.queued.values()):
+        if self.model is None:
+            return False
+        mine = list(self.queued.values())
+        by_deadline = sorted(mine, key=lambda q: q[0])
+        total, earlier, scale = sum(tokens for _, tokens in mine), 0, self._scale()
+        # each queued request's own ``queued_ahead`` from running sums in deadline order: one pass,
+        # not one over the queue per request (a gateway with hundreds queued spent its core here)
+        for i, (queued_deadline, tokens) in enumerate(by_deadline):
+            earlier += tokens
+            if i + 1 < len(by_deadline) and by_deadline[i + 1][0] == queued_deadline:
+                continue  # equal deadlines: all of them are ahead of each
             if queued_deadline < deadline or queued_deadline == float("inf"):
                 continue
-            on_time_now = now + (self.predict_s(0, queued_deadline) or 0.0) <= queued_deadline
-            if on_time_now and now + (self.predict_s(prompt_tokens, queued_deadline) or 0.0) > queued_deadline:
+            ahead = self._ahead(mine, earlier, total - earlier, queued_deadline)
+            on_time_now = now + self._predict_tokens(ahead, scale=scale) <= queued_deadline
+            if on_time_now and now + self._predict_tokens(ahead + prompt_tokens, scale=scale) > queued_deadline:
                 return True
         return False
 

@@ -132,3 +132,30 @@ def test_the_overhead_a_prediction_adds_is_the_miss_budgets_quantile_of_recent_c
         guard.answered(f"r{i}", observed_s=raw + (0.300 if i in (7, 29) else 0.010), predicted_s=raw, worker_s=raw)
     assert guard.overhead.value() == pytest.approx(0.300)  # at p90 it was 0.010: the spikes unseen
     assert guard.predict_s(100) == pytest.approx(raw + 0.300)
+
+
+def test_the_one_pass_check_of_queued_requests_agrees_with_predicting_each_in_turn():
+    """``pushes_queued_past`` against its definition: each queued request with a later deadline
+    predicted (``predict_s``) with and without the newcomer, one at a time."""
+    import random
+
+    def brute_force(guard: TtftGuard, prompt: int, deadline: float, now: float) -> bool:
+        return any(d >= deadline and d != INF and now + guard.predict_s(0, d) <= d  # type: ignore[operator]
+                   and now + guard.predict_s(prompt, d) > d  # type: ignore[operator]
+                   for d, _ in guard.queued.values())
+
+    rng = random.Random(5)
+    checked = pushed = 0
+    for case in range(300):
+        guard = _guard(Clock(), forward_tokens=rng.choice([0, 250, 1000]))
+        guard.headroom.margin = rng.uniform(0.8, 1.5)
+        for i in range(rng.randint(0, 12)):
+            deadline = rng.choice([INF, round(rng.uniform(0.05, 1.0), 2), 0.5])  # repeats on purpose
+            guard.sent(f"r{i}", deadline, rng.randint(1, 600))
+        guard.others_tokens = rng.choice([0, 0, 300])
+        for _ in range(5):
+            prompt, deadline, now = rng.randint(1, 800), rng.uniform(0.0, 1.0), rng.uniform(0.0, 0.3)
+            want = brute_force(guard, prompt, deadline, now)
+            assert guard.pushes_queued_past(prompt, deadline, now) == want, case
+            checked, pushed = checked + 1, pushed + want
+    assert pushed > 50 and checked - pushed > 50  # both answers were exercised
