@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from client.bench.metrics import REJECTED, RequestRecord
 from client.bench.workload import PlannedRequest
 from common.engine.core import AdmissionError
-from common.engine.leases import Lease
+from common.engine.leases import Lease, LeaseError
 from common.engine.request import RequestOutput
 from common.engine.sampling_params import SamplingParams
 from common.slo.admission_round import AdmissionRound
@@ -362,9 +362,22 @@ class SimGateway:
 
         def commit() -> None:
             decode.listeners[flight.request_id] = lambda out: self._decoded(flight, out)
-            decode.core.commit(flight.request_id, lease.lease_id, [0] * flight.tokens, 0, params, flight.tpot_s * 1000)
+            try:
+                decode.core.commit(flight.request_id, lease.lease_id, [0] * flight.tokens, 0, params,
+                                   flight.tpot_s * 1000)
+            except LeaseError:  # the first token came after the reservation's lease ran out
+                del decode.listeners[flight.request_id]
+                self.sim.after(self.config.hop_s, self._commit_refused, flight)
 
         self.sim.after(self.config.hop_s, decode.call, commit)
+
+    def _commit_refused(self, flight: Flight) -> None:
+        """As the gateway ends a request whose decode worker refuses its commit: UNAVAILABLE after
+        its first token (``RequestFlow._commit``)."""
+        self._forget_decode(flight)
+        self.notify()
+        flight.record.error = "UNAVAILABLE"
+        self.sim.after(self.config.hop_s, self.done, flight)
 
     def _decoded(self, flight: Flight, out: RequestOutput) -> None:
         if out.finished:

@@ -263,7 +263,9 @@ class EngineCore:
     def fast_forward(self, produced: dict[str, int], steps: int, last_end: float) -> None:
         """Records ``steps`` decode steps a simulator costed without running them one by one:
         ``produced[request_id]`` tokens each (``Scheduler.advance_decodes``), none finishing, the
-        last ending at ``last_end``."""
+        last ending at ``last_end``. Leases past their deadline by then are expired, as those
+        steps' ``schedule_step`` would have."""
+        self.leases.expire(last_end)
         self.scheduler.advance_decodes(produced, 0)
         self.steps_completed += steps
         self._last_step_end = last_end if self.has_unfinished_requests() else None

@@ -156,3 +156,14 @@ def test_the_call_overhead_flag_reaches_the_simulated_cluster_and_refuses_nonsen
     for bad in ("1,x", "-3"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--call-overhead-ms", bad])
+
+
+def test_a_first_token_after_the_reservations_lease_ran_out_ends_the_request_unavailable():
+    # fcfs, prefill 40 s a prompt, decode 10 ms a step: B (reserved at 1 ms, its lease 60 s) waits
+    # for A's prefill and has its first token at 80 s, while A's decode steps (40-90 s) have
+    # expired B's lease; the decode worker refuses the commit, as the real one does
+    slow = CostModels(PrefillModel(0, 40.0, 0.0), DecodeModel(0.0, 0.0, 0.0, 0.010))
+    run = simulate([_request(0, 0.0, 5000), _request(1, 0.001, 3)], _config("fcfs"), slow)
+    a, b = run.records
+    assert a.ok and a.output_len == 5000
+    assert b.error == "UNAVAILABLE" and b.ttft == pytest.approx(80.0 - 0.001) and not b.good()
