@@ -17,8 +17,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from client.bench.metrics import REJECTED, RequestRecord
-from client.bench.workload import PlannedRequest
+from client.bench.metrics import REJECTED
 from common.engine.core import AdmissionError
 from common.engine.leases import Lease, LeaseError
 from common.engine.request import RequestOutput
@@ -30,58 +29,10 @@ from common.slo.tpot_guard import DecodeView, tpot_epsilon
 from common.slo.ttft_guard import TtftGuard, last_useful_admission, new_guard, ttft_refusal
 from simulator.config import SimConfig
 from simulator.events import Simulation
+from simulator.flight import Flight, Waiter
 from simulator.workers import SimDecodeWorker, SimPrefillWorker
 
 Reserved = Callable[["Flight", "SimDecodeWorker | None", "Lease | None"], None]  # no worker: refused everywhere
-
-
-@dataclass(eq=False)
-class Flight:
-    """One request on its way through the cluster, and the client's record of it."""
-
-    planned: PlannedRequest
-    record: RequestRecord
-    arrived: float = 0.0  # at the gateway
-    decode: SimDecodeWorker | None = None
-    prefill: SimPrefillWorker | None = None
-    lease: Lease | None = None
-    first_token_at: float = 0.0  # at the gateway
-    predicted_s: float | None = None  # the TTFT guard's uncalibrated prediction of its prefill call
-    sent_at: float = 0.0  # its prefill call went out
-    headroom_at: float | None = None  # the TTFT guard's headroom when it went out
-    epsilon_at: float | None = None  # the decode worker's ε its reservation applied
-    late_told: bool = False  # its TPOT so far was late and the closed loop heard
-
-    @property
-    def request_id(self) -> str:
-        return f"req-{self.planned.index}"
-
-    @property
-    def tokens(self) -> int:
-        return len(self.planned.prompt)
-
-    @property
-    def ttft_s(self) -> float:
-        return self.planned.slo_class.ttft_ms / 1000 if self.planned.slo_class else 0.0
-
-    @property
-    def tpot_s(self) -> float:
-        return self.planned.slo_class.tpot_ms / 1000 if self.planned.slo_class else 0.0
-
-    @property
-    def deadline(self) -> float:
-        return self.arrived + self.ttft_s if self.ttft_s else float("inf")
-
-
-@dataclass(eq=False)
-class Waiter:
-    flight: Flight
-    last_useful: Callable[[], float]
-    trying: bool = False  # a turn's reservation attempt is under way: it cannot time out meanwhile
-
-    @property
-    def tpot_ms(self) -> float:
-        return self.flight.tpot_s * 1000
 
 
 @dataclass(eq=False)

@@ -11,7 +11,8 @@ from client.bench.workload import PlannedRequest
 from common.slo.cost_models import CostModels
 from simulator.config import SimConfig
 from simulator.events import Simulation
-from simulator.gateway import Flight, SimGateway
+from simulator.flight import Flight
+from simulator.gateway import SimGateway
 from simulator.workers import SimDecodeWorker, SimPrefillWorker
 
 

@@ -1,0 +1,61 @@
+"""One request's state on its way through the simulated cluster (``simulator.gateway``), and a
+request waiting in the admission queue for a decode place."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from client.bench.metrics import RequestRecord
+from client.bench.workload import PlannedRequest
+from common.engine.leases import Lease
+from simulator.workers import SimDecodeWorker, SimPrefillWorker
+
+
+@dataclass(eq=False)
+class Flight:
+    """One request on its way through the cluster, and the client's record of it."""
+
+    planned: PlannedRequest
+    record: RequestRecord
+    arrived: float = 0.0  # at the gateway
+    decode: SimDecodeWorker | None = None
+    prefill: SimPrefillWorker | None = None
+    lease: Lease | None = None
+    first_token_at: float = 0.0  # at the gateway
+    predicted_s: float | None = None  # the TTFT guard's uncalibrated prediction of its prefill call
+    sent_at: float = 0.0  # its prefill call went out
+    headroom_at: float | None = None  # the TTFT guard's headroom when it went out
+    epsilon_at: float | None = None  # the decode worker's ε its reservation applied
+    late_told: bool = False  # its TPOT so far was late and the closed loop heard
+
+    @property
+    def request_id(self) -> str:
+        return f"req-{self.planned.index}"
+
+    @property
+    def tokens(self) -> int:
+        return len(self.planned.prompt)
+
+    @property
+    def ttft_s(self) -> float:
+        return self.planned.slo_class.ttft_ms / 1000 if self.planned.slo_class else 0.0
+
+    @property
+    def tpot_s(self) -> float:
+        return self.planned.slo_class.tpot_ms / 1000 if self.planned.slo_class else 0.0
+
+    @property
+    def deadline(self) -> float:
+        return self.arrived + self.ttft_s if self.ttft_s else float("inf")
+
+
+@dataclass(eq=False)
+class Waiter:
+    flight: Flight
+    last_useful: Callable[[], float]
+    trying: bool = False  # a turn's reservation attempt is under way: it cannot time out meanwhile
+
+    @property
+    def tpot_ms(self) -> float:
+        return self.flight.tpot_s * 1000
