@@ -6,14 +6,14 @@ reports for a call, its queue, forward and KV copy, to the model's prediction), 
 costs beyond that (``overhead``: a high quantile of what calls really took less the calibrated
 prediction: the RPC hops, the gateway's own delays and the worker's spread, a fixed cost rather
 than a multiple of the forward, and one tail rather than two added together; the quantile is the
-miss budget's, ``overhead_quantile``), what this gateway
-sent there and still awaits, and what the worker last reported it holds (heartbeats), and
-predicts from those how soon a new prompt's prefill would be over::
+miss budget's, ``overhead_quantile``), what this gateway sent there and still awaits, and what
+the worker last reported it holds (heartbeats), and predicts from those how soon a new prompt's
+prefill would be over::
 
     predicted call = (calibration × model(queue ahead + prompt) + overhead) × headroom
 
-Its ``headroom`` multiplies every calibrated prediction; the closed loop (``common.slo.promise``) steers it from the TTFTs
-admitted requests really got.
+Its ``headroom`` multiplies every calibrated prediction; the closed loop (``common.slo.promise``)
+steers it from the TTFTs admitted requests really got.
 
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
 reads the clock it is given), so a simulator can drive it on a virtual clock.
@@ -129,8 +129,13 @@ class TtftGuard:
         as ahead.
         """
         mine = list(self.queued.values())
-        earlier = sum(tokens for d, tokens in mine if d <= deadline)
-        return self._ahead(mine, earlier, sum(tokens for _, tokens in mine) - earlier, deadline)
+        earlier = later = 0
+        for queued_deadline, tokens in mine:
+            if queued_deadline <= deadline:
+                earlier += tokens
+            else:
+                later += tokens
+        return self._ahead(mine, earlier, later, deadline)
 
     def _ahead(self, mine: list[Queued], earlier: int, later: int, deadline: float) -> int:
         """``queued_ahead`` from the tokens queued with a deadline up to ``deadline`` and after it."""
