@@ -73,7 +73,10 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
                 stats = await self._transfer(out, len(prompt), request.destination, context)
                 self.metrics.transferred(stats.transport, stats.bytes, stats.seconds)
         finally:
-            await self.engine.release_held(request.request_id)
+            # Not awaited: the engine thread takes calls between steps, and waiting here for the
+            # forward under way (up to a whole token budget of other prompts) would hold back this
+            # request's first token by that long. The inbox is FIFO, so a later call sees it done.
+            self.engine.release_held_soon(request.request_id)
         self.metrics.prompt_tokens.labels("prefill").inc(len(prompt))
         return worker_pb2.PrefillResponse(
             first_token=out.new_token_ids[0], prefill_ms=prefill_ms, transfer_ms=stats.seconds * 1000,
