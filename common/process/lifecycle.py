@@ -12,6 +12,7 @@ gateway refused it) turns NOT_SERVING, stops without waiting and exits non-zero.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import time
@@ -70,6 +71,10 @@ class Lifecycle:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
+        # What start-up built (modules, the model, the tokenizer, the servicers) lives as long as
+        # the process: out of the collector's reach, a full collection under load scans only what
+        # serving allocated, instead of pausing this process's event loop for 100+ ms.
+        gc.freeze()
         await self._stop.wait()
         self.draining = True
         await self.health.enter_graceful_shutdown()
