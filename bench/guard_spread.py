@@ -20,7 +20,6 @@ import statistics
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
