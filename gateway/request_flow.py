@@ -164,16 +164,17 @@ class RequestFlow:
             decode_worker_id=decode.worker_id, address=decode.descriptor.address, transport=transport,
             block_ids=reservation.block_ids, lease_id=reservation.lease_id, host_id=decode.descriptor.host_id,
             incarnation=decode.descriptor.incarnation, cached_blocks=reservation.cached_blocks)
+        left_ms = max(0.001, (deadline - time.perf_counter()) * 1000) if req.ttft_ms else 0.0
         request = worker_pb2.PrefillRequest(request_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
                                             sampling=sampling_to_proto(req.params), destination=destination,
-                                            slo=_slo(req))
+                                            slo=_slo(req), ttft_left_ms=left_ms)
         # what this worker will compute: its guard predicts, queues and calibrates on that
         tokens, guard = prompt.uncached_tokens(worker.prefix), worker.guard
         ahead, raw_s = guard.queued_ahead(deadline), guard.predict_s(tokens, deadline, calibrated=False)
         p.prefill_predicted_s = guard.predict_s(tokens, deadline)
         p.prefill_headroom = guard.headroom.margin
         worker.inflight += 1
-        guard.sent(req.request_id, deadline, tokens)
+        guard.sent(req.request_id, deadline, tokens, req.ttft_ms / 1000)
         sent = p.prefill_sent = time.perf_counter()
         try:
             reply = await worker.stub.Prefill(request, timeout=call_timeout(req, PREFILL_TIMEOUT_S))

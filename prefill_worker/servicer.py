@@ -66,7 +66,8 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         started = time.perf_counter()
         prompt = list(request.prompt_token_ids)
         try:
-            out = await self._prefill(request.request_id, prompt, params, request.slo.ttft_ms, context)
+            out = await self._prefill(request.request_id, prompt, params, request.slo.ttft_ms, request.ttft_left_ms,
+                                      context)
             prefill_ms = (time.perf_counter() - started) * 1000
             stats = TransferStats("none", 0, 0.0)
             if out.finish_reason == "prefilled":
@@ -84,10 +85,10 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
             finish_reason="" if out.finish_reason == "prefilled" else out.finish_reason or "")
 
     async def _prefill(self, request_id: str, prompt: list[int], params: SamplingParams, ttft_slo_ms: float,
-                       context: grpc.aio.ServicerContext) -> RequestOutput:
+                       ttft_left_ms: float, context: grpc.aio.ServicerContext) -> RequestOutput:
         try:
             outputs = [o async for o in self.engine.generate(request_id, prompt, params, prefill_only=True,
-                                                             ttft_slo_ms=ttft_slo_ms)]
+                                                             ttft_slo_ms=ttft_slo_ms, ttft_left_ms=ttft_left_ms)]
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         last = outputs[-1]

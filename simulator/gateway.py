@@ -252,16 +252,17 @@ class SimGateway:
         guard = self.guards[worker.worker_id]
         flight.prefill = worker
         flight.predicted_s = guard.predict_s(flight.tokens, flight.deadline, calibrated=False)
-        guard.sent(flight.request_id, flight.deadline, flight.tokens)
+        guard.sent(flight.request_id, flight.deadline, flight.tokens, flight.ttft_s)
         self.inflight[worker.worker_id] += 1
         flight.sent_at = self.sim.now
         flight.headroom_at = guard.headroom.margin
         params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
+        left_ms = max(0.001, (flight.deadline - self.sim.now) * 1000) if flight.ttft_s else 0.0
 
         def prefill() -> None:
             worker.listeners[flight.request_id] = lambda out: self._prefilled(flight, out)
             worker.core.add_request(flight.request_id, [0] * flight.tokens, params, prefill_only=True,
-                                    ttft_slo_ms=flight.ttft_s * 1000)
+                                    ttft_slo_ms=flight.ttft_s * 1000, ttft_left_ms=left_ms)
 
         self.sim.after(self.config.hop_s, worker.call, prefill)
 

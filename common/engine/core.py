@@ -29,6 +29,7 @@ from common.engine.sampling_params import SamplingParams
 from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.slo import tpot_guard
 from common.slo.calibration import Calibration
+from common.slo.forward_budget import TightestSlo, forward_budget
 from common.slo.cost_models import CostModels, DecodeModel
 from common.slo.refit import StepLog
 
@@ -56,6 +57,12 @@ class EngineCore:
         self.leases = LeaseTable(self.pool, config.lease_timeout_s, config.quarantine_s)
         if config.work_conserving_credit:
             self.scheduler.all_fit = self._all_fit
+        self.tightest_ttft = TightestSlo(clock=clock)  # of the requests added: what cuts prefill forwards
+        # prefill forwards as observed (their own time, not the period) vs the fitted model
+        self.forward_calibration = Calibration(quantile=0.5, clock=clock)
+        if self.scheduler.config.ttft_guard:
+            self.scheduler.prefill_cap = self.prefill_cap
+            self.scheduler.forward_keeps = self.forward_keeps
         self.tpot_margin = tpot_guard.TPOT_MARGIN  # ε of the latest reservation (the gateway's closed loop steers it)
         self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
         self._profile_decode: DecodeModel | None = None  # the decode model before any refit: refits' prior
@@ -71,15 +78,18 @@ class EngineCore:
         self.load: EngineLoad = self._measure()
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    prefill_only: bool = False, ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0) -> None:
+                    prefill_only: bool = False, ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0,
+                    ttft_left_ms: float = 0.0) -> None:
         """Queues a request; raises ValueError naming the field when it cannot be served.
 
         A ``prefill_only`` request ends after its first token with reason ``prefilled`` and
         its KV blocks held (``RequestOutput.kv_block_ids``) until ``release_held``.
         """
         self._validate(request_id, prompt_token_ids, params)
+        self.tightest_ttft.observe(ttft_slo_ms / 1000)
         self.scheduler.add(Request(request_id, list(prompt_token_ids), params, arrival_time=self.clock(),
                                    prefill_only=prefill_only, ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms,
+                                   ttft_left_ms=ttft_left_ms,
                                    cacheable=self.pool.prefix_index is not None))
         self.load = self._measure()
 
@@ -121,6 +131,21 @@ class EngineCore:
         new = tpot_guard.Decoding(tpot_slo_ms / 1000, max_tokens - 1, prompt_len + 1)
         return tpot_guard.admits_request(new, self.decodings(), self.cost_models.decode, self.unloaded_step_s,
                                          epsilon, self.step_calibration.scale, self.config.max_batch_size)
+
+    def prefill_cap(self) -> int:
+        """Prompt tokens a step may compute now: the configured budget, cut under a TTFT guard so
+        that a forward leaves the tightest recent TTFT SLO time for a request arriving during it
+        (``common.slo.forward_budget``; the gateway predicts queues with the same cut)."""
+        if self.cost_models is None:
+            return self.config.max_num_tokens
+        return forward_budget(self.cost_models.prefill, self.tightest_ttft.value(), self.config.max_num_tokens)
+
+    def forward_keeps(self, tokens: int, deadline: float) -> bool:
+        """Whether a forward of ``tokens`` prompt tokens begun now is predicted (fitted model ×
+        this worker's calibration of its forwards) to end by ``deadline`` (this engine's clock)."""
+        if self.cost_models is None:
+            return True
+        return self.clock() + self.forward_calibration.scale(self.cost_models.prefill.predict(tokens)) <= deadline
 
     def _all_fit(self, batch: int, mean_len: float, tightest_slo_s: float) -> bool:
         """Credit batching's work-conserving test: a step of every decoding request, as the
@@ -217,6 +242,9 @@ class EngineCore:
         """The second half: the batch ran from ``started`` to ``ended`` and sampled these tokens."""
         self.steps_completed += 1
         self._observe_step(batch, ended - (self._last_step_end or started))
+        if self.cost_models is not None and batch.seqs and not any(s.is_decode for s in batch.seqs):
+            tokens = sum(len(s.token_ids) for s in batch.seqs)
+            self.forward_calibration.observe(self.cost_models.prefill.predict(tokens), ended - started)
         outputs = self.scheduler.update_from_output(batch, sampled)
         self._last_step_end = ended if self.has_unfinished_requests() else None
         self.load = self._measure()
@@ -224,7 +252,8 @@ class EngineCore:
 
     def _measure(self) -> EngineLoad:
         return measure(self.scheduler, self.pool, self.leases, self.steps_completed,
-                       self.step_calibration_ratio, self.step_prediction_error, self.refits)
+                       self.step_calibration_ratio, self.step_prediction_error, self.refits,
+                       self.forward_calibration.ratio)
 
     @property
     def step_calibration_ratio(self) -> float:

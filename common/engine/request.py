@@ -47,6 +47,7 @@ class Request:
     # decode stage) can never serve one request's KV to another.
     uid: int = field(default_factory=lambda: next(_UIDS))
     ttft_slo_ms: float = 0.0  # 0: no TTFT objective
+    ttft_left_ms: float = 0.0  # of it, what was left on arrival here (0: all of it; a gateway spent the rest)
     tpot_slo_ms: float = 0.0  # 0: no TPOT objective
     # Prefix caching: whether this engine computes the request's KV itself (not a committed
     # hand-off), the chained hashes of its full blocks worked out so far, and how many of its
@@ -58,7 +59,9 @@ class Request:
 
     @property
     def ttft_deadline(self) -> float:
-        return self.arrival_time + self.ttft_slo_ms / 1000 if self.ttft_slo_ms else float("inf")
+        if not self.ttft_slo_ms:
+            return float("inf")
+        return self.arrival_time + (self.ttft_left_ms or self.ttft_slo_ms) / 1000
 
     @property
     def num_tokens(self) -> int:

@@ -68,6 +68,14 @@ class Scheduler:
         # tightest TPOT SLO present (seconds) with margin: then credit batching holds nobody back
         # (set by the engine once it has a cost model; None: credit batching always selects).
         self.all_fit: Callable[[int, float, float], bool] | None = None
+        # The most prompt tokens a step may compute (``common.slo.forward_budget``; set by the
+        # engine under a TTFT guard once it has a cost model; None: max_num_tokens). Decodes
+        # are not cut by it.
+        self.prefill_cap: Callable[[], int] | None = None
+        # Whether a forward of this many prompt tokens, begun now, is predicted to end by this
+        # deadline (set with ``prefill_cap``): a prompt with a later deadline joins a forward only
+        # if the requests in it still make theirs.
+        self.forward_keeps: Callable[[int, float], bool] | None = None
         self.match_prefixes = pool.prefix_index is not None  # off while an engine profiles itself
 
     def add(self, request: Request) -> None:
@@ -108,6 +116,8 @@ class Scheduler:
 
     def schedule(self) -> ScheduledBatch:
         budget = self.config.max_num_tokens
+        prompt_budget = min(budget, self.prefill_cap()) if self.prefill_cap is not None else budget
+        cut = prompt_budget < budget
         seqs: list[ScheduledSeq] = []
         preempted = 0
         decoding = self._credited_decodes()
@@ -118,12 +128,19 @@ class Scheduler:
             if request.status != RequestStatus.RUNNING or (decoding is not None and request not in decoding):
                 continue  # preempted earlier in this loop, or waiting for TPOT credit
             n = min(request.num_tokens - request.num_computed_tokens, budget)
+            if n > 1:  # a prompt's chunk
+                n = min(n, prompt_budget)
+                if n == 0:
+                    continue
             preempted += self._make_room(request, request.num_computed_tokens + n)
             if request.status == RequestStatus.RUNNING:
                 seqs.append(self._scheduled(request, n))
                 budget -= n
+                prompt_budget -= n if n > 1 else 0
         if not preempted:
-            budget = self._admit_waiting(seqs, budget)
+            # Under a cut, a prompt that does not fit whole waits for the next forward rather than
+            # lengthen this one's with a chunk: the requests in it may have no slack to spare.
+            self._admit_waiting(seqs, min(budget, prompt_budget), whole_only=cut)
         self._note_first_tokens(seqs)
         return ScheduledBatch(tuple(seqs))
 
@@ -172,7 +189,15 @@ class Scheduler:
             request.output_token_ids.extend([token] * count)
             request.num_computed_tokens += count
 
-    def _admit_waiting(self, seqs: list[ScheduledSeq], budget: int) -> int:
+    def _admit_waiting(self, seqs: list[ScheduledSeq], budget: int, whole_only: bool = False) -> int:
+        """Admits waiting requests into this step within ``budget`` tokens; with ``whole_only``, a
+        prompt that does not fit whole only as the step's first prompt; with ``forward_keeps``, a
+        prompt only if the forward still ends by the earliest deadline of the prompts in it (or
+        would not have without it: a request already late holds nobody back)."""
+        prompts = [s for s in seqs if not s.is_decode]
+        started = bool(prompts)
+        tokens = sum(len(s.token_ids) for s in prompts)
+        earliest = min((self.requests[s.request_id].ttft_deadline for s in prompts), default=float("inf"))
         if self.config.ttft_guard and len(self.waiting) > 1:
             # Least slack first: the request whose TTFT deadline comes soonest is prefilled first.
             self.waiting = deque(sorted(self.waiting, key=lambda r: r.ttft_deadline))
@@ -180,7 +205,9 @@ class Scheduler:
             request = self.waiting[0]
             hit = self._attach_cached_prefix(request)
             n = min(request.num_tokens - request.num_computed_tokens, budget)
-            if not self._grow_blocks(request, self._admission_tokens(request, n)):
+            chunk_after_others = whole_only and started and n < request.num_tokens - request.num_computed_tokens
+            if chunk_after_others or self._delays(tokens, n, earliest) or \
+                    not self._grow_blocks(request, self._admission_tokens(request, n)):
                 if hit:
                     self._drop_blocks(request)
                 break  # FCFS: nobody jumps the head of the queue
@@ -192,7 +219,15 @@ class Scheduler:
             self.running.append(request)
             seqs.append(self._scheduled(request, n))
             budget -= n
+            started, tokens, earliest = True, tokens + n, min(earliest, request.ttft_deadline)
         return budget
+
+    def _delays(self, tokens: int, more: int, deadline: float) -> bool:
+        """Whether ``more`` prompt tokens would make a forward of ``tokens`` end after ``deadline``
+        when it would have ended by it without them."""
+        if self.forward_keeps is None or not tokens or deadline == float("inf"):
+            return False
+        return self.forward_keeps(tokens, deadline) and not self.forward_keeps(tokens + more, deadline)
 
     def _attach_cached_prefix(self, request: Request) -> int | None:
         """Shares the cached blocks of the request's longest cached prefix into it; returns how

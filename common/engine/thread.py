@@ -38,6 +38,7 @@ class _Submit:
     on_output: OutputCallback
     prefill_only: bool = False
     ttft_slo_ms: float = 0.0
+    ttft_left_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +89,11 @@ class EngineThread:
         self._thread.join()
 
     def submit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-               on_output: OutputCallback, prefill_only: bool = False, ttft_slo_ms: float = 0.0) -> None:
+               on_output: OutputCallback, prefill_only: bool = False, ttft_slo_ms: float = 0.0,
+               ttft_left_ms: float = 0.0) -> None:
         """Validation errors arrive through ``on_output`` as an output with ``error`` set."""
-        if not self._put(_Submit(request_id, prompt_token_ids, params, on_output, prefill_only, ttft_slo_ms)):
+        if not self._put(_Submit(request_id, prompt_token_ids, params, on_output, prefill_only, ttft_slo_ms,
+                                 ttft_left_ms)):
             on_output(RequestOutput(request_id, (), True, "error", self.death))
 
     def abort(self, request_id: str) -> None:
@@ -175,7 +178,7 @@ class EngineThread:
         else:
             try:
                 self.engine.add_request(item.request_id, item.prompt_token_ids, item.params, item.prefill_only,
-                                        ttft_slo_ms=item.ttft_slo_ms)
+                                        ttft_slo_ms=item.ttft_slo_ms, ttft_left_ms=item.ttft_left_ms)
             except ValueError as exc:
                 item.on_output(RequestOutput(item.request_id, (), True, "error", str(exc)))
                 return
@@ -273,11 +276,13 @@ class AsyncEngine:
         self.thread.call(lambda e: e.release_held(request_id))
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                       prefill_only: bool = False, ttft_slo_ms: float = 0.0) -> AsyncIterator[RequestOutput]:
+                       prefill_only: bool = False, ttft_slo_ms: float = 0.0,
+                       ttft_left_ms: float = 0.0) -> AsyncIterator[RequestOutput]:
         loop = asyncio.get_running_loop()
         outputs: asyncio.Queue[RequestOutput] = asyncio.Queue()
         self.thread.submit(request_id, prompt_token_ids, params,
-                           lambda out: loop.call_soon_threadsafe(outputs.put_nowait, out), prefill_only, ttft_slo_ms)
+                           lambda out: loop.call_soon_threadsafe(outputs.put_nowait, out), prefill_only, ttft_slo_ms,
+                           ttft_left_ms)
         finished = False
         try:
             while not finished:

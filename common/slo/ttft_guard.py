@@ -15,6 +15,14 @@ prefill would be over::
 Its ``headroom`` multiplies every calibrated prediction; the closed loop (``common.slo.promise``)
 steers it from the TTFTs admitted requests really got.
 
+Only calls that no later send could have delayed teach the calibration and the overhead. A
+request sent while another is queued may join that one's forward or, with an earlier deadline,
+go before it: the queued call then takes longer than its prediction for a reason that is no
+error of the model and no cost of the hops (the load that followed it), and learning from it
+made every later prediction carry the worst such delay. The calibration, a ratio to the model,
+learns only from calls sent with nothing ahead (its prediction is then the model of its own
+prompt, not of a queue partly computed already).
+
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
 reads the clock it is given), so a simulator can drive it on a virtual clock.
 """
@@ -27,6 +35,7 @@ from dataclasses import dataclass, field
 
 from common.slo.calibration import Calibration, WindowQuantile
 from common.slo.cost_models import PrefillModel
+from common.slo.forward_budget import TightestSlo, forward_budget
 from common.slo.promise import DEFAULT_TARGET, MarginController
 
 Queued = tuple[float, int]  # (TTFT deadline, inf without one; prompt tokens)
@@ -66,13 +75,14 @@ def new_guard(model: PrefillModel | None, forward_tokens: int, target: float = D
               clock: Callable[[], float] = time.monotonic) -> TtftGuard:
     """A prefill worker's guard as the gateway (or the simulator, on its virtual clock) makes it."""
     return TtftGuard(model, forward_tokens, prefill_calibration(clock),
-                     overhead=call_overhead(target, clock), headroom=ttft_headroom(target))
+                     overhead=call_overhead(target, clock), headroom=ttft_headroom(target),
+                     tightest=TightestSlo(clock=clock))
 
 
 @dataclass(slots=True, eq=False)
 class TtftGuard:
     model: PrefillModel | None  # the worker's fit; None when it has none (no guard asked for one)
-    forward_tokens: int = 0  # prompt tokens per forward (the worker's max_num_tokens); 0: all in one
+    forward_tokens: int = 0  # the worker's max_num_tokens; 0: all in one (``forward_cut``: what it runs now)
     calibration: Calibration = field(default_factory=prefill_calibration)
     # seconds a call adds to what the worker reports spending on it (RPC hops, the gateway's delays)
     overhead: WindowQuantile = field(default_factory=call_overhead)
@@ -84,6 +94,11 @@ class TtftGuard:
     reported_running: int = 0  # requests the worker last said it is running
     headroom: MarginController = field(default_factory=ttft_headroom)
     extrapolations: int = 0  # predictions of a forward larger than any the model was fitted on
+    # of ``queued``: those a later send could have delayed (joined their forward or gone before
+    # them), and those sent with nothing ahead; what their answers may teach (module docstring)
+    disturbed: set[str] = field(default_factory=set)
+    alone: set[str] = field(default_factory=set)
+    tightest: TightestSlo = field(default_factory=TightestSlo)  # of the requests sent there: its forwards' cut
 
     def heard(self, queued_tokens: int, running: int) -> None:
         """The worker's own account of its load (registration, heartbeat)."""
@@ -92,28 +107,38 @@ class TtftGuard:
         # ``queued`` (a report soon goes stale for what this gateway's answers already took off)
         self.others_tokens = max(0, queued_tokens - sum(tokens for _, tokens in self.queued.values()))
 
-    def sent(self, request_id: str, deadline: float, tokens: int) -> None:
+    def sent(self, request_id: str, deadline: float, tokens: int, ttft_s: float = 0.0) -> None:
+        """A request with this deadline (and TTFT SLO ``ttft_s``; 0: none) and prompt ``tokens`` to compute went there."""
+        self.tightest.observe(ttft_s)
+        self.disturbed.update(self.queued)
+        if not self.queued and not self.others_tokens:
+            self.alone.add(request_id)
         self.queued[request_id] = (deadline, tokens)
 
     def answered(self, request_id: str, observed_s: float, predicted_s: float | None,
                  worker_s: float | None = None) -> None:
         """The worker returned the request's first token after ``observed_s``, of which it spent
-        ``worker_s`` itself (None: not known): its tokens leave the queue, and the call teaches the
-        calibration what ``predicted_s`` (uncalibrated; None or 0: no prediction was made) really
-        took and the overhead what the rest cost."""
+        ``worker_s`` itself (None: not known): its tokens leave the queue, and, unless a later send
+        may have delayed it, the call teaches the calibration (when it was sent with nothing
+        ahead) what ``predicted_s`` (uncalibrated; None or 0: no prediction was made) really took
+        and the overhead what the rest cost."""
         self.queued.pop(request_id, None)
-        if not predicted_s:
+        disturbed, alone = request_id in self.disturbed, request_id in self.alone
+        self.disturbed.discard(request_id)
+        self.alone.discard(request_id)
+        if not predicted_s or disturbed:
             return
-        if worker_s is None:
-            self.calibration.observe(predicted_s, observed_s)
-        else:
-            self.calibration.observe(predicted_s, worker_s)
+        if alone:
+            self.calibration.observe(predicted_s, observed_s if worker_s is None else worker_s)
+        if worker_s is not None:
             self.overhead.observe(max(0.0, observed_s - self.calibration.scale(predicted_s)))
 
     def dropped(self, request_id: str) -> None:
         """The call ended without an answer (failed, cancelled): its tokens leave the queue and
         nothing is learnt. Idempotent."""
         self.queued.pop(request_id, None)
+        self.disturbed.discard(request_id)
+        self.alone.discard(request_id)
 
     def queued_ahead(self, deadline: float) -> int:
         """Prompt tokens the worker will compute before a request with this deadline.
@@ -137,11 +162,19 @@ class TtftGuard:
                 later += tokens
         return self._ahead(mine, earlier, later, deadline)
 
+    @property
+    def forward_cut(self) -> int:
+        """Prompt tokens per forward the worker runs now (``common.slo.forward_budget``; 0: all in one)."""
+        if self.model is None:
+            return self.forward_tokens
+        return forward_budget(self.model, self.tightest.value(), self.forward_tokens)
+
     def _ahead(self, mine: list[Queued], earlier: int, later: int, deadline: float) -> int:
         """``queued_ahead`` from the tokens queued with a deadline up to ``deadline`` and after it."""
         if later:
+            cut = self.forward_cut
             oldest = mine[0][1] if mine[0][0] > deadline else 0
-            earlier += min(later, max(self.forward_tokens, oldest)) if self.forward_tokens else later
+            earlier += min(later, max(cut, oldest)) if cut else later
         return earlier + self.others_tokens
 
     def predict_s(self, prompt_tokens: int, deadline: float = float("inf"), calibrated: bool = True) -> float | None:
@@ -157,9 +190,10 @@ class TtftGuard:
         """``tokens`` through the model; ``scale``: (calibration ratio, overhead, headroom) when
         the caller read them once for many predictions."""
         assert self.model is not None
-        if self.model.extrapolates(min(tokens, self.forward_tokens or tokens)):
+        cut = self.forward_cut
+        if self.model.extrapolates(min(tokens, cut or tokens)):
             self.extrapolations += 1
-        raw = self.model.predict_forwards(tokens, self.forward_tokens)
+        raw = self.model.predict_forwards(tokens, cut)
         if not calibrated:
             return raw
         ratio, overhead, margin = scale or self._scale()
@@ -173,7 +207,7 @@ class TtftGuard:
         (``predict_s(calibrated=False)`` with the queue as it was); None without a model."""
         if self.model is None:
             return None
-        return self.model.predict_forwards(ahead_tokens + prompt_tokens, self.forward_tokens)
+        return self.model.predict_forwards(ahead_tokens + prompt_tokens, self.forward_cut)
 
     def pushes_queued_past(self, prompt_tokens: int, deadline: float, now: float) -> bool:
         """Whether sending a request with this deadline here would make a request already

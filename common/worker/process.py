@@ -85,8 +85,10 @@ class WorkerProcess:
             self.metrics.watch_prefix_cache(lambda: index.queries, lambda: index.hits)
         models = engine.cost_models
         if models is not None:
-            # (prefill predictions are calibrated at the gateway, which exports that calibration)
-            self.metrics.watch_cost_model("prefill", self.worker_id, models.prefill.r2, models.prefill.worst_ratio)
+            # (prefill calls are calibrated at the gateway, which exports that calibration; here:
+            # this worker's own forwards, what its TTFT-guarded packing predicts with)
+            self.metrics.watch_cost_model("prefill", self.worker_id, models.prefill.r2, models.prefill.worst_ratio,
+                                          lambda: engine.load.forward_calibration_ratio)
             self.metrics.watch_cost_model("decode", self.worker_id, models.decode.r2, models.decode.worst_ratio,
                                           lambda: engine.load.step_calibration_ratio,
                                           lambda: engine.load.step_prediction_error,

@@ -159,3 +159,29 @@ def test_the_one_pass_check_of_queued_requests_agrees_with_predicting_each_in_tu
             assert guard.pushes_queued_past(prompt, deadline, now) == want, case
             checked, pushed = checked + 1, pushed + want
     assert pushed > 50 and checked - pushed > 50  # both answers were exercised
+
+
+def test_only_calls_no_later_send_could_delay_teach_the_guard():
+    """A call that a later request may have joined or overtaken took longer for the load that
+    followed it, not for any error of the model: learning from it would make every later
+    prediction carry that delay. The calibration, a ratio to the model of the call's own
+    prompt, learns only from calls sent with nothing ahead."""
+    from common.slo.ttft_guard import new_guard
+
+    clock = Clock()
+    guard = new_guard(MODEL, 0, clock=clock)
+    raw = MODEL.predict_forwards(300, 0)  # 30 ms
+    guard.sent("alone", deadline=1.0, tokens=300)  # nothing ahead
+    guard.sent("behind", deadline=2.0, tokens=300)  # "alone" ahead of it; it disturbs "alone"
+    guard.answered("alone", observed_s=0.200, predicted_s=raw, worker_s=0.190)  # delayed by "behind"
+    assert guard.calibration.num_samples == 0 and guard.overhead.value() == 0.0
+    guard.answered("behind", observed_s=0.065, predicted_s=2 * raw, worker_s=0.060)  # undisturbed, not alone
+    assert guard.calibration.num_samples == 0  # its prediction was of a queue, not of its prompt
+    assert guard.overhead.value() == pytest.approx(0.005)  # 65 ms against 60 predicted (calibration 1)
+    guard.sent("clean", deadline=3.0, tokens=300)
+    guard.answered("clean", observed_s=0.046, predicted_s=raw, worker_s=0.045)
+    assert guard.calibration.ratio == pytest.approx(1.5)  # 45 ms for 30 predicted
+    assert not guard.disturbed and not guard.alone  # nothing kept of answered calls
+    guard.sent("gone", deadline=4.0, tokens=300)
+    guard.dropped("gone")
+    assert not guard.alone

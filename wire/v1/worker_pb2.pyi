@@ -170,18 +170,20 @@ class KVDestination(_message.Message):
     def __init__(self, decode_worker_id: _Optional[str] = ..., address: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., lease_id: _Optional[str] = ..., transport: _Optional[str] = ..., host_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., cached_blocks: _Optional[int] = ...) -> None: ...
 
 class PrefillRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_token_ids", "sampling", "destination", "slo")
+    __slots__ = ("request_id", "prompt_token_ids", "sampling", "destination", "slo", "ttft_left_ms")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     DESTINATION_FIELD_NUMBER: _ClassVar[int]
     SLO_FIELD_NUMBER: _ClassVar[int]
+    TTFT_LEFT_MS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     sampling: _gateway_pb2.SamplingParams
     destination: KVDestination
     slo: _gateway_pb2.SLO
-    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_gateway_pb2.SamplingParams, _Mapping]] = ..., destination: _Optional[_Union[KVDestination, _Mapping]] = ..., slo: _Optional[_Union[_gateway_pb2.SLO, _Mapping]] = ...) -> None: ...
+    ttft_left_ms: float
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_gateway_pb2.SamplingParams, _Mapping]] = ..., destination: _Optional[_Union[KVDestination, _Mapping]] = ..., slo: _Optional[_Union[_gateway_pb2.SLO, _Mapping]] = ..., ttft_left_ms: _Optional[float] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
     __slots__ = ("first_token", "queue_ms", "prefill_ms", "transfer_ms", "transfer_bytes", "transport", "finish_reason", "cached_tokens")
