@@ -9,8 +9,16 @@ the mean length (the same total context: what the cost model, which predicts at 
 
     python bench/decode_mixed_lengths.py [--preset tiny | --model DIR] [--dtype auto] [--threads 1]
 
+It also runs a batch under credit batching (``CREDIT``: TPOT SLOs of 20 and 60 ms, so the loose
+requests decode every third step) with the requests held back keeping their stage slots (the
+engine as it runs) and losing them (the baseline: refilled from the pool when they return), and
+the same batch with every request in every step; ``credit`` gives each one's decode tokens per
+second of decode steps.
+
 Last line: ``{"points": [{"shape", "split_step_ms", "one_stage_step_ms", "uniform_step_ms",
-"speedup", "to_uniform"}, ...], ...}`` (median decode step of the best of ``--rounds``).
+"speedup", "to_uniform"}, ...], "credit": {"kept_tok_s", "refilled_tok_s", "all_every_step_tok_s",
+"speedup"}, ...}`` (median decode step of the best of ``--rounds``; tokens per second, best of
+``--rounds``).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ SHAPES = {  # name: context lengths of the batch
     "2x288+14x100": [288] * 2 + [100] * 14,  # the short prompts of bench/slo.py's random workloads
 }
 NEW_TOKENS = 40
+CREDIT = [20.0] * 10 + [60.0] * 20  # TPOT SLOs (ms) of a credit-batched batch of 300-token prompts
 
 
 def median_step_ms(engine: LLMEngine, lens: list[int], tag: str) -> float:
@@ -54,6 +63,46 @@ def median_step_ms(engine: LLMEngine, lens: list[int], tag: str) -> float:
     return statistics.median(steps[3:]) * 1000
 
 
+def decode_tok_s(engine: LLMEngine, slos: list[float], tag: str, ctx: int = 300) -> float:
+    """Decode tokens per second of decode-only steps until the first request finishes (while the
+    batch is whole: under credit batching the loose requests then run alone), generating
+    ``NEW_TOKENS`` for prompts of ``ctx`` tokens with these TPOT SLOs (0: none, run every step)."""
+    for i, slo in enumerate(slos):
+        engine.add_request(f"{tag}-{i}", make_prompts(1, ctx, seed=i)[0],
+                           SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True), tpot_slo_ms=slo)
+    tokens, seconds, whole = 0, 0.0, True
+    while engine.has_unfinished_requests():
+        _, batch = engine.schedule_step()
+        if not batch.seqs:
+            continue
+        started = time.perf_counter()
+        sampled = engine.runner.execute(batch)
+        ended = time.perf_counter()
+        outputs = engine.finish_step(batch, sampled, started, ended)
+        if whole and all(s.is_decode for s in batch.seqs):
+            tokens, seconds = tokens + len(batch.seqs), seconds + ended - started
+        whole = whole and not any(o.finished for o in outputs)
+    return tokens / seconds
+
+
+def credit_point(engine: LLMEngine, rounds: int) -> dict[str, float]:
+    stage = engine.runner.stage
+    assert stage is not None
+    plan = stage.plan
+    best = {"kept": 0.0, "refilled": 0.0, "all_every_step": 0.0}
+    for r in range(rounds):
+        for way in best:
+            stage.plan = plan if way != "refilled" else (lambda *a, keep=(): plan(*a))  # type: ignore[method-assign]
+            slos = [0.0] * len(CREDIT) if way == "all_every_step" else CREDIT
+            best[way] = max(best[way], decode_tok_s(engine, slos, f"credit-{way}-{r}"))
+    stage.plan = plan  # type: ignore[method-assign]
+    point = {f"{way}_tok_s": value for way, value in best.items()} | {"speedup": best["kept"] / best["refilled"]}
+    progress(f"[credit batching, {len(CREDIT)} requests] kept slots {best['kept']:.0f} tok/s, refilled "
+             f"{best['refilled']:.0f} tok/s ({point['speedup']:.2f}x), every request every step "
+             f"{best['all_every_step']:.0f} tok/s")
+    return point
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="tiny")
@@ -65,8 +114,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dtype = resolve_dtype(args.dtype, "cpu")
-    most = max(len(lens) for lens in SHAPES.values())
-    total = max(sum(lens) for lens in SHAPES.values())
+    most = max(max(len(lens) for lens in SHAPES.values()), len(CREDIT))
+    total = max(max(sum(lens) for lens in SHAPES.values()), 300 * len(CREDIT))
     engine = LLMEngine(EngineConfig(model=args.model, preset=args.preset, dtype=dtype, enable_prefix_caching=False,
                                     num_kv_blocks=(total + most * NEW_TOKENS) // 16 + most + 8, max_batch_size=most))
     stage = engine.runner.stage
@@ -89,8 +138,9 @@ def main() -> None:
         points.append(point)
         progress(f"[{name}] second stage {best['split']:.2f} ms, one stage {best['one_stage']:.2f} ms "
                  f"({point['speedup']:.2f}x), all at the mean length {best['uniform']:.2f} ms")
+    credit = credit_point(engine, args.rounds)
     emit({"device": device_name(), "model": args.model or args.preset, "dtype": dtype, "threads": args.threads,
-          "new_tokens": NEW_TOKENS, "points": points}, args.out)
+          "new_tokens": NEW_TOKENS, "points": points, "credit": credit}, args.out)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ class ScheduledSeq:
 @dataclass(frozen=True, slots=True)
 class ScheduledBatch:
     seqs: tuple[ScheduledSeq, ...]
+    # uids of decoding requests credit batching holds back this step: they decode again soon, so a
+    # cache of their KV (the CPU decode stage) keeps it rather than copy it all back then
+    resting: tuple[int, ...] = ()
 
     @property
     def num_tokens(self) -> int:

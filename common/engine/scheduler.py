@@ -142,7 +142,9 @@ class Scheduler:
             # lengthen this one's with a chunk: the requests in it may have no slack to spare.
             self._admit_waiting(seqs, min(budget, prompt_budget), whole_only=cut)
         self._note_first_tokens(seqs)
-        return ScheduledBatch(tuple(seqs))
+        resting = () if decoding is None else tuple(
+            r.uid for r in self.running if r.status == RequestStatus.RUNNING and r not in decoding)
+        return ScheduledBatch(tuple(seqs), resting)
 
     def _note_first_tokens(self, seqs: list[ScheduledSeq]) -> None:
         """A request sampling in a step its credit did not choose it for (its prompt's last chunk,

@@ -8,7 +8,10 @@ The stage keeps each decoding request's K/V in a slot of a dense buffer::
 
 A request's slot is filled from the pool once (when it starts decoding, or after it was
 preempted, or when the batch moved on without it) and from then on receives only its new
-token per step, written beside the pool write. The pool stays the source of truth (KV
+token per step, written beside the pool write. A request credit batching holds back for a step
+(``keep``) keeps its slot: it decodes again a step or two later, and copying its whole context
+back then made credit-batched steps twice as long as steps of every request
+(``bench/decode_mixed_lengths.py``, ``credit`` points). The pool stays the source of truth (KV
 transfer and preemption read it); the stage is a cache the runner may drop at any time.
 
 Attention reads every position the stage holds, ``[: rows, :, : width]`` with ``width`` the
@@ -30,6 +33,7 @@ The Triton path on GPUs reads the pool directly and has no stage.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -70,18 +74,20 @@ class DecodeStage:
         self._length: dict[int, int] = {}  # tokens of each request present in its slot
         self._fit(initial_width)
 
-    def plan(self, request_ids: list[int], context_lens: list[int], block_tables: list[list[int]]) -> StagePlan:
+    def plan(self, request_ids: list[int], context_lens: list[int], block_tables: list[list[int]],
+             keep: Collection[int] = ()) -> StagePlan:
         """Assigns slots for this step's decodes, the few longest perhaps excepted (``long_rows``);
-        requests absent from the stage this step lose their slots."""
+        requests absent from the stage this step lose their slots, but those in ``keep`` (held back
+        this step; on the second stage none are kept)."""
         long = long_rows(context_lens) if self.long is not None else []
         if not long:
             if self.long is not None:
                 self.long.release()
-            return self._plan(request_ids, context_lens, block_tables)
+            return self._plan(request_ids, context_lens, block_tables, keep)
         assert self.long is not None
         short = [i for i in range(len(request_ids)) if i not in long]
         plan = self._plan([request_ids[i] for i in short], [context_lens[i] for i in short],
-                          [block_tables[i] for i in short])
+                          [block_tables[i] for i in short], keep)
         long_plan = self.long._plan([request_ids[i] for i in long], [context_lens[i] for i in long],
                                     [block_tables[i] for i in long])
         return dataclasses.replace(plan, split=(torch.tensor(short), torch.tensor(long), long_plan))
@@ -94,11 +100,13 @@ class DecodeStage:
             self.keys, self.values, self.width = [], [], 0
             self._fit(1)
 
-    def _plan(self, request_ids: list[int], context_lens: list[int], block_tables: list[list[int]]) -> StagePlan:
+    def _plan(self, request_ids: list[int], context_lens: list[int], block_tables: list[list[int]],
+              keep: Collection[int] = ()) -> StagePlan:
         if len(self._slot_of) != len(request_ids) or not all(r in self._slot_of for r in request_ids):
-            present = set(request_ids)
+            present = set(request_ids).union(keep)
             for gone in [r for r in self._slot_of if r not in present]:
                 del self._slot_of[gone], self._length[gone]
+        kept = [self._length[r] for r in keep if r in self._length and r not in request_ids]
         fills, free = [], None
         for rid, ctx, table in zip(request_ids, context_lens, block_tables):
             if rid not in self._slot_of:
@@ -108,7 +116,7 @@ class DecodeStage:
             if self._length.get(rid) != ctx - 1:  # new, or out of step with the pool: refill
                 fills.append((self._slot_of[rid], torch.tensor(table), ctx - 1))
             self._length[rid] = ctx
-        self._fit(max(context_lens))
+        self._fit(max(context_lens + kept))  # a kept context must survive a reallocation
         slots = [self._slot_of[r] for r in request_ids]
         rows, width = max(slots) + 1, self.width
         lens = [0] * rows

@@ -79,9 +79,9 @@ class ModelRunner:
         if not prefills and self.graphs is not None and self.graphs.covers(len(decodes)):
             logits = self._sampled_rows(self.graphs.run(decodes), decodes, sampled)
         elif not prefills and self.stage is not None:
-            logits = self._sampled_rows(self._decode_on_stage(decodes), decodes, sampled)
+            logits = self._sampled_rows(self._decode_on_stage(decodes, batch.resting), decodes, sampled)
         else:
-            logits = self._forward(prefills, decodes)
+            logits = self._forward(prefills, decodes, batch.resting)
         tokens = self.sampler(logits, sampled)
         return {seq.request_id: token for seq, token in zip(sampled, tokens)}
 
@@ -93,7 +93,7 @@ class ModelRunner:
             return logits
         return logits[torch.tensor([i for i, s in enumerate(decodes) if s.sample], device=self.device)]
 
-    def _decode_on_stage(self, decodes: list[ScheduledSeq]) -> torch.Tensor:
+    def _decode_on_stage(self, decodes: list[ScheduledSeq], resting: tuple[int, ...] = ()) -> torch.Tensor:
         """A decode-only step on the CPU's dense stage, its inputs one tensor of plain numbers: the
         stage reads no block tables, and a decode step is short enough that building
         ``HostStep``'s was a tenth of it."""
@@ -105,10 +105,11 @@ class ModelRunner:
         ids, pos, slot_blocks, slot_offsets, lens = fields.unbind(0)
         meta = AttentionMetadata(slot_blocks=slot_blocks, slot_offsets=slot_offsets, prefills=(), num_prefill_rows=0,
                                  decode_block_tables=_NO_TABLES.expand(len(decodes), 0), decode_context_lens=lens,
-                                 stage=self._stage_plan(decodes))
+                                 stage=self._stage_plan(decodes, resting))
         return self.model.forward(ids, pos, self.cache, meta, None)
 
-    def _forward(self, prefills: list[ScheduledSeq], decodes: list[ScheduledSeq]) -> torch.Tensor:
+    def _forward(self, prefills: list[ScheduledSeq], decodes: list[ScheduledSeq],
+                 resting: tuple[int, ...] = ()) -> torch.Tensor:
         host = HostStep.build(prefills + decodes, self.cache.block_size)
         decode_lens = torch.tensor([s.start_pos + 1 for s in decodes], dtype=torch.int64)
         max_ctx = max((s.start_pos + 1 for s in decodes), default=0)
@@ -120,7 +121,7 @@ class ModelRunner:
         meta = AttentionMetadata(
             slot_blocks=slot_blocks, slot_offsets=slot_offsets, prefills=self._chunks(prefills, tables),
             num_prefill_rows=sum(len(s.token_ids) for s in prefills), decode_block_tables=d_tables,
-            decode_context_lens=d_lens, stage=self._stage_plan(decodes),
+            decode_context_lens=d_lens, stage=self._stage_plan(decodes, resting),
             packed=self._packed(packed, tables, len(prefills)), decode_splits=self._splits(len(decodes), max_ctx))
         return self.model.forward(ids, positions, self.cache, meta, rows)
 
@@ -158,8 +159,8 @@ class ModelRunner:
 
         return num_splits(batch, self.model.config.num_kv_heads, self._target_programs, max_ctx)
 
-    def _stage_plan(self, decodes: list[ScheduledSeq]):  # type: ignore[no-untyped-def]
+    def _stage_plan(self, decodes: list[ScheduledSeq], resting: tuple[int, ...] = ()):  # type: ignore[no-untyped-def]
         if self.stage is None or not decodes:
             return None
         return self.stage, self.stage.plan([s.uid for s in decodes], [s.start_pos + 1 for s in decodes],
-                                           [s.block_ids for s in decodes])
+                                           [s.block_ids for s in decodes], keep=resting)

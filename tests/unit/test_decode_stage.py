@@ -25,7 +25,8 @@ def _cache(gen: torch.Generator, dtype: torch.dtype = torch.float32) -> PagedKVC
 
 
 def _step(stage: DecodeStage, cache: PagedKVCache, uids: list[int], lens: list[int], tables: dict[int, list[int]],
-          gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+          gen: torch.Generator, keep: tuple[int, ...] = (), plans: list | None = None  # type: ignore[type-arg]
+          ) -> tuple[torch.Tensor, torch.Tensor]:
     """One decode step of every request in ``uids`` at context ``lens`` (its new token included):
     the new K/V go to the pool first (as ``paged_attention`` does), then both paths attend."""
     layer, n = 1, len(uids)
@@ -39,7 +40,9 @@ def _step(stage: DecodeStage, cache: PagedKVCache, uids: list[int], lens: list[i
     meta = AttentionMetadata(slot_blocks=torch.tensor(slots), slot_offsets=torch.zeros(n, dtype=torch.int64),
                              prefills=(), num_prefill_rows=0, decode_block_tables=block_tables,
                              decode_context_lens=torch.tensor(lens))
-    plan = stage.plan(uids, lens, [tables[u] for u in uids])
+    plan = stage.plan(uids, lens, [tables[u] for u in uids], keep=keep)
+    if plans is not None:
+        plans.append(plan)
     return stage.attend(q, k, v, layer, plan, 0.25, None), decode_attention(q, cache, layer, meta, 0.25, None)
 
 
@@ -112,3 +115,31 @@ def test_long_rows_minimise_what_both_stages_attend():
         assert cost(lens, chosen) == best
     assert long_rows([300] * 19 + [3500]) == [19]
     assert long_rows([460] * 20) == []
+
+
+def test_a_request_held_back_a_step_keeps_its_slot_and_attends_as_the_pool_when_back():
+    """Credit batching runs loose requests every few steps; a held-back request's context stays
+    in the stage (no copy from the pool when it returns), even where it alone sets the width."""
+    gen = torch.Generator().manual_seed(3)
+    cache = _cache(gen)
+    tables = {u: list(range(u * 24, u * 24 + 24)) for u in range(3)}
+    stage = DecodeStage(cache, max_slots=4, split=False)
+    lens = {0: 30, 1: 300, 2: 12}
+    plans: list = []  # type: ignore[type-arg]
+    _step(stage, cache, list(lens), list(lens.values()), tables, gen, plans=plans)  # all three: filled once
+    assert len(plans[-1].fills) == 3
+    width = stage.width
+    for _ in range(3):  # only 0 runs; 1 (the longest) and 2 rest
+        lens[0] += 1
+        got, expected = _step(stage, cache, [0], [lens[0]], tables, gen, keep=(1, 2), plans=plans)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        assert not plans[-1].fills and stage.width == width  # the resting 300 tokens keep the allocation
+    lens = {u: n + 1 for u, n in lens.items()}  # all three run again
+    got, expected = _step(stage, cache, list(lens), list(lens.values()), tables, gen, plans=plans)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert not plans[-1].fills  # nothing copied back
+    lens[0] += 1
+    _step(stage, cache, [0], [lens[0]], tables, gen, plans=plans)  # not kept: 1 and 2 lose their slots
+    lens = {u: n + 1 for u, n in lens.items()}
+    _step(stage, cache, list(lens), list(lens.values()), tables, gen, plans=plans)
+    assert len(plans[-1].fills) == 2

@@ -181,3 +181,19 @@ def test_under_credit_batching_a_request_waits_a_credit_period_after_its_first_t
         s.update_from_output(batch, {q.request_id: 3 for q in batch.seqs if q.sample})
     assert ran["tight"] == list(range(10))  # the prompt's token at step 0, then every step
     assert ran["loose"] == [0, 3, 6, 9]  # the prompt's token at step 0, then every third step
+
+
+def test_a_step_names_the_decodes_credit_batching_holds_back():
+    s = _slo_scheduler("scorpio")
+    requests = {}
+    for rid, tpot in (("a", 2.0), ("b", 4.0)):
+        requests[rid] = request = _request(rid, 2, max_tokens=40)
+        request.tpot_slo_ms = tpot
+        s.add(request)
+    _step(s)  # prefill both
+    steps = [_step(s) for _ in range(4)]
+    for batch in steps:
+        ran = {seq.request_id for seq in batch.seqs}
+        assert set(batch.resting) == {requests[r].uid for r in ("a", "b") if r not in ran}
+    assert any(batch.resting for batch in steps)  # b rests every other step
+    assert not _slo_scheduler("fcfs").schedule().resting
