@@ -17,9 +17,12 @@ transfer and preemption read it); the stage is a cache the runner may drop at an
 Attention reads every position the stage holds, ``[: rows, :, : width]`` with ``width`` the
 whole allocation, masked past each slot's context: a batch of whole matrices, which the matmul
 takes as they are. A narrower slice would make it copy every key and value first (in bfloat16,
-half the time of decode attention). So the allocation follows the longest context closely: it
-grows in steps of ``WIDTH_STEP`` positions and shrinks when the longest context falls
-``SHRINK_SLACK`` below it.
+half the time of decode attention). So the allocation follows the longest context: it grows to
+``GROWTH`` past it (in steps of ``WIDTH_STEP`` positions) and shrinks when it holds
+``SHRINK_SLACK`` more than that. A reallocation allocates and copies the stage, a pause of every
+decoding request: grown one step at a time, a long prompt's growing context reallocated it every
+64 tokens, and under long-tailed load reallocations took 9% of a decode worker's time, in pauses
+of up to 357 ms (tiny model, two cores).
 
 Attended whole, one long context makes every row of the step cost its length: one request of
 3,500 tokens among nineteen of 300 made a tiny model's step 3.5× the cost of twenty of 460 (the
@@ -41,8 +44,9 @@ import torch
 from common.model.kv_cache import PagedKVCache
 
 
-WIDTH_STEP = 64  # positions the allocation grows by
-SHRINK_SLACK = 128  # unused positions past the longest context that make the allocation shrink
+WIDTH_STEP = 64  # the allocation is a multiple of this many positions
+GROWTH = 0.25  # an allocation holds this share more positions than the longest context needs
+SHRINK_SLACK = 128  # unused positions past that share that make the allocation shrink
 MAX_LONG_ROWS = 4  # rows of the second stage, for the longest contexts
 SECOND_STAGE_CALLS = 4096  # the second stage's own calls, in positions of the first's (bench/decode_mixed_lengths.py: at 256 a split of 2 of 16 short rows ran slower)
 
@@ -78,19 +82,29 @@ class DecodeStage:
              keep: Collection[int] = ()) -> StagePlan:
         """Assigns slots for this step's decodes, the few longest perhaps excepted (``long_rows``);
         requests absent from the stage this step lose their slots, but those in ``keep`` (held back
-        this step; on the second stage none are kept)."""
-        long = long_rows(context_lens) if self.long is not None else []
-        if not long:
-            if self.long is not None:
-                self.long.release()
+        this step). Which contexts are the longest is decided over the held-back requests too, so
+        that credit batching, which holds different requests back in alternate steps, does not
+        move a long context from one stage to the other and back (copying it each time)."""
+        if self.long is None:
             return self._plan(request_ids, context_lens, block_tables, keep)
-        assert self.long is not None
-        short = [i for i in range(len(request_ids)) if i not in long]
+        scheduled = set(request_ids)
+        resting = {r: n for r in keep if r not in scheduled
+                   and (n := self._length.get(r, self.long._length.get(r))) is not None}
+        ids, lens = request_ids + list(resting), context_lens + list(resting.values())
+        on_long = {ids[i] for i in long_rows(lens)}
+        if not on_long:
+            self.long.release()
+            return self._plan(request_ids, context_lens, block_tables, keep)
+        long = [i for i, r in enumerate(request_ids) if r in on_long]
+        short = [i for i, r in enumerate(request_ids) if r not in on_long]
         plan = self._plan([request_ids[i] for i in short], [context_lens[i] for i in short],
-                          [block_tables[i] for i in short], keep)
+                          [block_tables[i] for i in short], [r for r in resting if r not in on_long])
+        if not long:  # the long contexts all rest this step: the second stage keeps them untouched
+            return plan
         long_plan = self.long._plan([request_ids[i] for i in long], [context_lens[i] for i in long],
-                                    [block_tables[i] for i in long])
-        return dataclasses.replace(plan, split=(torch.tensor(short), torch.tensor(long), long_plan))
+                                    [block_tables[i] for i in long], [r for r in resting if r in on_long])
+        return dataclasses.replace(plan, split=(torch.tensor(short, dtype=torch.int64),
+                                                torch.tensor(long, dtype=torch.int64), long_plan))
 
     def release(self) -> None:
         """Drops every slot, and the allocation down to its least."""
@@ -107,6 +121,10 @@ class DecodeStage:
             for gone in [r for r in self._slot_of if r not in present]:
                 del self._slot_of[gone], self._length[gone]
         kept = [self._length[r] for r in keep if r in self._length and r not in request_ids]
+        if not request_ids:  # every request here rests this step (the others run on the second stage)
+            self._fit(max(kept, default=1))
+            return StagePlan(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), (), 0,
+                             self.width, True, torch.zeros(0, self.width, dtype=torch.bool))
         fills, free = [], None
         for rid, ctx, table in zip(request_ids, context_lens, block_tables):
             if rid not in self._slot_of:
@@ -169,17 +187,18 @@ class DecodeStage:
         return plan.hidden | ((lens - 1) - torch.arange(plan.width)[None, :] >= window)
 
     def _fit(self, needed: int) -> None:
-        """Reallocates when ``needed`` positions do not fit, or leave ``SHRINK_SLACK`` unused;
-        every slot's context (at most ``needed``) is kept."""
-        if self.width - SHRINK_SLACK < needed <= self.width:
+        """Reallocates when ``needed`` positions do not fit, or leave ``SHRINK_SLACK`` more unused
+        than ``allocation`` would; every occupied slot's context (at most ``needed``) is kept."""
+        if needed <= self.width <= allocation(needed) + SHRINK_SLACK:
             return
-        width = padded(max(needed, 1))
+        width = allocation(needed)
         data, kept = self.cache.data, min(width, self.width)
+        rows = max(self._slot_of.values(), default=-1) + 1  # slots past the last occupied hold nothing
         shape = (self.max_slots, self.cache.num_kv_heads, width, data.shape[-1])
         keys = [data.new_zeros(shape) for _ in range(self.cache.num_layers)]
         values = [data.new_zeros(shape) for _ in range(self.cache.num_layers)]
         for old, new in zip(self.keys + self.values, keys + values):
-            new[:, :, :kept] = old[:, :, :kept]
+            new[:rows, :, :kept] = old[:rows, :, :kept]
         self.keys, self.values, self.width = keys, values, width
         self._positions = torch.arange(width)
 
@@ -193,6 +212,11 @@ def long_rows(context_lens: list[int]) -> list[int]:
     costs = [(n - k) * widths[k] + (k * widths[0] + SECOND_STAGE_CALLS if k else 0)
              for k in range(min(MAX_LONG_ROWS, n - 1) + 1)]
     return sorted(order[:costs.index(min(costs))])
+
+
+def allocation(needed: int) -> int:
+    """The positions an allocation for a longest context of ``needed`` holds."""
+    return padded(max(needed, 1) + int(needed * GROWTH))
 
 
 def padded(positions: int) -> int:
