@@ -92,11 +92,12 @@ def run_workload(workload: str, python: Path, model_dir: Path, args: argparse.Na
     ratios = {}
     for rate, label in zip(rates, ("at_knee", "at_twice_knee")):
         at = {p["system"]: p for p in points if p["rate"] == rate}
-        ratios[label] = {"rate": rate, "scorpio_over_vllm": at["pdserve-scorpio"]["goodput"] /
-                         max(at["vllm"]["goodput"], 1e-9),
+        ours, theirs = at["pdserve-scorpio"]["goodput"], at["vllm"]["goodput"]
+        # None where vLLM served no good request: no finite ratio says how far ahead that is
+        ratios[label] = {"rate": rate, "scorpio_over_vllm": ours / theirs if theirs > 0 else None,
                          "scorpio_admitted_attainment": at["pdserve-scorpio"]["admitted_attainment"]}
-        progress(f"[{workload}] {label.replace('_', ' ')} ({rate:g} req/s): pdserve scorpio goodput "
-                 f"{ratios[label]['scorpio_over_vllm']:.2f}x vLLM's, "
+        ratio = f"{ours / theirs:.2f}x vLLM's" if theirs > 0 else f"{ours:.2f} good req/s, vLLM none"
+        progress(f"[{workload}] {label.replace('_', ' ')} ({rate:g} req/s): pdserve scorpio goodput {ratio}, "
                  f"{ratios[label]['scorpio_admitted_attainment']:.1%} of admitted meeting both SLOs")
     return {"requests": list(WORKLOADS[workload][0]), "slo_classes": WORKLOADS[workload][1], "knee_rate": knee,
             "knee_search": search, "points": points, "ratios": ratios}

@@ -140,12 +140,14 @@ class EngineCore:
             return self.config.max_num_tokens
         return forward_budget(self.cost_models.prefill, self.tightest_ttft.value(), self.config.max_num_tokens)
 
-    def forward_keeps(self, tokens: int, deadline: float) -> bool:
+    def forward_keeps(self, tokens: int, deadline: float, share: float = 1.0) -> bool:
         """Whether a forward of ``tokens`` prompt tokens begun now is predicted (fitted model ×
-        this worker's calibration of its forwards) to end by ``deadline`` (this engine's clock)."""
+        this worker's calibration of its forwards) to end within ``share`` of the time left to
+        ``deadline`` (this engine's clock)."""
         if self.cost_models is None:
             return True
-        return self.clock() + self.forward_calibration.scale(self.cost_models.prefill.predict(tokens)) <= deadline
+        seconds = self.forward_calibration.scale(self.cost_models.prefill.predict(tokens))
+        return seconds <= share * (deadline - self.clock())
 
     def _all_fit(self, batch: int, mean_len: float, tightest_slo_s: float) -> bool:
         """Credit batching's work-conserving test: a step of every decoding request, as the

@@ -27,6 +27,7 @@ from common.engine.block_pool import BlockPool, blocks_for
 from common.engine.prefix_cache import chain_hashes
 from common.engine.request import FINISH_REASONS, Request, RequestOutput, RequestStatus
 from common.slo.credit import CreditBatcher
+from common.slo.forward_budget import FORWARD_SHARE
 
 MEMORY_POLICIES = ("guaranteed_no_evict", "max_utilization")
 POLICIES = ("fcfs", "scorpio", "ttft_guard", "tpot_guard")
@@ -72,10 +73,10 @@ class Scheduler:
         # engine under a TTFT guard once it has a cost model; None: max_num_tokens). Decodes
         # are not cut by it.
         self.prefill_cap: Callable[[], int] | None = None
-        # Whether a forward of this many prompt tokens, begun now, is predicted to end by this
-        # deadline (set with ``prefill_cap``): a prompt with a later deadline joins a forward only
-        # if the requests in it still make theirs.
-        self.forward_keeps: Callable[[int, float], bool] | None = None
+        # Whether a forward of this many prompt tokens, begun now, is predicted to end within a
+        # share of the time left to this deadline (set with ``prefill_cap``): a prompt with a later
+        # deadline joins a forward only if the requests in it keep that margin.
+        self.forward_keeps: Callable[[int, float, float], bool] | None = None
         self.match_prefixes = pool.prefix_index is not None  # off while an engine profiles itself
 
     def add(self, request: Request) -> None:
@@ -225,11 +226,15 @@ class Scheduler:
         return budget
 
     def _delays(self, tokens: int, more: int, deadline: float) -> bool:
-        """Whether ``more`` prompt tokens would make a forward of ``tokens`` end after ``deadline``
-        when it would have ended by it without them."""
+        """Whether ``more`` prompt tokens would make a forward of ``tokens`` end past ``FORWARD_SHARE``
+        of the time left to ``deadline``, when the forward without them ends by it. The rest of
+        that time is the first token's: the KV's hand-off and both hops follow the forward, and
+        the gateway admitted the request on a prediction without these tokens."""
         if self.forward_keeps is None or not tokens or deadline == float("inf"):
             return False
-        return self.forward_keeps(tokens, deadline) and not self.forward_keeps(tokens + more, deadline)
+        if not self.forward_keeps(tokens, deadline, 1.0):
+            return False  # already late: it holds nobody back
+        return not self.forward_keeps(tokens + more, deadline, FORWARD_SHARE)
 
     def _attach_cached_prefix(self, request: Request) -> int | None:
         """Shares the cached blocks of the request's longest cached prefix into it; returns how

@@ -117,7 +117,7 @@ def test_a_prompt_joins_a_forward_only_if_the_prompts_in_it_still_make_their_dea
     scheduler = _prefill_scheduler(None)
     seconds_per_token = 0.001
     now = 0.0
-    scheduler.forward_keeps = lambda tokens, deadline: now + tokens * seconds_per_token <= deadline
+    scheduler.forward_keeps = lambda tokens, deadline, share: tokens * seconds_per_token <= share * (deadline - now)
     tight = _prompt("tight", 200, 300.0)  # a 0.2 s forward alone, due at 0.3 s
     loose = _prompt("loose", 200, 1000.0)  # with it: 0.4 s, past tight's deadline
     small = _prompt("small", 50, 2000.0)
@@ -128,9 +128,22 @@ def test_a_prompt_joins_a_forward_only_if_the_prompts_in_it_still_make_their_dea
     assert first == ["tight"]  # loose would make tight late; small waits behind loose (order kept)
 
 
+def test_a_joiner_leaves_the_forwards_requests_half_their_time_for_the_first_token():
+    def first_forward(tight_tokens: int, joiner_tokens: int) -> list[str]:
+        scheduler = _prefill_scheduler(None)
+        scheduler.forward_keeps = lambda tokens, deadline, share: tokens * 0.001 <= share * deadline
+        for request in (_prompt("tight", tight_tokens, 300.0), _prompt("joiner", joiner_tokens, 1000.0)):
+            request.arrival_time = 0.0
+            scheduler.add(request)
+        return [s.request_id for s in scheduler.schedule().seqs]
+
+    assert first_forward(100, 100) == ["tight"]  # 0.2 s: by the 0.3 s deadline, past half of it
+    assert first_forward(50, 50) == ["tight", "joiner"]  # 0.1 s: within half
+
+
 def test_a_prompt_may_join_the_forward_of_one_already_late():
     scheduler = _prefill_scheduler(None)
-    scheduler.forward_keeps = lambda tokens, deadline: tokens * 0.001 <= deadline
+    scheduler.forward_keeps = lambda tokens, deadline, share: tokens * 0.001 <= share * deadline
     late, loose = _prompt("late", 200, 100.0), _prompt("loose", 200, 1000.0)  # late: 0.2 s for 0.1 s
     for request in (late, loose):
         request.arrival_time = 0.0
