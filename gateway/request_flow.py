@@ -185,11 +185,11 @@ class RequestFlow:
             # teach the TTFT guard what the prefill call (queue, forward, KV transfer, both RPC
             # hops, this event loop's own lag) really takes on this worker now
             worker_s = (reply.prefill_ms + reply.transfer_ms) / 1000
-            guard.answered(req.request_id, p.prefill_call_s, raw_s, worker_s)
+            guard.answered(req.request_id, p.prefill_call_s, raw_s, worker_s, reply.forward_ratio)
             if self.metrics is not None:
                 self.metrics.prefill_call_overhead.labels("gateway").observe(max(0.0, p.prefill_call_s - worker_s))
             if raw_s and self.metrics is not None:
-                self.metrics.calibration.labels("gateway", "prefill", worker.worker_id).set(guard.calibration.ratio)
+                self.metrics.calibration.labels("gateway", "prefill", worker.worker_id).set(guard.ratio())
         except grpc.aio.AioRpcError as exc:
             raise retries.prefill_error(exc, p) from None
         finally:

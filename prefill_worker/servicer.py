@@ -82,6 +82,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         return worker_pb2.PrefillResponse(
             first_token=out.new_token_ids[0], prefill_ms=prefill_ms, transfer_ms=stats.seconds * 1000,
             transfer_bytes=stats.bytes, transport=stats.transport, cached_tokens=out.cached_tokens,
+            forward_ratio=self.thread.engine.load.forward_calibration_ratio,
             finish_reason="" if out.finish_reason == "prefilled" else out.finish_reason or "")
 
     async def _prefill(self, request_id: str, prompt: list[int], params: SamplingParams, ttft_slo_ms: float,

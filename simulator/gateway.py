@@ -296,7 +296,8 @@ class SimGateway:
         now = self.sim.now
         guard = self.guards[flight.prefill.worker_id]
         observed = now - flight.sent_at
-        guard.answered(flight.request_id, observed, flight.predicted_s, observed - 2 * self.config.hop_s - overhead_s)
+        guard.answered(flight.request_id, observed, flight.predicted_s, observed - 2 * self.config.hop_s - overhead_s,
+                       flight.prefill.core.load.forward_calibration_ratio)
         self.inflight[flight.prefill.worker_id] -= 1
         flight.first_token_at = now
         outcome(now - flight.arrived, flight.ttft_s, guard.headroom, flight.headroom_at)

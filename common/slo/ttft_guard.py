@@ -99,6 +99,8 @@ class TtftGuard:
     disturbed: set[str] = field(default_factory=set)
     alone: set[str] = field(default_factory=set)
     tightest: TightestSlo = field(default_factory=TightestSlo)  # of the requests sent there: its forwards' cut
+    # the worker's own calibration of all its forwards, busy or not, as last reported (0: none)
+    forward_ratio: float = 0.0
 
     def heard(self, queued_tokens: int, running: int) -> None:
         """The worker's own account of its load (registration, heartbeat)."""
@@ -116,13 +118,15 @@ class TtftGuard:
         self.queued[request_id] = (deadline, tokens)
 
     def answered(self, request_id: str, observed_s: float, predicted_s: float | None,
-                 worker_s: float | None = None) -> None:
+                 worker_s: float | None = None, forward_ratio: float = 0.0) -> None:
         """The worker returned the request's first token after ``observed_s``, of which it spent
         ``worker_s`` itself (None: not known): its tokens leave the queue, and, unless a later send
         may have delayed it, the call teaches the calibration (when it was sent with nothing
         ahead) what ``predicted_s`` (uncalibrated; None or 0: no prediction was made) really took
         and the overhead what the rest cost."""
         self.queued.pop(request_id, None)
+        if forward_ratio > 0:
+            self.forward_ratio = forward_ratio
         disturbed, alone = request_id in self.disturbed, request_id in self.alone
         self.disturbed.discard(request_id)
         self.alone.discard(request_id)
@@ -131,7 +135,7 @@ class TtftGuard:
         if alone:
             self.calibration.observe(predicted_s, observed_s if worker_s is None else worker_s)
         if worker_s is not None:
-            self.overhead.observe(max(0.0, observed_s - self.calibration.scale(predicted_s)))
+            self.overhead.observe(max(0.0, observed_s - self.ratio() * predicted_s))
 
     def dropped(self, request_id: str) -> None:
         """The call ended without an answer (failed, cancelled): its tokens leave the queue and
@@ -199,8 +203,15 @@ class TtftGuard:
         ratio, overhead, margin = scale or self._scale()
         return (raw * ratio + overhead) * margin
 
+    def ratio(self) -> float:
+        """What predictions are scaled by: the calibration of calls sent with nothing ahead, or the
+        worker's own calibration of its forwards when that is higher (a worker busy with a queue,
+        its cores shared with a burst's other work, runs slower than an idle one, and only its
+        own forwards show that while calls always find a queue)."""
+        return max(self.calibration.ratio, self.forward_ratio)
+
     def _scale(self) -> tuple[float, float, float]:
-        return self.calibration.ratio, self.overhead.value(), self.headroom.margin
+        return self.ratio(), self.overhead.value(), self.headroom.margin
 
     def raw_for(self, ahead_tokens: int, prompt_tokens: int) -> float | None:
         """The uncalibrated prediction for a prompt of ``prompt_tokens`` behind ``ahead_tokens``

@@ -185,3 +185,25 @@ def test_only_calls_no_later_send_could_delay_teach_the_guard():
     guard.sent("gone", deadline=4.0, tokens=300)
     guard.dropped("gone")
     assert not guard.alone
+
+
+def test_a_worker_slower_in_its_forwards_than_idle_calls_showed_scales_the_predictions():
+    """Only calls sent with nothing ahead teach the calibration; the worker's own account of all
+    its forwards (busy ones too) raises it when higher, and never lowers it."""
+    from common.slo.ttft_guard import new_guard
+
+    clock = Clock()
+    guard = new_guard(MODEL, 0, clock=clock)
+    raw = MODEL.predict_forwards(300, 0)
+    guard.sent("quiet", deadline=1.0, tokens=300)
+    guard.answered("quiet", observed_s=1.1 * raw, predicted_s=raw, worker_s=1.1 * raw, forward_ratio=1.0)
+    assert guard.ratio() == pytest.approx(1.1)  # the quiet call's
+    guard.sent("busy", deadline=2.0, tokens=300)
+    guard.sent("behind", deadline=3.0, tokens=300)
+    guard.answered("busy", observed_s=2 * raw, predicted_s=raw, worker_s=2 * raw, forward_ratio=1.6)
+    assert guard.calibration.num_samples == 1  # disturbed: nothing learnt from the call itself
+    queue_and_prompt = MODEL.predict_forwards(600, 0)  # "behind" is still queued
+    assert guard.ratio() == pytest.approx(1.6) and guard.predict_s(300, deadline=0.5) == pytest.approx(
+        (1.6 * queue_and_prompt + guard.overhead.value()) * guard.headroom.margin)
+    guard.answered("behind", observed_s=raw, predicted_s=raw, worker_s=raw, forward_ratio=0.9)
+    assert guard.ratio() == pytest.approx(1.1)  # the worker's lower figure does not lower it
