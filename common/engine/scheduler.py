@@ -192,11 +192,10 @@ class Scheduler:
             request.output_token_ids.extend([token] * count)
             request.num_computed_tokens += count
 
-    def _admit_waiting(self, seqs: list[ScheduledSeq], budget: int, whole_only: bool = False) -> int:
+    def _admit_waiting(self, seqs: list[ScheduledSeq], budget: int, whole_only: bool = False) -> None:
         """Admits waiting requests into this step within ``budget`` tokens; with ``whole_only``, a
         prompt that does not fit whole only as the step's first prompt; with ``forward_keeps``, a
-        prompt only if the forward still ends by the earliest deadline of the prompts in it (or
-        would not have without it: a request already late holds nobody back)."""
+        prompt with a later deadline only as ``_delays`` allows."""
         prompts = [s for s in seqs if not s.is_decode]
         started = bool(prompts)
         tokens = sum(len(s.token_ids) for s in prompts)
@@ -223,7 +222,6 @@ class Scheduler:
             seqs.append(self._scheduled(request, n))
             budget -= n
             started, tokens, earliest = True, tokens + n, min(earliest, request.ttft_deadline)
-        return budget
 
     def _delays(self, tokens: int, more: int, deadline: float) -> bool:
         """Whether ``more`` prompt tokens would make a forward of ``tokens`` end past ``FORWARD_SHARE``

@@ -116,11 +116,12 @@ class DecodeStage:
 
     def _plan(self, request_ids: list[int], context_lens: list[int], block_tables: list[list[int]],
               keep: Collection[int] = ()) -> StagePlan:
+        scheduled = set(request_ids)
         if len(self._slot_of) != len(request_ids) or not all(r in self._slot_of for r in request_ids):
-            present = set(request_ids).union(keep)
+            present = scheduled.union(keep)
             for gone in [r for r in self._slot_of if r not in present]:
                 del self._slot_of[gone], self._length[gone]
-        kept = [self._length[r] for r in keep if r in self._length and r not in request_ids]
+        kept = [self._length[r] for r in keep if r in self._length and r not in scheduled]
         if not request_ids:  # every request here rests this step (the others run on the second stage)
             self._fit(max(kept, default=1))
             return StagePlan(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), (), 0,

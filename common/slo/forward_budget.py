@@ -19,6 +19,7 @@ and the SLOs of the requests sent there, so they agree without a message between
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -30,6 +31,7 @@ TIGHTEST_WINDOW_S = 30.0  # how long a tight SLO keeps forwards short after its 
 MIN_FORWARD_TOKENS = 16  # below this a forward's fixed cost dominates: never cut further
 
 
+@functools.lru_cache(maxsize=256)  # asked on every prediction of the guard's checks, on every step: a bisection each
 def forward_budget(model: PrefillModel, tightest_ttft_s: float | None, max_tokens: int,
                    share: float = FORWARD_SHARE) -> int:
     """The most prompt tokens (up to ``max_tokens``) whose forward ``model`` predicts within ``share``

@@ -173,10 +173,11 @@ class TtftGuard:
             return self.forward_tokens
         return forward_budget(self.model, self.tightest.value(), self.forward_tokens)
 
-    def _ahead(self, mine: list[Queued], earlier: int, later: int, deadline: float) -> int:
-        """``queued_ahead`` from the tokens queued with a deadline up to ``deadline`` and after it."""
+    def _ahead(self, mine: list[Queued], earlier: int, later: int, deadline: float, cut: int | None = None) -> int:
+        """``queued_ahead`` from the tokens queued with a deadline up to ``deadline`` and after it;
+        ``cut``: ``forward_cut`` when the caller read it once for many."""
         if later:
-            cut = self.forward_cut
+            cut = self.forward_cut if cut is None else cut
             oldest = mine[0][1] if mine[0][0] > deadline else 0
             earlier += min(later, max(cut, oldest)) if cut else later
         return earlier + self.others_tokens
@@ -190,11 +191,11 @@ class TtftGuard:
         return self._predict_tokens(self.queued_ahead(deadline) + prompt_tokens, calibrated)
 
     def _predict_tokens(self, tokens: int, calibrated: bool = True,
-                        scale: tuple[float, float, float] | None = None) -> float:
-        """``tokens`` through the model; ``scale``: (calibration ratio, overhead, headroom) when
-        the caller read them once for many predictions."""
+                        scale: tuple[float, float, float] | None = None, cut: int | None = None) -> float:
+        """``tokens`` through the model; ``scale``: (calibration ratio, overhead, headroom), and
+        ``cut``: ``forward_cut``, when the caller read them once for many predictions."""
         assert self.model is not None
-        cut = self.forward_cut
+        cut = self.forward_cut if cut is None else cut
         if self.model.extrapolates(min(tokens, cut or tokens)):
             self.extrapolations += 1
         raw = self.model.predict_forwards(tokens, cut)
@@ -232,7 +233,7 @@ class TtftGuard:
             return False
         mine = list(self.queued.values())
         by_deadline = sorted(mine, key=lambda q: q[0])
-        total, earlier, scale = sum(tokens for _, tokens in mine), 0, self._scale()
+        total, earlier, scale, cut = sum(tokens for _, tokens in mine), 0, self._scale(), self.forward_cut
         # each queued request's own ``queued_ahead`` from running sums in deadline order: one pass,
         # not one over the queue per request (a gateway with hundreds queued spent its core here)
         for i, (queued_deadline, tokens) in enumerate(by_deadline):
@@ -241,9 +242,10 @@ class TtftGuard:
                 continue  # equal deadlines: all of them are ahead of each
             if queued_deadline < deadline or queued_deadline == float("inf"):
                 continue
-            ahead = self._ahead(mine, earlier, total - earlier, queued_deadline)
-            on_time_now = now + self._predict_tokens(ahead, scale=scale) <= queued_deadline
-            if on_time_now and now + self._predict_tokens(ahead + prompt_tokens, scale=scale) > queued_deadline:
+            ahead = self._ahead(mine, earlier, total - earlier, queued_deadline, cut)
+            on_time_now = now + self._predict_tokens(ahead, scale=scale, cut=cut) <= queued_deadline
+            with_it = now + self._predict_tokens(ahead + prompt_tokens, scale=scale, cut=cut)
+            if on_time_now and with_it > queued_deadline:
                 return True
         return False
 
