@@ -14,7 +14,11 @@ back as one draw per call); a prefill forward's scale (the unloaded TTFT less si
 copy and the median call overhead, over the profile's prefill); and the decode step: the profile's
 (measured at every batch size) scaled by what a step costs inside the cluster, the decode worker's
 own model of the steps it ran under a moderate calibration load without SLOs
-(``pdserve:cost_model_coefficient``, times its calibration) over the profile's, at one request.
+(``pdserve:cost_model_coefficient``, times its steps' mean ratio to it) over the profile's, at one
+request, with the steps' spread around that mean as the simulated steps' noise (both read from
+``pdserve:cost_model_calibration_ratio`` and ``..._spread_ratio`` twice a second during that load:
+a simulated worker whose steps never vary calibrates to exactly its model and admits more than
+the real one, whose calibration adds half a standard deviation).
 That load runs small batches only, so a model refitted from it knows nothing of large ones; the
 profile does, and the cluster's cost (RPCs, token streaming, the gateway on the same cores) comes
 as a factor on the step. Rates: fractions of the knee (where
@@ -33,6 +37,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,6 +49,7 @@ from client.bench.metrics import summarize  # noqa: E402
 from client.bench.plan import build_plan  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
+from common.slo.calibration import Calibration  # noqa: E402
 from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
 from simulator.config import SimConfig, call_overhead_from_histogram  # noqa: E402
 from simulator.profile import this_machine  # noqa: E402
@@ -96,18 +102,58 @@ def hop_seconds(address: str, calls: int = 50) -> float:
     return statistics.median(trips) / 2
 
 
-def in_cluster_decode(cluster: LocalCluster) -> DecodeModel:
-    """The decode model the decode worker uses now (refitted from the steps it ran), calibrated."""
+class StepSampler:
+    """The decode worker's calibration of its steps, read twice a second while a load runs: its
+    steps' mean ratio to the model and their spread (what one reading at the end would give of
+    its last few steps only)."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        name = next(n for n in cluster.processes if n.startswith("decode"))
+        self.port = cluster.metrics_ports[name]
+        self.ratios: list[float] = []
+        self.spreads: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> StepSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        from tests.integration.conftest import scrape_metrics
+
+        while not self._stop.wait(0.5):
+            try:
+                samples = scrape_metrics(self.port)
+            except OSError:
+                continue
+            for key, into in (("pdserve:cost_model_calibration_ratio{", self.ratios),
+                              ("pdserve:cost_model_calibration_spread_ratio{", self.spreads)):
+                into += [v for k, v in samples.items() if k.startswith(key) and 'model="decode"' in k]
+
+    def mean_and_spread(self) -> tuple[float, float]:
+        """The steps' mean ratio to the model and their coefficient of variation (medians over the
+        readings): the calibration is mean × (1 + spread × cv), its spread term taken out."""
+        if not self.ratios:
+            return 1.0, 0.0
+        cv = statistics.median(self.spreads) if self.spreads else 0.0
+        return statistics.median(self.ratios) / (1 + Calibration().spread * cv), cv
+
+
+def in_cluster_decode(cluster: LocalCluster, ratio: float) -> DecodeModel:
+    """The decode model the decode worker uses now (refitted from the steps it ran), times ``ratio``."""
     from tests.integration.conftest import scrape_metrics
 
     name = next(n for n in cluster.processes if n.startswith("decode"))
     samples = scrape_metrics(cluster.metrics_ports[name])
     terms = {t: next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_coefficient{")
                      and f'term="{t}"' in k) for t in ("alpha", "beta", "gamma", "delta", "knee")}
-    ratio = next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_calibration_ratio{")
-                 and 'model="decode"' in k)
     refits = next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_refits{"))
-    progress(f"  decode worker: {refits:g} refits, calibration {ratio:.2f}")
+    progress(f"  decode worker: {refits:g} refits, steps at {ratio:.2f}x its model")
     return DecodeModel(**terms).scaled(ratio)
 
 
@@ -237,13 +283,17 @@ def main() -> None:
                                num_prompts=args.base_prompts, requests=requests(args))
         slo_mix = slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
         before = overhead_buckets(cluster)
-        bench_point(cluster.address, args.calibration_rate, args, "", work / "calibration",
-                    num_prompts=round(args.calibration_rate * args.calibration_s), requests=requests(args))
+        with StepSampler(cluster) as steps:
+            bench_point(cluster.address, args.calibration_rate, args, "", work / "calibration",
+                        num_prompts=round(args.calibration_rate * args.calibration_s), requests=requests(args))
         overheads = call_overheads(before, overhead_buckets(cluster), hop_s)
-        truth, machine = machine_truth(models, unloaded, hop_s, in_cluster_decode(cluster), overheads, args)
+        step_ratio, step_cv = steps.mean_and_spread()
+        truth, machine = machine_truth(models, unloaded, hop_s, in_cluster_decode(cluster, step_ratio), overheads,
+                                       args)
+        machine["decode_step_cv"] = step_cv
         progress(f"unloaded TTFT {unloaded['median_ttft_ms']:.1f} ms, TPOT {unloaded['median_tpot_ms']:.2f} ms; "
                  + ", ".join(f"{k} {v:.4g}" for k, v in machine.items()))
-        config = SimConfig(hop_s=hop_s, call_overhead_s=overheads)
+        config = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_noise=step_cv)
         the_knee = knee(args, slo_mix, config, models, truth)
         rates = [round(the_knee * float(f), 2) for f in args.fractions.split(",")]
         progress(f"knee (simulated fcfs): {the_knee:g} req/s; rates {rates}")

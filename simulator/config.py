@@ -35,6 +35,7 @@ class SimConfig:
     slo_target: float = DEFAULT_TARGET
     work_conserving_credit: bool = True  # as the engine flag of that name
     step_noise: float = 0.0  # coefficient of variation of every forward's time around its cost model
+    decode_noise: float | None = None  # the decode steps' own (a cluster's: ``pdserve:cost_model_calibration_spread_ratio``); None: step_noise
     prefill_scale: float = 1.0  # the workers' forwards take this × what their cost model (which
     decode_scale: float = 1.0  # the guards start from) predicts: a profile that is off, a busy host
     seed: int = 0
@@ -44,7 +45,7 @@ class SimConfig:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if self.prefill < 1 or self.decode < 1:
             raise ValueError("a cluster needs at least one prefill and one decode worker")
-        if min(self.hop_s, self.transfer_s, self.transfer_s_per_token, self.step_noise) < 0:
+        if min(self.hop_s, self.transfer_s, self.transfer_s_per_token, self.step_noise, self.decode_noise or 0.0) < 0:
             raise ValueError("latencies and noise must be >= 0")
         if any(o < 0 for o in self.call_overhead_s):
             raise ValueError("call overheads must be >= 0")
@@ -54,7 +55,7 @@ class SimConfig:
     @property
     def exact(self) -> bool:
         """Every forward takes exactly what the cost model predicts."""
-        return self.step_noise == 0 and self.prefill_scale == 1 and self.decode_scale == 1
+        return self.step_noise == 0 and not self.decode_noise and self.prefill_scale == 1 and self.decode_scale == 1
 
     @property
     def engine_policy(self) -> str:

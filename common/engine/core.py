@@ -255,7 +255,7 @@ class EngineCore:
     def _measure(self) -> EngineLoad:
         return measure(self.scheduler, self.pool, self.leases, self.steps_completed,
                        self.step_calibration_ratio, self.step_prediction_error, self.refits,
-                       self.forward_calibration.ratio)
+                       self.forward_calibration.ratio, self.step_calibration.spread_ratio)
 
     @property
     def step_calibration_ratio(self) -> float:

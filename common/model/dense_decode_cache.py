@@ -22,7 +22,10 @@ half the time of decode attention). So the allocation follows the longest contex
 ``SHRINK_SLACK`` more than that. A reallocation allocates and copies the stage, a pause of every
 decoding request: grown one step at a time, a long prompt's growing context reallocated it every
 64 tokens, and under long-tailed load reallocations took 9% of a decode worker's time, in pauses
-of up to 357 ms (tiny model, two cores).
+of up to 357 ms (tiny model, two cores). Rows likewise: an allocation holds ``GROWTH`` more slots
+than are occupied (in steps of ``ROW_STEP``, at most ``max_slots``), not the batch size the worker
+allows; allocating all of those (256 by default) for a dozen requests made each reallocation a
+pause of up to 217 ms.
 
 Attended whole, one long context makes every row of the step cost its length: one request of
 3,500 tokens among nineteen of 300 made a tiny model's step 3.5× the cost of twenty of 460 (the
@@ -45,6 +48,7 @@ from common.model.kv_cache import PagedKVCache
 
 
 WIDTH_STEP = 64  # the allocation is a multiple of this many positions
+ROW_STEP = 8  # and of this many slots
 GROWTH = 0.25  # an allocation holds this share more positions than the longest context needs
 SHRINK_SLACK = 128  # unused positions past that share that make the allocation shrink
 MAX_LONG_ROWS = 4  # rows of the second stage, for the longest contexts
@@ -71,6 +75,7 @@ class DecodeStage:
         self.long = DecodeStage(cache, MAX_LONG_ROWS, WIDTH_STEP, split=False) if split and max_slots > 1 else None
         self.max_slots = max_slots
         self.width = 0
+        self.slots_held = 0  # slots the allocation holds: at least every occupied one
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         # Keyed by Request.uid, never by request id: a reused id must not find the old KV.
@@ -111,7 +116,7 @@ class DecodeStage:
         self._slot_of.clear()
         self._length.clear()
         if self.width > WIDTH_STEP:
-            self.keys, self.values, self.width = [], [], 0
+            self.keys, self.values, self.width, self.slots_held = [], [], 0, 0
             self._fit(1)
 
     def _plan(self, request_ids: list[int], context_lens: list[int], block_tables: list[list[int]],
@@ -188,19 +193,21 @@ class DecodeStage:
         return plan.hidden | ((lens - 1) - torch.arange(plan.width)[None, :] >= window)
 
     def _fit(self, needed: int) -> None:
-        """Reallocates when ``needed`` positions do not fit, or leave ``SHRINK_SLACK`` more unused
-        than ``allocation`` would; every occupied slot's context (at most ``needed``) is kept."""
-        if needed <= self.width <= allocation(needed) + SHRINK_SLACK:
-            return
-        width = allocation(needed)
-        data, kept = self.cache.data, min(width, self.width)
+        """Reallocates when ``needed`` positions or the occupied slots do not fit, or the positions
+        leave ``SHRINK_SLACK`` more unused than ``allocation`` would; every occupied slot's context
+        (at most ``needed``) is kept."""
         rows = max(self._slot_of.values(), default=-1) + 1  # slots past the last occupied hold nothing
-        shape = (self.max_slots, self.cache.num_kv_heads, width, data.shape[-1])
+        if needed <= self.width <= allocation(needed) + SHRINK_SLACK and rows <= self.slots_held:
+            return
+        width, slots = allocation(needed), slot_allocation(rows, self.max_slots)
+        data, kept, copied = self.cache.data, min(width, self.width), min(rows, self.slots_held)
+        shape = (slots, self.cache.num_kv_heads, width, data.shape[-1])
+        # zeros, not empty: a masked position's value still enters the matmul with weight 0
         keys = [data.new_zeros(shape) for _ in range(self.cache.num_layers)]
         values = [data.new_zeros(shape) for _ in range(self.cache.num_layers)]
         for old, new in zip(self.keys + self.values, keys + values):
-            new[:rows, :, :kept] = old[:rows, :, :kept]
-        self.keys, self.values, self.width = keys, values, width
+            new[:copied, :, :kept] = old[:copied, :, :kept]
+        self.keys, self.values, self.width, self.slots_held = keys, values, width, slots
         self._positions = torch.arange(width)
 
 
@@ -218,6 +225,12 @@ def long_rows(context_lens: list[int]) -> list[int]:
 def allocation(needed: int) -> int:
     """The positions an allocation for a longest context of ``needed`` holds."""
     return padded(max(needed, 1) + int(needed * GROWTH))
+
+
+def slot_allocation(occupied: int, max_slots: int) -> int:
+    """The slots an allocation for ``occupied`` slots holds (at least one step, at most ``max_slots``)."""
+    grown = max(occupied, 1) + int(occupied * GROWTH)
+    return min(max_slots, -(-grown // ROW_STEP) * ROW_STEP)
 
 
 def padded(positions: int) -> int:

@@ -76,6 +76,9 @@ class Metrics:
         self.calibration = Gauge("pdserve:cost_model_calibration_ratio", "Factor observed work applies to the "
                                  "cost model's predictions: below 1 the model was too slow, above 1 too fast",
                                  model_labels, registry=r)
+        self.calibration_spread = Gauge("pdserve:cost_model_calibration_spread_ratio", "Of the recent work's "
+                                        "observed / predicted ratios the calibration keeps: standard deviation over "
+                                        "mean", model_labels, registry=r)
         self.coefficients = Gauge("pdserve:cost_model_coefficient", "The cost model in use (after refits from the "
                                   "work really run): decode alpha, beta, gamma, delta (s), knee (requests)",
                                   [*model_labels, "term"], registry=r)
@@ -120,7 +123,8 @@ class Metrics:
     def watch_cost_model(self, model: str, worker: str, r2: float, worst_ratio: float,
                          calibration: Callable[[], float] | None = None,
                          prediction_error: Callable[[], float] | None = None,
-                         refits: Callable[[], float] | None = None) -> None:
+                         refits: Callable[[], float] | None = None,
+                         spread: Callable[[], float] | None = None) -> None:
         """A worker's cost model: its fit (fixed) and, where it is calibrated here, its
         calibration (read at scrape time)."""
         self.fit_r2.labels(self.role, model, worker).set(r2)
@@ -131,6 +135,8 @@ class Metrics:
             self.prediction_error.labels(self.role, model, worker).set_function(prediction_error)
         if refits is not None:
             self.refits.labels(self.role, model, worker).set_function(refits)
+        if spread is not None:
+            self.calibration_spread.labels(self.role, model, worker).set_function(spread)
 
     def watch_coefficients(self, model: str, worker: str, terms: dict[str, Callable[[], float]]) -> None:
         for term, read in terms.items():

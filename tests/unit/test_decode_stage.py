@@ -9,7 +9,7 @@ from common.model.attention import decode_attention
 from common.model.attention_metadata import AttentionMetadata
 from common.model.config import parse_model_config
 from common.model.dense_decode_cache import (MAX_LONG_ROWS, SECOND_STAGE_CALLS, SHRINK_SLACK, WIDTH_STEP, DecodeStage,
-                                           allocation, long_rows)
+                                           allocation, long_rows, slot_allocation)
 from common.model.kv_cache import PagedKVCache
 
 BLOCK = 16
@@ -184,3 +184,23 @@ def test_under_credit_batching_a_long_context_stays_on_the_second_stage_and_noth
         assert fills == (12 if step == 0 else 0)
         for u in running:
             lens[u] += 1
+
+
+def test_the_allocation_holds_the_occupied_slots_not_the_largest_batch():
+    """A worker allows hundreds of decodes; a stage allocated for all of them made each
+    reallocation a long pause with a dozen running. Slots are held as they are occupied."""
+    gen = torch.Generator().manual_seed(6)
+    cache = _cache(gen)
+    tables = {u: [2 * u, 2 * u + 1] for u in range(40)}  # 32 positions each
+    stage = DecodeStage(cache, max_slots=256, split=False)
+    lens = {u: 5 + u % 20 for u in range(40)}
+    held = []
+    for n in (3, 9, 17, 40, 12):  # the batch grows, then most requests finish
+        got, expected = _step(stage, cache, list(range(n)), [lens[u] for u in range(n)], tables, gen)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        held.append(stage.slots_held)
+        assert stage.keys[0].shape[0] == stage.slots_held >= n
+        for u in range(n):
+            lens[u] += 1
+    assert held[:4] == [slot_allocation(n, 256) for n in (3, 9, 17, 40)] and max(held) < 64
+    assert [slot_allocation(n, 256) for n in (0, 3, 8, 9, 200, 256)] == [8, 8, 16, 16, 256, 256]
