@@ -15,10 +15,10 @@ copy and the median call overhead, over the profile's prefill); and the decode s
 (measured at every batch size) scaled by what a step costs inside the cluster, the decode worker's
 own model of the steps it ran under a moderate calibration load without SLOs
 (``pdserve:cost_model_coefficient``, times its steps' mean ratio to it) over the profile's, at one
-request, with the steps' spread around that mean as the simulated steps' noise (both read from
-``pdserve:cost_model_calibration_ratio`` and ``..._spread_ratio`` twice a second during that load:
-a simulated worker whose steps never vary calibrates to exactly its model and admits more than
-the real one, whose calibration adds half a standard deviation).
+request; each simulated step then takes that times a factor drawn from how the calibration load's
+steps fell around their mean (``pdserve:decode_step_ratio``): steps that never vary let the
+simulated guards relax their margins while the real ones, kept up by the misses a few stalled
+steps cause, turned away twice as much at twice the knee.
 That load runs small batches only, so a model refitted from it knows nothing of large ones; the
 profile does, and the cluster's cost (RPCs, token streaming, the gateway on the same cores) comes
 as a factor on the step. Rates: fractions of the knee (where
@@ -37,7 +37,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -49,9 +48,8 @@ from client.bench.metrics import summarize  # noqa: E402
 from client.bench.plan import build_plan  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
-from common.slo.calibration import Calibration  # noqa: E402
 from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
-from simulator.config import SimConfig, call_overhead_from_histogram  # noqa: E402
+from simulator.config import SimConfig, call_overhead_from_histogram, factors_from_histogram  # noqa: E402
 from simulator.profile import this_machine  # noqa: E402
 from simulator.run import simulate  # noqa: E402
 
@@ -102,46 +100,26 @@ def hop_seconds(address: str, calls: int = 50) -> float:
     return statistics.median(trips) / 2
 
 
-class StepSampler:
-    """The decode worker's calibration of its steps, read twice a second while a load runs: its
-    steps' mean ratio to the model and their spread (what one reading at the end would give of
-    its last few steps only)."""
+def step_ratios(cluster: LocalCluster) -> dict[float, float]:
+    """The decode worker's ``pdserve:decode_step_ratio`` now: cumulative count by upper bound, and
+    the sum of the ratios under the key ``-1``."""
+    from tests.integration.conftest import scrape_metrics
 
-    def __init__(self, cluster: LocalCluster) -> None:
-        name = next(n for n in cluster.processes if n.startswith("decode"))
-        self.port = cluster.metrics_ports[name]
-        self.ratios: list[float] = []
-        self.spreads: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
+    name = next(n for n in cluster.processes if n.startswith("decode"))
+    samples = scrape_metrics(cluster.metrics_ports[name])
+    out = {float(k.split('le="')[1].split('"')[0]): v for k, v in samples.items()
+           if k.startswith("pdserve:decode_step_ratio_bucket{")}
+    out[-1.0] = next(v for k, v in samples.items() if k.startswith("pdserve:decode_step_ratio_sum{"))
+    return out
 
-    def __enter__(self) -> StepSampler:
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self) -> None:
-        from tests.integration.conftest import scrape_metrics
-
-        while not self._stop.wait(0.5):
-            try:
-                samples = scrape_metrics(self.port)
-            except OSError:
-                continue
-            for key, into in (("pdserve:cost_model_calibration_ratio{", self.ratios),
-                              ("pdserve:cost_model_calibration_spread_ratio{", self.spreads)):
-                into += [v for k, v in samples.items() if k.startswith(key) and 'model="decode"' in k]
-
-    def mean_and_spread(self) -> tuple[float, float]:
-        """The steps' mean ratio to the model and their coefficient of variation (medians over the
-        readings): the calibration is mean × (1 + spread × cv), its spread term taken out."""
-        if not self.ratios:
-            return 1.0, 0.0
-        cv = statistics.median(self.spreads) if self.spreads else 0.0
-        return statistics.median(self.ratios) / (1 + Calibration().spread * cv), cv
+def steps_between(before: dict[float, float], after: dict[float, float]) -> tuple[float, tuple[float, ...]]:
+    """The decode steps run between two readings of ``step_ratios``: their mean ratio to the model
+    and their factors around that mean (``SimConfig.decode_step_factors``)."""
+    buckets = [(le, after[le] - before.get(le, 0.0)) for le in after if le >= 0]
+    steps = max((n for _, n in buckets), default=0.0)
+    mean = (after[-1.0] - before.get(-1.0, 0.0)) / steps if steps else 1.0
+    return mean, factors_from_histogram(buckets)
 
 
 def in_cluster_decode(cluster: LocalCluster, ratio: float) -> DecodeModel:
@@ -282,18 +260,18 @@ def main() -> None:
         unloaded = bench_point(cluster.address, args.base_rate, args, "", work / "unloaded",
                                num_prompts=args.base_prompts, requests=requests(args))
         slo_mix = slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
-        before = overhead_buckets(cluster)
-        with StepSampler(cluster) as steps:
-            bench_point(cluster.address, args.calibration_rate, args, "", work / "calibration",
-                        num_prompts=round(args.calibration_rate * args.calibration_s), requests=requests(args))
+        before, steps_before = overhead_buckets(cluster), step_ratios(cluster)
+        bench_point(cluster.address, args.calibration_rate, args, "", work / "calibration",
+                    num_prompts=round(args.calibration_rate * args.calibration_s), requests=requests(args))
         overheads = call_overheads(before, overhead_buckets(cluster), hop_s)
-        step_ratio, step_cv = steps.mean_and_spread()
+        step_ratio, step_factors = steps_between(steps_before, step_ratios(cluster))
         truth, machine = machine_truth(models, unloaded, hop_s, in_cluster_decode(cluster, step_ratio), overheads,
                                        args)
-        machine["decode_step_cv"] = step_cv
+        machine["decode_step_factor_p99"] = sorted(step_factors)[int(0.99 * (len(step_factors) - 1))] \
+            if step_factors else 1.0
         progress(f"unloaded TTFT {unloaded['median_ttft_ms']:.1f} ms, TPOT {unloaded['median_tpot_ms']:.2f} ms; "
                  + ", ".join(f"{k} {v:.4g}" for k, v in machine.items()))
-        config = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_noise=step_cv)
+        config = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_step_factors=step_factors)
         the_knee = knee(args, slo_mix, config, models, truth)
         rates = [round(the_knee * float(f), 2) for f in args.fractions.split(",")]
         progress(f"knee (simulated fcfs): {the_knee:g} req/s; rates {rates}")

@@ -48,9 +48,6 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
                               "pdserve:prefill_call_overhead_seconds shows it); default none")
     cluster.add_argument("--step-noise", type=float, default=DEFAULTS.step_noise,
                          help="coefficient of variation of every forward's time around its cost model")
-    cluster.add_argument("--decode-noise", type=float, default=None,
-                         help="the decode steps' own coefficient of variation (a cluster's "
-                              "pdserve:cost_model_calibration_spread_ratio of its decode model); default --step-noise")
     cluster.add_argument("--prefill-scale", type=float, default=DEFAULTS.prefill_scale,
                          help="forwards take this x the profile's prediction (the guards start from the profile)")
     cluster.add_argument("--decode-scale", type=float, default=DEFAULTS.decode_scale)
@@ -77,7 +74,6 @@ def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
                   max_num_tokens=args.max_num_tokens, num_kv_blocks=args.num_kv_blocks,
                   max_model_len=args.max_model_len, hop_s=args.hop_ms / 1000, transfer_s=args.transfer_ms / 1000,
                   transfer_s_per_token=args.transfer_us_per_token / 1e6, step_noise=args.step_noise,
-                  decode_noise=args.decode_noise,
                   prefill_scale=args.prefill_scale, decode_scale=args.decode_scale,
                   slo_target=args.slo_target, seed=args.seed,
                   call_overhead_s=tuple(ms / 1000 for ms in args.call_overhead_ms))

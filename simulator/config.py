@@ -35,7 +35,9 @@ class SimConfig:
     slo_target: float = DEFAULT_TARGET
     work_conserving_credit: bool = True  # as the engine flag of that name
     step_noise: float = 0.0  # coefficient of variation of every forward's time around its cost model
-    decode_noise: float | None = None  # the decode steps' own (a cluster's: ``pdserve:cost_model_calibration_spread_ratio``); None: step_noise
+    # each decode step's time is its cost model's × one of these, drawn at random (mean 1; in place
+    # of step_noise). Measured: a decode worker's ``pdserve:decode_step_ratio`` (``factors_from_histogram``)
+    decode_step_factors: tuple[float, ...] = ()
     prefill_scale: float = 1.0  # the workers' forwards take this × what their cost model (which
     decode_scale: float = 1.0  # the guards start from) predicts: a profile that is off, a busy host
     seed: int = 0
@@ -45,17 +47,19 @@ class SimConfig:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if self.prefill < 1 or self.decode < 1:
             raise ValueError("a cluster needs at least one prefill and one decode worker")
-        if min(self.hop_s, self.transfer_s, self.transfer_s_per_token, self.step_noise, self.decode_noise or 0.0) < 0:
+        if min(self.hop_s, self.transfer_s, self.transfer_s_per_token, self.step_noise) < 0:
             raise ValueError("latencies and noise must be >= 0")
         if any(o < 0 for o in self.call_overhead_s):
             raise ValueError("call overheads must be >= 0")
+        if any(f <= 0 for f in self.decode_step_factors):
+            raise ValueError("decode step factors must be > 0")
         if min(self.prefill_scale, self.decode_scale) <= 0:
             raise ValueError("prefill_scale and decode_scale must be > 0")
 
     @property
     def exact(self) -> bool:
         """Every forward takes exactly what the cost model predicts."""
-        return self.step_noise == 0 and not self.decode_noise and self.prefill_scale == 1 and self.decode_scale == 1
+        return self.step_noise == 0 and not self.decode_step_factors and self.prefill_scale == 1 and self.decode_scale == 1
 
     @property
     def engine_policy(self) -> str:
@@ -75,12 +79,28 @@ def call_overhead_from_histogram(buckets: Sequence[tuple[float, float]], hops_s:
     """``SimConfig.call_overhead_s`` from a Prometheus histogram's cumulative buckets ``(le, count)``
     (``+Inf`` last) of what prefill calls took beyond the worker's own time: one value per observed
     call, at its bucket's geometric middle, less the ``hops_s`` the simulator already charges."""
+    return tuple(max(0.0, middle - hops_s) for middle in _bucket_middles(buckets))
+
+
+def factors_from_histogram(buckets: Sequence[tuple[float, float]]) -> tuple[float, ...]:
+    """``SimConfig.decode_step_factors`` from a histogram's cumulative buckets of decode steps'
+    ratios to their prediction (``pdserve:decode_step_ratio``): one per observed step, at its
+    bucket's geometric middle, divided by their mean. Empty with no step observed."""
+    values = _bucket_middles(buckets)
+    mean = sum(values) / len(values) if values else 1.0
+    return tuple(v / mean for v in values)
+
+
+def _bucket_middles(buckets: Sequence[tuple[float, float]]) -> list[float]:
+    """One value per observation of cumulative buckets ``(le, count)``: its bucket's geometric
+    middle (the first bucket's: half its bound; the ``+Inf`` bucket's: between the largest bound and
+    1.5× it)."""
     values: list[float] = []
     below, seen = 0.0, 0.0
     for le, count in sorted(buckets):
         n = round(count - seen)
         top = le if math.isfinite(le) else below * 1.5
         middle = math.sqrt(below * top) if below > 0 else top / 2
-        values += [max(0.0, middle - hops_s)] * n
+        values += [middle] * n
         below, seen = top, count
-    return tuple(values)
+    return values

@@ -133,8 +133,9 @@ class SimDecodeWorker(SimWorker):
     def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels,
                  truth: CostModels | None = None) -> None:
         super().__init__(sim, worker_id, config, models, truth)
-        if config.decode_noise is not None:
-            self._noise = _noise(config.decode_noise, random.Random(f"{config.seed}-{worker_id}"))
+        if config.decode_step_factors:
+            rng, factors = random.Random(f"{config.seed}-{worker_id}"), config.decode_step_factors
+            self._noise = lambda: rng.choice(factors)
         self._produced: dict[str, int] = {}  # tokens of steps run ahead, not yet recorded in the engine
         self._steps = 0
         self._last_end = 0.0

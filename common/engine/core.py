@@ -29,6 +29,7 @@ from common.engine.sampling_params import SamplingParams
 from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.slo import tpot_guard
 from common.slo.calibration import Calibration
+from common.slo.step_ratios import StepRatios
 from common.slo.forward_budget import TightestSlo, forward_budget
 from common.slo.cost_models import CostModels, DecodeModel
 from common.slo.refit import StepLog
@@ -70,6 +71,7 @@ class EngineCore:
         self.unloaded_step_s: float | None = None  # one request's step, measured alone at warm-up
         self.steps_completed = 0  # forwards run since start: heartbeats carry it as proof of progress
         self._prediction_errors: deque[float] = deque(maxlen=32)  # calibrated prediction / observed, per step
+        self.step_ratios = StepRatios()  # every decode step's period / the model's prediction, since start
         self.step_log = StepLog()  # decode steps really run: the decode model is refitted from them
         self.refits = 0  # decode models replaced by a refit since start
         self._last_step_end: float | None = None  # end of the previous step, if it led straight here
@@ -255,7 +257,7 @@ class EngineCore:
     def _measure(self) -> EngineLoad:
         return measure(self.scheduler, self.pool, self.leases, self.steps_completed,
                        self.step_calibration_ratio, self.step_prediction_error, self.refits,
-                       self.forward_calibration.ratio, self.step_calibration.spread_ratio)
+                       self.forward_calibration.ratio)
 
     @property
     def step_calibration_ratio(self) -> float:
@@ -287,6 +289,7 @@ class EngineCore:
         if seconds > 0:
             self._prediction_errors.append(self.step_calibration.scale(predicted) / seconds)  # before it learns
             self.step_log.observe(batch_size, mean_len, seconds)
+        self.step_ratios.observe(predicted, seconds)
         self.step_calibration.observe(predicted, seconds)
         if self.step_log.refit_due(self.clock()):
             self._refit()

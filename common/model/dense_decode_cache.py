@@ -24,8 +24,8 @@ decoding request: grown one step at a time, a long prompt's growing context real
 64 tokens, and under long-tailed load reallocations took 9% of a decode worker's time, in pauses
 of up to 357 ms (tiny model, two cores). Rows likewise: an allocation holds ``GROWTH`` more slots
 than are occupied (in steps of ``ROW_STEP``, at most ``max_slots``), not the batch size the worker
-allows; allocating all of those (256 by default) for a dozen requests made each reallocation a
-pause of up to 217 ms.
+allows (64 by default): allocating all of those whatever ran, the reallocations left under
+long-tailed load still paused decoding for up to 217 ms.
 
 Attended whole, one long context makes every row of the step cost its length: one request of
 3,500 tokens among nineteen of 300 made a tiny model's step 3.5× the cost of twenty of 460 (the

@@ -8,12 +8,15 @@ between scrapes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+
+from common.slo.step_ratios import StepRatios
 
 disable_created_metrics()  # the *_created series only add noise to every scrape
 
@@ -76,9 +79,6 @@ class Metrics:
         self.calibration = Gauge("pdserve:cost_model_calibration_ratio", "Factor observed work applies to the "
                                  "cost model's predictions: below 1 the model was too slow, above 1 too fast",
                                  model_labels, registry=r)
-        self.calibration_spread = Gauge("pdserve:cost_model_calibration_spread_ratio", "Of the recent work's "
-                                        "observed / predicted ratios the calibration keeps: standard deviation over "
-                                        "mean", model_labels, registry=r)
         self.coefficients = Gauge("pdserve:cost_model_coefficient", "The cost model in use (after refits from the "
                                   "work really run): decode alpha, beta, gamma, delta (s), knee (requests)",
                                   [*model_labels, "term"], registry=r)
@@ -123,8 +123,7 @@ class Metrics:
     def watch_cost_model(self, model: str, worker: str, r2: float, worst_ratio: float,
                          calibration: Callable[[], float] | None = None,
                          prediction_error: Callable[[], float] | None = None,
-                         refits: Callable[[], float] | None = None,
-                         spread: Callable[[], float] | None = None) -> None:
+                         refits: Callable[[], float] | None = None) -> None:
         """A worker's cost model: its fit (fixed) and, where it is calibrated here, its
         calibration (read at scrape time)."""
         self.fit_r2.labels(self.role, model, worker).set(r2)
@@ -135,8 +134,10 @@ class Metrics:
             self.prediction_error.labels(self.role, model, worker).set_function(prediction_error)
         if refits is not None:
             self.refits.labels(self.role, model, worker).set_function(refits)
-        if spread is not None:
-            self.calibration_spread.labels(self.role, model, worker).set_function(spread)
+
+    def watch_step_ratios(self, model: str, worker: str, ratios: StepRatios) -> None:
+        """``pdserve:decode_step_ratio``: every decode step's period over the model's prediction."""
+        self.registry.register(_StepRatioHistogram([self.role, model, worker], ratios))
 
     def watch_coefficients(self, model: str, worker: str, terms: dict[str, Callable[[], float]]) -> None:
         for term, read in terms.items():
@@ -162,6 +163,25 @@ class Metrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class _StepRatioHistogram(Collector):
+    """A histogram the engine counts (``StepRatios``), read at scrape time."""
+
+    def __init__(self, labels: list[str], ratios: StepRatios) -> None:
+        self.labels, self.ratios = labels, ratios
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        family = HistogramMetricFamily("pdserve:decode_step_ratio", "Decode steps' period over the cost model's "
+                                       "prediction (calibration not applied), since start",
+                                       labels=["role", "model", "worker"])
+        family.add_metric(self.labels, [(_le(le), float(n)) for le, n in self.ratios.cumulative()],
+                          self.ratios.total)
+        yield family
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if math.isinf(bound) else repr(bound)
 
 
 class _ReadCounters(Collector):

@@ -78,17 +78,6 @@ class Calibration:
         std = math.sqrt(max(0.0, self._sum_sq / n - mean * mean))
         return self._clamp(mean + self.spread * std)
 
-    @property
-    def spread_ratio(self) -> float:
-        """The ratios' standard deviation over their mean (their coefficient of variation) now: how
-        much the work moves around its calibrated model; 0 with fewer than two samples."""
-        self._forget_old()
-        n = len(self._samples)
-        if n < 2 or self._sum <= 0:
-            return 0.0
-        mean = self._sum / n
-        return math.sqrt(max(0.0, self._sum_sq / n - mean * mean)) / mean
-
     def _clamp(self, ratio: float) -> float:
         return min(self.bounds[1], max(self.bounds[0], ratio))
 

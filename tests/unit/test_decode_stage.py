@@ -187,8 +187,8 @@ def test_under_credit_batching_a_long_context_stays_on_the_second_stage_and_noth
 
 
 def test_the_allocation_holds_the_occupied_slots_not_the_largest_batch():
-    """A worker allows hundreds of decodes; a stage allocated for all of them made each
-    reallocation a long pause with a dozen running. Slots are held as they are occupied."""
+    """A stage allocated for every decode a worker allows made each reallocation a long pause
+    with a dozen running. Slots are held as they are occupied."""
     gen = torch.Generator().manual_seed(6)
     cache = _cache(gen)
     tables = {u: [2 * u, 2 * u + 1] for u in range(40)}  # 32 positions each

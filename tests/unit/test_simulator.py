@@ -9,7 +9,7 @@ import pytest
 
 from client.bench.workload import PlannedRequest, SloClass
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
-from simulator.config import SimConfig, call_overhead_from_histogram
+from simulator.config import SimConfig, call_overhead_from_histogram, factors_from_histogram
 from simulator.run import simulate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,6 +53,41 @@ def test_call_overheads_are_read_back_from_a_histogram_one_per_call():
     assert values[:2] == pytest.approx([0.0005 - 0.0005] * 2)  # the first bucket's middle, less the hops
     assert values[2:5] == pytest.approx([0.002 - 0.0005] * 3)  # sqrt(1 ms x 4 ms)
     assert values[5] == pytest.approx((0.004 * 0.006) ** 0.5 - 0.0005)
+
+
+def test_decode_step_factors_are_read_back_from_a_worker_histogram_around_their_mean():
+    from common.slo.step_ratios import BOUNDS, StepRatios
+
+    ratios = StepRatios()
+    observed = [1.0] * 96 + [0.95, 2.2, 5.0, 80.0]  # steps as predicted, and a few stalls
+    for r in observed:
+        ratios.observe(0.004, 0.004 * r)
+    cumulative = ratios.cumulative()
+    assert [n for _, n in cumulative] == [sum(r <= le for r in observed) for le in (*BOUNDS, float("inf"))]
+    assert ratios.total == pytest.approx(sum(observed))
+    factors = factors_from_histogram(cumulative)
+    assert len(factors) == 100 and sum(factors) / 100 == pytest.approx(1.0)
+    ordered = sorted(factors)
+    # the stalls keep their size against an ordinary step: 5x in (4, 6], beyond 50x in +Inf
+    assert ordered[-2] / ordered[0] == pytest.approx((4.0 * 6.0) ** 0.5 / (0.9 * 1.0) ** 0.5)
+    assert ordered[-1] / ordered[0] == pytest.approx((50.0 * 75.0) ** 0.5 / (0.9 * 1.0) ** 0.5)
+
+
+def test_each_decode_step_takes_a_factor_drawn_from_the_ones_given():
+    # a request of 5 tokens, steps of 5 ms: every factor 3 makes every step 15 ms, as a model 3x
+    # slower would; factors of 1 and 3 make steps of 5 or 15 ms and nothing else
+    plan = [_request(0, 0.0, 5)]
+    tripled = simulate(plan, _config("fcfs", decode_step_factors=(3.0,)), FLAT).records[0]
+    slower = simulate(plan, _config("fcfs", decode_scale=3.0), FLAT).records[0]
+    assert tripled.token_times == pytest.approx(slower.token_times)
+    assert tripled.tpot == pytest.approx(0.015)
+    spans = set()
+    for seed in range(8):  # four steps after the first token, each 5 or 15 ms
+        record = simulate(plan, _config("fcfs", decode_step_factors=(1.0, 3.0), seed=seed), FLAT).records[0]
+        spans.add(round((record.token_times[-1] - record.token_times[0]) / 0.010 - 2, 6))
+    assert spans <= {0.0, 1.0, 2.0, 3.0, 4.0} and len(spans) > 1  # 20 ms + 10 ms per slow step
+    with pytest.raises(ValueError, match="factors"):
+        SimConfig(decode_step_factors=(1.0, 0.0))
 
 
 def test_credit_batching_gives_tpot_slos_of_2_4_and_6_ms_a_token_every_1_2_and_3_steps():
