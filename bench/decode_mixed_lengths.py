@@ -13,11 +13,13 @@ It also runs a batch under credit batching (``CREDIT``: TPOT SLOs of 20 and 60 m
 requests decode every third step) with the requests held back keeping their stage slots (the
 engine as it runs) and losing them (the baseline: refilled from the pool when they return), and
 the same batch with every request in every step; ``credit`` gives each one's decode tokens per
-second of decode steps.
+second of decode steps. And ``reallocation``: what growing a stage of ``EngineConfig``'s default
+batch limit from 1,500 to 2,400 positions costs with a few of its slots occupied, the allocation
+holding the occupied slots (the engine as it runs) against all of them (the baseline).
 
 Last line: ``{"points": [{"shape", "split_step_ms", "one_stage_step_ms", "uniform_step_ms",
 "speedup", "to_uniform"}, ...], "credit": {"kept_tok_s", "refilled_tok_s", "all_every_step_tok_s",
-"speedup"}, ...}`` (median decode step of the best of ``--rounds``; tokens per second, best of
+"speedup"}, "reallocation": [{"occupied", "slots", "held_ms", "all_slots_ms"}, ...], ...}`` (median decode step of the best of ``--rounds``; tokens per second, best of
 ``--rounds``).
 """
 
@@ -38,6 +40,7 @@ from bench.engine_runs import make_prompts  # noqa: E402
 from common.engine.config import DTYPES, EngineConfig, resolve_dtype  # noqa: E402
 from common.engine.llm_engine import LLMEngine  # noqa: E402
 from common.engine.sampling_params import SamplingParams  # noqa: E402
+from common.model.dense_decode_cache import DecodeStage  # noqa: E402
 
 SHAPES = {  # name: context lengths of the batch
     "1x3500+19x300": [3500] + [300] * 19,
@@ -103,6 +106,32 @@ def credit_point(engine: LLMEngine, rounds: int) -> dict[str, float]:
     return point
 
 
+def reallocation_points(engine: LLMEngine, rounds: int) -> list[dict[str, float]]:
+    """A stage's reallocation from 1,500 to 2,400 positions with some of its slots occupied."""
+    from common.model import dense_decode_cache
+
+    slots = EngineConfig().max_batch_size
+    held = dense_decode_cache.slot_allocation
+    points = []
+    for occupied in (4, 12, 32):
+        best = {"held": float("inf"), "all_slots": float("inf")}
+        for _ in range(max(rounds, 5)):
+            for way in best:
+                dense_decode_cache.slot_allocation = held if way == "held" else (lambda n, most: most)
+                stage = DecodeStage(engine.cache, slots, split=False)
+                ids, tables = list(range(occupied)), [[0]] * occupied
+                stage.plan(ids, [1500] * occupied, tables)
+                started = time.perf_counter()
+                stage.plan(ids, [2400] * occupied, tables)  # wider than the allocation: reallocated
+                best[way] = min(best[way], (time.perf_counter() - started) * 1000)
+        dense_decode_cache.slot_allocation = held
+        points.append({"occupied": occupied, "slots": slots, "held_ms": best["held"],
+                       "all_slots_ms": best["all_slots"]})
+        progress(f"[reallocation, {occupied} of {slots} slots occupied] {best['held']:.1f} ms holding the occupied "
+                 f"slots, {best['all_slots']:.1f} ms holding all")
+    return points
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="tiny")
@@ -139,8 +168,9 @@ def main() -> None:
         progress(f"[{name}] second stage {best['split']:.2f} ms, one stage {best['one_stage']:.2f} ms "
                  f"({point['speedup']:.2f}x), all at the mean length {best['uniform']:.2f} ms")
     credit = credit_point(engine, args.rounds)
+    reallocation = reallocation_points(engine, args.rounds)
     emit({"device": device_name(), "model": args.model or args.preset, "dtype": dtype, "threads": args.threads,
-          "new_tokens": NEW_TOKENS, "points": points, "credit": credit}, args.out)
+          "new_tokens": NEW_TOKENS, "points": points, "credit": credit, "reallocation": reallocation}, args.out)
 
 
 if __name__ == "__main__":

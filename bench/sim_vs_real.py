@@ -10,15 +10,14 @@ RPCs, token streaming and the gateway share the two cores. The simulator is told
 runs that are not compared (and nothing from the compared ones): an RPC hop (the median round
 trip of the gateway's Info call, halved); what prefill calls took at the gateway beyond the
 worker's own time under the calibration load (``pdserve:prefill_call_overhead_seconds``, read
-back as one draw per call); a prefill forward's scale (the unloaded TTFT less six hops, the KV
-copy and the median call overhead, over the profile's prefill); and the decode step: the profile's
+back as one draw per call); a prefill forward: the profile's scaled by the prefill worker's own
+forwards under that load (their mean ratio to its model); and the decode step: the profile's
 (measured at every batch size) scaled by what a step costs inside the cluster, the decode worker's
-own model of the steps it ran under a moderate calibration load without SLOs
-(``pdserve:cost_model_coefficient``, times its steps' mean ratio to it) over the profile's, at one
-request; each simulated step then takes that times a factor drawn from how the calibration load's
-steps fell around their mean (``pdserve:decode_step_ratio``): steps that never vary let the
-simulated guards relax their margins while the real ones, kept up by the misses a few stalled
-steps cause, turned away twice as much at twice the knee.
+own model of the steps it ran under that load (``pdserve:cost_model_coefficient``, times its steps'
+mean ratio to it) over the profile's, at one request. Each simulated forward and step then takes
+that times a factor drawn from how the calibration load's fell around their mean
+(``pdserve:cost_model_observed_ratio``): forwards and steps that never vary let the simulated
+guards relax their margins, where the real ones are kept up by the misses a few stalled ones cause.
 That load runs small batches only, so a model refitted from it knows nothing of large ones; the
 profile does, and the cluster's cost (RPCs, token streaming, the gateway on the same cores) comes
 as a factor on the step. Rates: fractions of the knee (where
@@ -100,22 +99,23 @@ def hop_seconds(address: str, calls: int = 50) -> float:
     return statistics.median(trips) / 2
 
 
-def step_ratios(cluster: LocalCluster) -> dict[float, float]:
-    """The decode worker's ``pdserve:decode_step_ratio`` now: cumulative count by upper bound, and
-    the sum of the ratios under the key ``-1``."""
+def observed_ratios(cluster: LocalCluster, role: str) -> dict[float, float]:
+    """The ``role`` worker's ``pdserve:cost_model_observed_ratio`` now (its decode steps or prefill
+    forwards): cumulative count by upper bound, and the sum of the ratios under the key ``-1``."""
     from tests.integration.conftest import scrape_metrics
 
-    name = next(n for n in cluster.processes if n.startswith("decode"))
+    name = next(n for n in cluster.processes if n.startswith(role))
     samples = scrape_metrics(cluster.metrics_ports[name])
-    out = {float(k.split('le="')[1].split('"')[0]): v for k, v in samples.items()
-           if k.startswith("pdserve:decode_step_ratio_bucket{")}
-    out[-1.0] = next(v for k, v in samples.items() if k.startswith("pdserve:decode_step_ratio_sum{"))
+    mine = {k: v for k, v in samples.items() if f'model="{role}"' in k}
+    out = {float(k.split('le="')[1].split('"')[0]): v for k, v in mine.items()
+           if k.startswith("pdserve:cost_model_observed_ratio_bucket{")}
+    out[-1.0] = next(v for k, v in mine.items() if k.startswith("pdserve:cost_model_observed_ratio_sum{"))
     return out
 
 
-def steps_between(before: dict[float, float], after: dict[float, float]) -> tuple[float, tuple[float, ...]]:
-    """The decode steps run between two readings of ``step_ratios``: their mean ratio to the model
-    and their factors around that mean (``SimConfig.decode_step_factors``)."""
+def ratios_between(before: dict[float, float], after: dict[float, float]) -> tuple[float, tuple[float, ...]]:
+    """The steps (forwards) run between two readings of ``observed_ratios``: their mean ratio to the
+    model and their factors around that mean (``SimConfig.decode_step_factors``)."""
     buckets = [(le, after[le] - before.get(le, 0.0)) for le in after if le >= 0]
     steps = max((n for _, n in buckets), default=0.0)
     mean = (after[-1.0] - before.get(-1.0, 0.0)) / steps if steps else 1.0
@@ -149,19 +149,23 @@ def call_overheads(before: dict[float, float], after: dict[float, float], hop_s:
     return call_overhead_from_histogram([(le, after[le] - before.get(le, 0.0)) for le in after], 2 * hop_s)
 
 
-def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: DecodeModel,
+def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: DecodeModel, forward_ratio: float,
                   overheads: tuple[float, ...], args: argparse.Namespace) -> tuple[CostModels, dict[str, float]]:
-    """The cost of a worker inside this cluster, for the simulated workers to run at."""
+    """The cost of a worker inside this cluster, for the simulated workers to run at: prefill
+    forwards at ``forward_ratio`` × the profile (the prefill worker's own mean under the
+    calibration load), decode steps at ``decode``'s one-request step over the profile's."""
     config = SimConfig()
     copy_s = config.transfer_s + config.transfer_s_per_token * args.prompt_len
     overhead_s = statistics.median(overheads) if overheads else 0.0
     p90_s = statistics.quantiles(overheads, n=10, method="inclusive")[-1] if len(overheads) > 1 else overhead_s
     prefill_s = unloaded["median_ttft_ms"] / 1000 - FIRST_TOKEN_HOPS * hop_s - copy_s - overhead_s
-    prefill_scale = max(0.5, prefill_s / models.prefill.predict(args.prompt_len))
+    prefill_scale = forward_ratio
     mean_len = args.prompt_len + args.output_len / 2
     decode_scale = decode.predict(1, mean_len) / models.decode.predict(1, mean_len)
     truth = CostModels(models.prefill.scaled(prefill_scale), models.decode.scaled(decode_scale))
-    return truth, {"hop_s": hop_s, "prefill_scale": prefill_scale, "decode_scale": decode_scale,
+    return truth, {"hop_s": hop_s, "prefill_scale": prefill_scale,
+                   "prefill_scale_from_unloaded_ttft": prefill_s / models.prefill.predict(args.prompt_len),
+                   "decode_scale": decode_scale,
                    "call_overhead_ms_p50": overhead_s * 1000,
                    "call_overhead_ms_p90": p90_s * 1000,
                    "profile_prefill_ms": models.prefill.predict(args.prompt_len) * 1000,
@@ -260,18 +264,21 @@ def main() -> None:
         unloaded = bench_point(cluster.address, args.base_rate, args, "", work / "unloaded",
                                num_prompts=args.base_prompts, requests=requests(args))
         slo_mix = slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
-        before, steps_before = overhead_buckets(cluster), step_ratios(cluster)
+        before = overhead_buckets(cluster)
+        ratios_before = {role: observed_ratios(cluster, role) for role in ("prefill", "decode")}
         bench_point(cluster.address, args.calibration_rate, args, "", work / "calibration",
                     num_prompts=round(args.calibration_rate * args.calibration_s), requests=requests(args))
         overheads = call_overheads(before, overhead_buckets(cluster), hop_s)
-        step_ratio, step_factors = steps_between(steps_before, step_ratios(cluster))
-        truth, machine = machine_truth(models, unloaded, hop_s, in_cluster_decode(cluster, step_ratio), overheads,
-                                       args)
-        machine["decode_step_factor_p99"] = sorted(step_factors)[int(0.99 * (len(step_factors) - 1))] \
-            if step_factors else 1.0
+        forward_ratio, forward_factors = ratios_between(ratios_before["prefill"], observed_ratios(cluster, "prefill"))
+        step_ratio, step_factors = ratios_between(ratios_before["decode"], observed_ratios(cluster, "decode"))
+        truth, machine = machine_truth(models, unloaded, hop_s, in_cluster_decode(cluster, step_ratio), forward_ratio,
+                                       overheads, args)
+        machine["prefill_forward_factor_p99"], machine["decode_step_factor_p99"] = (
+            sorted(f)[int(0.99 * (len(f) - 1))] if f else 1.0 for f in (forward_factors, step_factors))
         progress(f"unloaded TTFT {unloaded['median_ttft_ms']:.1f} ms, TPOT {unloaded['median_tpot_ms']:.2f} ms; "
                  + ", ".join(f"{k} {v:.4g}" for k, v in machine.items()))
-        config = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_step_factors=step_factors)
+        config = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_step_factors=step_factors,
+                           prefill_forward_factors=forward_factors)
         the_knee = knee(args, slo_mix, config, models, truth)
         rates = [round(the_knee * float(f), 2) for f in args.fractions.split(",")]
         progress(f"knee (simulated fcfs): {the_knee:g} req/s; rates {rates}")

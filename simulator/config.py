@@ -35,9 +35,11 @@ class SimConfig:
     slo_target: float = DEFAULT_TARGET
     work_conserving_credit: bool = True  # as the engine flag of that name
     step_noise: float = 0.0  # coefficient of variation of every forward's time around its cost model
-    # each decode step's time is its cost model's × one of these, drawn at random (mean 1; in place
-    # of step_noise). Measured: a decode worker's ``pdserve:decode_step_ratio`` (``factors_from_histogram``)
+    # each decode step's (prefill forward's) time is its cost model's × one of these, drawn at
+    # random (mean 1; in place of step_noise). Measured: a worker's ``pdserve:cost_model_observed_ratio``
+    # (``factors_from_histogram``)
     decode_step_factors: tuple[float, ...] = ()
+    prefill_forward_factors: tuple[float, ...] = ()
     prefill_scale: float = 1.0  # the workers' forwards take this × what their cost model (which
     decode_scale: float = 1.0  # the guards start from) predicts: a profile that is off, a busy host
     seed: int = 0
@@ -51,15 +53,15 @@ class SimConfig:
             raise ValueError("latencies and noise must be >= 0")
         if any(o < 0 for o in self.call_overhead_s):
             raise ValueError("call overheads must be >= 0")
-        if any(f <= 0 for f in self.decode_step_factors):
-            raise ValueError("decode step factors must be > 0")
+        if any(f <= 0 for f in (*self.decode_step_factors, *self.prefill_forward_factors)):
+            raise ValueError("decode step and prefill forward factors must be > 0")
         if min(self.prefill_scale, self.decode_scale) <= 0:
             raise ValueError("prefill_scale and decode_scale must be > 0")
 
     @property
     def exact(self) -> bool:
         """Every forward takes exactly what the cost model predicts."""
-        return self.step_noise == 0 and not self.decode_step_factors and self.prefill_scale == 1 and self.decode_scale == 1
+        return self.step_noise == 0 and not self.decode_step_factors and not self.prefill_forward_factors and self.prefill_scale == 1 and self.decode_scale == 1
 
     @property
     def engine_policy(self) -> str:
@@ -83,9 +85,9 @@ def call_overhead_from_histogram(buckets: Sequence[tuple[float, float]], hops_s:
 
 
 def factors_from_histogram(buckets: Sequence[tuple[float, float]]) -> tuple[float, ...]:
-    """``SimConfig.decode_step_factors`` from a histogram's cumulative buckets of decode steps'
-    ratios to their prediction (``pdserve:decode_step_ratio``): one per observed step, at its
-    bucket's geometric middle, divided by their mean. Empty with no step observed."""
+    """``SimConfig.decode_step_factors`` (``prefill_forward_factors``) from a histogram's cumulative
+    buckets of steps' (forwards') ratios to their prediction (``pdserve:cost_model_observed_ratio``):
+    one per observation, at its bucket's geometric middle, divided by their mean. Empty with none."""
     values = _bucket_middles(buckets)
     mean = sum(values) / len(values) if values else 1.0
     return tuple(v / mean for v in values)

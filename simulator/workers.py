@@ -34,6 +34,7 @@ FIRST_RUN = 4  # ... at first: a run that ends uncut doubles the next one, a cut
 
 
 class SimWorker:
+    role = ""  # "prefill" or "decode": which of the config's forward factors it draws
     def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels,
                  truth: CostModels | None = None) -> None:
         """``models``: the profile the worker loads (its guard starts from it); ``truth``: what its
@@ -54,6 +55,10 @@ class SimWorker:
         self._busy = False
         self._inbox: list[Callable[[], None]] = []
         self._noise = _noise(config.step_noise, random.Random(f"{config.seed}-{worker_id}"))
+        factors = config.prefill_forward_factors if self.role == "prefill" else config.decode_step_factors
+        if factors:
+            rng = random.Random(f"{config.seed}-{worker_id}")
+            self._noise = lambda: rng.choice(factors)
         self._exact = config.exact and truth is None
 
     def call(self, fn: Callable[[], None]) -> None:
@@ -115,6 +120,8 @@ class SimWorker:
 
 
 class SimPrefillWorker(SimWorker):
+    role = "prefill"
+
     def forward_s(self, batch: ScheduledBatch) -> float:
         return self.models.prefill.predict(batch.num_tokens)
 
@@ -130,12 +137,10 @@ class Step(NamedTuple):
 
 
 class SimDecodeWorker(SimWorker):
+    role = "decode"
     def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels,
                  truth: CostModels | None = None) -> None:
         super().__init__(sim, worker_id, config, models, truth)
-        if config.decode_step_factors:
-            rng, factors = random.Random(f"{config.seed}-{worker_id}"), config.decode_step_factors
-            self._noise = lambda: rng.choice(factors)
         self._produced: dict[str, int] = {}  # tokens of steps run ahead, not yet recorded in the engine
         self._steps = 0
         self._last_end = 0.0

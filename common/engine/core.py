@@ -29,7 +29,7 @@ from common.engine.sampling_params import SamplingParams
 from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.slo import tpot_guard
 from common.slo.calibration import Calibration
-from common.slo.step_ratios import StepRatios
+from common.slo.ratio_histogram import RatioHistogram
 from common.slo.forward_budget import TightestSlo, forward_budget
 from common.slo.cost_models import CostModels, DecodeModel
 from common.slo.promise import EARLY_TOKENS
@@ -74,7 +74,8 @@ class EngineCore:
         self.unloaded_step_s: float | None = None  # one request's step, measured alone at warm-up
         self.steps_completed = 0  # forwards run since start: heartbeats carry it as proof of progress
         self._prediction_errors: deque[float] = deque(maxlen=32)  # calibrated prediction / observed, per step
-        self.step_ratios = StepRatios()  # every decode step's period / the model's prediction, since start
+        self.step_ratios = RatioHistogram()  # every decode step's period / the model's prediction, since start
+        self.forward_ratios = RatioHistogram()  # every prefill forward's time / the model's prediction
         self.step_log = StepLog()  # decode steps really run: the decode model is refitted from them
         self.refits = 0  # decode models replaced by a refit since start
         self._last_step_end: float | None = None  # end of the previous step, if it led straight here
@@ -250,8 +251,9 @@ class EngineCore:
         self.steps_completed += 1
         self._observe_step(batch, ended - (self._last_step_end or started))
         if self.cost_models is not None and batch.seqs and not any(s.is_decode for s in batch.seqs):
-            tokens = sum(len(s.token_ids) for s in batch.seqs)
-            self.forward_calibration.observe(self.cost_models.prefill.predict(tokens), ended - started)
+            predicted = self.cost_models.prefill.predict(sum(len(s.token_ids) for s in batch.seqs))
+            self.forward_calibration.observe(predicted, ended - started)
+            self.forward_ratios.observe(predicted, ended - started)
         outputs = self.scheduler.update_from_output(batch, sampled)
         self._last_step_end = ended if self.has_unfinished_requests() else None
         self.load = self._measure()

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from common.slo.step_ratios import StepRatios
+from common.slo.ratio_histogram import RatioHistogram
 
 disable_created_metrics()  # the *_created series only add noise to every scrape
 
@@ -67,6 +67,7 @@ class Metrics:
                                "over the last second (work that should not run on it, or an overloaded host)",
                                labels, registry=r)
         self._server: WSGIServer | None = None
+        self._observed_ratios: _RatioHistograms | None = None
 
     def _add_guard_series(self, r: CollectorRegistry, labels: list[str]) -> None:
         """The SLO guards' own series: their cost models, calibration, margins, attainment."""
@@ -135,9 +136,13 @@ class Metrics:
         if refits is not None:
             self.refits.labels(self.role, model, worker).set_function(refits)
 
-    def watch_step_ratios(self, model: str, worker: str, ratios: StepRatios) -> None:
-        """``pdserve:decode_step_ratio``: every decode step's period over the model's prediction."""
-        self.registry.register(_StepRatioHistogram([self.role, model, worker], ratios))
+    def watch_observed_ratios(self, model: str, worker: str, ratios: RatioHistogram) -> None:
+        """``pdserve:cost_model_observed_ratio``: every decode step's period (``model="decode"``) or
+        prefill forward's time (``model="prefill"``) over the model's prediction."""
+        if self._observed_ratios is None:
+            self._observed_ratios = _RatioHistograms()
+            self.registry.register(self._observed_ratios)
+        self._observed_ratios.series.append(([self.role, model, worker], ratios))
 
     def watch_coefficients(self, model: str, worker: str, terms: dict[str, Callable[[], float]]) -> None:
         for term, read in terms.items():
@@ -165,18 +170,19 @@ class Metrics:
             self._server = None
 
 
-class _StepRatioHistogram(Collector):
-    """A histogram the engine counts (``StepRatios``), read at scrape time."""
+class _RatioHistograms(Collector):
+    """Histograms the engine counts (``RatioHistogram``), read at scrape time."""
 
-    def __init__(self, labels: list[str], ratios: StepRatios) -> None:
-        self.labels, self.ratios = labels, ratios
+    def __init__(self) -> None:
+        self.series: list[tuple[list[str], RatioHistogram]] = []
 
     def collect(self):  # type: ignore[no-untyped-def]
-        family = HistogramMetricFamily("pdserve:decode_step_ratio", "Decode steps' period over the cost model's "
-                                       "prediction (calibration not applied), since start",
+        family = HistogramMetricFamily("pdserve:cost_model_observed_ratio", "Each decode step's period "
+                                       "(model=decode) or prefill forward's time (model=prefill) over the cost "
+                                       "model's prediction, calibration not applied, since start",
                                        labels=["role", "model", "worker"])
-        family.add_metric(self.labels, [(_le(le), float(n)) for le, n in self.ratios.cumulative()],
-                          self.ratios.total)
+        for labels, ratios in self.series:
+            family.add_metric(labels, [(_le(le), float(n)) for le, n in ratios.cumulative()], ratios.total)
         yield family
 
 

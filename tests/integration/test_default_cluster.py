@@ -105,9 +105,9 @@ def test_a_decode_model_50x_too_slow_admits_when_idle_and_is_corrected_within_10
         assert 1 / 2 <= error <= 2, f"calibrated predictions are {error:.2f}x the measured steps"
         assert served[0] > 4 * refused[0], f"served {served[0]}, refused {refused[0]}"
         # every step's ratio to the model went to the histogram: the first ones at about 1/50
-        steps = _gauge(decode, "pdserve:decode_step_ratio_count", "decode")
-        below_half = next(v for k, v in decode.items()
-                          if k.startswith("pdserve:decode_step_ratio_bucket{") and 'le="0.5"' in k)
+        steps = _gauge(decode, "pdserve:cost_model_observed_ratio_count", "decode")
+        below_half = next(v for k, v in decode.items() if k.startswith("pdserve:cost_model_observed_ratio_bucket{")
+                          and 'model="decode"' in k and 'le="0.5"' in k)
         assert steps >= 32 and below_half >= 1, f"{steps} steps counted, {below_half} at most half the prediction"
         assert_pools_whole(cluster)
     finally:

@@ -56,9 +56,9 @@ def test_call_overheads_are_read_back_from_a_histogram_one_per_call():
 
 
 def test_decode_step_factors_are_read_back_from_a_worker_histogram_around_their_mean():
-    from common.slo.step_ratios import BOUNDS, StepRatios
+    from common.slo.ratio_histogram import BOUNDS, RatioHistogram
 
-    ratios = StepRatios()
+    ratios = RatioHistogram()
     observed = [1.0] * 96 + [0.95, 2.2, 5.0, 80.0]  # steps as predicted, and a few stalls
     for r in observed:
         ratios.observe(0.004, 0.004 * r)
@@ -73,7 +73,7 @@ def test_decode_step_factors_are_read_back_from_a_worker_histogram_around_their_
     assert ordered[-1] / ordered[0] == pytest.approx((50.0 * 75.0) ** 0.5 / (0.9 * 1.0) ** 0.5)
 
 
-def test_each_decode_step_takes_a_factor_drawn_from_the_ones_given():
+def test_each_decode_step_and_prefill_forward_takes_a_factor_drawn_from_the_ones_given():
     # a request of 5 tokens, steps of 5 ms: every factor 3 makes every step 15 ms, as a model 3x
     # slower would; factors of 1 and 3 make steps of 5 or 15 ms and nothing else
     plan = [_request(0, 0.0, 5)]
@@ -86,8 +86,13 @@ def test_each_decode_step_takes_a_factor_drawn_from_the_ones_given():
         record = simulate(plan, _config("fcfs", decode_step_factors=(1.0, 3.0), seed=seed), FLAT).records[0]
         spans.add(round((record.token_times[-1] - record.token_times[0]) / 0.010 - 2, 6))
     assert spans <= {0.0, 1.0, 2.0, 3.0, 4.0} and len(spans) > 1  # 20 ms + 10 ms per slow step
+    # the prefill worker's forwards draw from their own: a 10 ms prefill twice as long, steps unchanged
+    doubled = simulate(plan, _config("fcfs", prefill_forward_factors=(2.0,)), FLAT).records[0]
+    assert doubled.ttft == pytest.approx(0.020) and doubled.tpot == pytest.approx(0.005)
     with pytest.raises(ValueError, match="factors"):
         SimConfig(decode_step_factors=(1.0, 0.0))
+    with pytest.raises(ValueError, match="factors"):
+        SimConfig(prefill_forward_factors=(-1.0,))
 
 
 def test_credit_batching_gives_tpot_slos_of_2_4_and_6_ms_a_token_every_1_2_and_3_steps():

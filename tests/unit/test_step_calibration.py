@@ -31,6 +31,11 @@ def test_decode_calibration_counts_the_time_between_steps():
         engine.step()
     # each period is at least 20 ms against a 1 ms model
     assert engine.step_calibration.ratio >= BETWEEN_STEPS_S / 0.001
+    # and so in the histogram of every step's ratio: 7 decode steps (the first token came with the
+    # prompt), each at least 20x, so past the bucket of 10x; the prompt's one forward in its own
+    steps = engine.step_ratios.cumulative()
+    assert steps[-1][1] == 7 and dict(steps)[10.0] == 0
+    assert engine.forward_ratios.cumulative()[-1][1] == 1
     engine.check_integrity()
 
 
