@@ -32,7 +32,6 @@ from common.slo.calibration import Calibration
 from common.slo.ratio_histogram import RatioHistogram
 from common.slo.forward_budget import TightestSlo, forward_budget
 from common.slo.cost_models import CostModels, DecodeModel
-from common.slo.promise import EARLY_TOKENS
 from common.slo.refit import StepLog
 
 Clock = Callable[[], float]
@@ -68,9 +67,7 @@ class EngineCore:
         self.tpot_margin = tpot_guard.TPOT_MARGIN  # ε of the latest reservation (the gateway's closed loop steers it)
         self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
         self._profile_decode: DecodeModel | None = None  # the decode model before any refit: refits' prior
-        # decode step periods as observed vs the fitted model; spread over a request's first
-        # EARLY_TOKENS steps, what the closed loop judges a decode on while it runs
-        self.step_calibration = step_calibration(clock)
+        self.step_calibration = Calibration(clock=clock)  # decode step periods as observed vs the fitted model
         self.unloaded_step_s: float | None = None  # one request's step, measured alone at warm-up
         self.steps_completed = 0  # forwards run since start: heartbeats carry it as proof of progress
         self._prediction_errors: deque[float] = deque(maxlen=32)  # calibrated prediction / observed, per step
@@ -319,7 +316,7 @@ class EngineCore:
         model = self.step_log.refit(self.clock(), self._profile_decode, self.config.max_batch_size)
         if model is not None:
             self.cost_models = dataclasses.replace(self.cost_models, decode=model)
-            self.step_calibration = step_calibration(self.clock)
+            self.step_calibration = Calibration(clock=self.clock)
             self.refits += 1
 
     def check_integrity(self) -> None:
@@ -332,9 +329,3 @@ class EngineCore:
             if self.pool.refcount(block) != holders.get(block, 0):
                 raise AssertionError(f"block {block}: refcount {self.pool.refcount(block)}, "
                                      f"held by {holders.get(block, 0)} requests")
-
-
-def step_calibration(clock: Callable[[], float]) -> Calibration:
-    """The decode steps' calibration: a TPOT is a mean over steps, so its margin is the spread of
-    means of ``EARLY_TOKENS`` steps, not of single steps."""
-    return Calibration(clock=clock, block=EARLY_TOKENS)

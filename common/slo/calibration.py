@@ -8,13 +8,6 @@ recent past (a time window, ``window_s``) and scales predictions by its mean plu
     scale(p) = p · clamp(mean(ratios) + spread · std(ratios))     (a mean over many: steps)
     scale(p) = p · clamp(quantile_q(ratios))                      (one event: a prefill call)
 
-With ``block`` > 1 the spread is that of the means of ``block`` consecutive ratios: what a
-request that runs ``block`` steps sees. A TPOT is such a mean, so a step stalled 10× by another
-process on the core moves it by a tenth of what it moves one step's ratio, while a slow stretch
-of many steps moves it fully. With the spread of single steps, rare stalls set the margin: on
-two cores a decode worker's calibration read up to 2× its model at half its capacity, and it
-refused requests it would have served in time.
-
 It corrects both ways: a model too slow is scaled down as surely as one too fast is scaled
 up, within ``bounds`` (default 1/100 to 100: a model 50× off corrects with the first steps
 observed, while one wild sample cannot turn a prediction into nothing or infinity).
@@ -39,10 +32,10 @@ from collections.abc import Callable
 class Calibration:
     def __init__(self, window_s: float = 2.0, spread: float = 0.5, bounds: tuple[float, float] = (0.01, 100.0),
                  min_samples: int = 16, quantile: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, block: int = 1) -> None:
-        if window_s <= 0 or spread < 0 or not 0 < bounds[0] <= 1 <= bounds[1] or min_samples < 1 or block < 1:
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if window_s <= 0 or spread < 0 or not 0 < bounds[0] <= 1 <= bounds[1] or min_samples < 1:
             raise ValueError("window_s must be > 0, spread ≥ 0, bounds (low, high) with 0 < low ≤ 1 ≤ high, "
-                             "min_samples ≥ 1, block ≥ 1")
+                             "min_samples ≥ 1")
         if quantile is not None and not 0 < quantile <= 1:
             raise ValueError(f"quantile must be in (0, 1], got {quantile}")
         self.window_s = window_s
@@ -55,11 +48,6 @@ class Calibration:
         self._sum = 0.0
         self._sum_sq = 0.0
         self._ratio: float | None = None  # what ``ratio`` returns until the samples change
-        self.block = block
-        self._open: list[float] = []  # the ratios of the block being filled
-        self._blocks: deque[tuple[float, float]] = deque()  # (when its last ratio came, its mean)
-        self._block_sum = 0.0
-        self._block_sum_sq = 0.0
 
     def observe(self, predicted_s: float, observed_s: float) -> None:
         if predicted_s <= 0 or observed_s < 0:
@@ -68,14 +56,6 @@ class Calibration:
         self._samples.append((self._clock(), ratio))
         self._sum += ratio
         self._sum_sq += ratio * ratio
-        if self.block > 1:
-            self._open.append(ratio)
-            if len(self._open) == self.block:
-                mean = sum(self._open) / self.block
-                self._blocks.append((self._samples[-1][0], mean))
-                self._block_sum += mean
-                self._block_sum_sq += mean * mean
-                self._open = []
         self._ratio = None
         self._forget_old()
 
@@ -96,13 +76,6 @@ class Calibration:
             return self._clamp(ordered[min(n - 1, math.ceil(self.quantile * n) - 1)])
         mean = self._sum / n
         std = math.sqrt(max(0.0, self._sum_sq / n - mean * mean))
-        if self.block > 1:
-            blocks = len(self._blocks)
-            if blocks >= 2:  # measured: the spread of whole blocks' means
-                block_mean = self._block_sum / blocks
-                std = math.sqrt(max(0.0, self._block_sum_sq / blocks - block_mean * block_mean))
-            else:  # too few blocks to measure it: as if the steps were independent
-                std /= math.sqrt(self.block)
         return self._clamp(mean + self.spread * std)
 
     def _clamp(self, ratio: float) -> float:
@@ -121,12 +94,6 @@ class Calibration:
             _, ratio = self._samples.popleft()
             self._sum -= ratio
             self._sum_sq -= ratio * ratio
-            self._ratio = None
-        keep = -(-self.min_samples // self.block)  # the blocks the newest samples kept make
-        while len(self._blocks) > keep and self._blocks[0][0] < horizon:
-            _, mean = self._blocks.popleft()
-            self._block_sum -= mean
-            self._block_sum_sq -= mean * mean
             self._ratio = None
 
 

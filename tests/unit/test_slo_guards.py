@@ -161,48 +161,6 @@ def test_calibration_scales_predictions_by_the_windowed_ratio_plus_its_spread():
     assert cal.scale(0.010) == pytest.approx(0.010 * expected)
 
 
-def test_a_blocked_calibration_spreads_by_the_means_of_its_blocks_so_one_stall_weighs_little():
-    from common.slo.calibration import Calibration
-
-    clock = _Clock()
-    stall = [1.0] * 40 + [10.0] + [1.0] * 23  # 64 steps, one stalled 10x
-    stretch = [1.0] * 16 + [1.6] * 16 + [1.0] * 32  # 64 steps, 16 of them 1.6x in a row
-    for ratios in (stall, stretch):
-        steps = Calibration(window_s=100.0, spread=0.5, clock=clock)
-        blocked = Calibration(window_s=100.0, spread=0.5, clock=clock, block=16)
-        for r in ratios:
-            steps.observe(0.010, 0.010 * r)
-            blocked.observe(0.010, 0.010 * r)
-        means = [np.mean(ratios[i:i + 16]) for i in range(0, 64, 16)]  # brute force
-        assert blocked.ratio == pytest.approx(np.mean(ratios) + 0.5 * np.std(means))
-        assert steps.ratio == pytest.approx(np.mean(ratios) + 0.5 * np.std(ratios))
-    # about the same mean (1.14 and 1.15); the stall's spread is mostly a single step's
-    stalled, stretched = (np.mean(r) + 0.5 * np.std([np.mean(r[i:i + 16]) for i in range(0, 64, 16)])
-                          for r in (stall, stretch))
-    assert stalled < stretched
-
-
-def test_a_blocked_calibration_with_too_few_blocks_takes_the_steps_spread_over_the_root_of_the_block():
-    from common.slo.calibration import Calibration
-
-    clock = _Clock()
-    cal = Calibration(window_s=100.0, spread=0.5, clock=clock, block=16)
-    ratios = [1.0, 2.0, 1.0, 3.0, 1.0]
-    for r in ratios:
-        cal.observe(0.010, 0.010 * r)
-    assert cal.ratio == pytest.approx(np.mean(ratios) + 0.5 * np.std(ratios) / 4)
-    for _ in range(27):  # two whole blocks now: 1.0, 2.0, 1.0, 3.0, then 1.0 x 28
-        cal.observe(0.010, 0.010)
-    everything = ratios + [1.0] * 27
-    means = [np.mean(everything[:16]), np.mean(everything[16:])]
-    assert cal.ratio == pytest.approx(np.mean(everything) + 0.5 * np.std(means))
-    clock.now += 200.0  # the window moves past all of it: the newest min_samples stay, one block of them
-    cal.observe(0.010, 0.020)
-    newest = [1.0] * 15 + [2.0]
-    assert cal.num_samples == 16
-    assert cal.ratio == pytest.approx(np.mean(newest) + 0.5 * np.std(newest) / 4)
-
-
 def test_calibration_forgets_what_is_older_than_its_window_but_keeps_the_newest_samples():
     from common.slo.calibration import Calibration
 
