@@ -61,7 +61,8 @@ class SimConfig:
     @property
     def exact(self) -> bool:
         """Every forward takes exactly what the cost model predicts."""
-        return self.step_noise == 0 and not self.decode_step_factors and not self.prefill_forward_factors and self.prefill_scale == 1 and self.decode_scale == 1
+        return (self.step_noise == 0 and not self.decode_step_factors and not self.prefill_forward_factors
+                and self.prefill_scale == 1 and self.decode_scale == 1)
 
     @property
     def engine_policy(self) -> str:

@@ -35,6 +35,7 @@ FIRST_RUN = 4  # ... at first: a run that ends uncut doubles the next one, a cut
 
 class SimWorker:
     role = ""  # "prefill" or "decode": which of the config's forward factors it draws
+
     def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels,
                  truth: CostModels | None = None) -> None:
         """``models``: the profile the worker loads (its guard starts from it); ``truth``: what its
