@@ -236,6 +236,28 @@ def plot(points: list[dict], out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
+def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: float, args: argparse.Namespace,
+              work: Path) -> tuple[CostModels, dict[str, float], SimConfig]:
+    """Runs the calibration load (not compared) and reads back what the simulated cluster takes
+    from it: the workers' truth, the figures shown, and the config (hop, call overheads, factors)."""
+    before = overhead_buckets(cluster)
+    ratios_before = {role: observed_ratios(cluster, role) for role in ("prefill", "decode")}
+    bench_point(cluster.address, args.calibration_rate, args, "", work / "calibration",
+                num_prompts=round(args.calibration_rate * args.calibration_s), requests=requests(args))
+    overheads = call_overheads(before, overhead_buckets(cluster), hop_s)
+    forward_ratio, forward_factors = ratios_between(ratios_before["prefill"], observed_ratios(cluster, "prefill"))
+    step_ratio, step_factors = ratios_between(ratios_before["decode"], observed_ratios(cluster, "decode"))
+    truth, machine = machine_truth(models, unloaded, hop_s, in_cluster_decode(cluster, step_ratio), forward_ratio,
+                                   overheads, args)
+    machine["prefill_forward_factor_p99"], machine["decode_step_factor_p99"] = (
+        sorted(f)[int(0.99 * (len(f) - 1))] if f else 1.0 for f in (forward_factors, step_factors))
+    progress(f"unloaded TTFT {unloaded['median_ttft_ms']:.1f} ms, TPOT {unloaded['median_tpot_ms']:.2f} ms; "
+             + ", ".join(f"{k} {v:.4g}" for k, v in machine.items()))
+    config = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_step_factors=step_factors,
+                       prefill_forward_factors=forward_factors)
+    return truth, machine, config
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration-s", type=float, default=20.0)
@@ -264,21 +286,7 @@ def main() -> None:
         unloaded = bench_point(cluster.address, args.base_rate, args, "", work / "unloaded",
                                num_prompts=args.base_prompts, requests=requests(args))
         slo_mix = slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
-        before = overhead_buckets(cluster)
-        ratios_before = {role: observed_ratios(cluster, role) for role in ("prefill", "decode")}
-        bench_point(cluster.address, args.calibration_rate, args, "", work / "calibration",
-                    num_prompts=round(args.calibration_rate * args.calibration_s), requests=requests(args))
-        overheads = call_overheads(before, overhead_buckets(cluster), hop_s)
-        forward_ratio, forward_factors = ratios_between(ratios_before["prefill"], observed_ratios(cluster, "prefill"))
-        step_ratio, step_factors = ratios_between(ratios_before["decode"], observed_ratios(cluster, "decode"))
-        truth, machine = machine_truth(models, unloaded, hop_s, in_cluster_decode(cluster, step_ratio), forward_ratio,
-                                       overheads, args)
-        machine["prefill_forward_factor_p99"], machine["decode_step_factor_p99"] = (
-            sorted(f)[int(0.99 * (len(f) - 1))] if f else 1.0 for f in (forward_factors, step_factors))
-        progress(f"unloaded TTFT {unloaded['median_ttft_ms']:.1f} ms, TPOT {unloaded['median_tpot_ms']:.2f} ms; "
-                 + ", ".join(f"{k} {v:.4g}" for k, v in machine.items()))
-        config = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_step_factors=step_factors,
-                           prefill_forward_factors=forward_factors)
+        truth, machine, config = calibrate(cluster, models, unloaded, hop_s, args, work)
         the_knee = knee(args, slo_mix, config, models, truth)
         rates = [round(the_knee * float(f), 2) for f in args.fractions.split(",")]
         progress(f"knee (simulated fcfs): {the_knee:g} req/s; rates {rates}")
