@@ -4,11 +4,15 @@ For every arrival (and for every request waiting for a decode place, each time i
 the gateway asks each prefill worker's guard whether the newcomer would make a queued request
 late (``TtftGuard.pushes_queued_past``). The baseline is that check by its definition, run in
 the same process: each queued request with a later deadline predicted with and without the
-newcomer, one ``predict_s`` at a time (each a pass over the queue).
+newcomer, one ``predict_s`` at a time (each a pass over the queue). Each queue is measured with
+the requests sent without a TTFT SLO (every forward the whole token budget) and with the
+``--ttft-slo-ms`` given (default 100: the forwards are cut to what fits half of it, and every
+prediction of the check uses that cut).
 
-    python bench/guard_cost.py [--queued 10,50,100,200,400] [--out f.json]
+    python bench/guard_cost.py [--queued 10,50,100,200,400] [--ttft-slo-ms 100] [--out f.json]
 
-Last line: JSON ``{"points": [{"queued", "one_pass_us", "per_request_us", "speedup"}, ...]}``.
+Last line: JSON ``{"points": [{"queued", "ttft_slo_ms", "forward_cut", "one_pass_us", "per_request_us",
+"speedup", "same_answers"}, ...]}``.
 """
 
 from __future__ import annotations
@@ -33,12 +37,13 @@ def by_definition(guard: TtftGuard, prompt: int, deadline: float, now: float) ->
                and now + (guard.predict_s(prompt, d) or 0.0) > d for d, _ in list(guard.queued.values()))
 
 
-def loaded_guard(queued: int) -> TtftGuard:
-    """A guard with ``queued`` 300-token prompts in flight, deadlines spread over 10 s ahead."""
+def loaded_guard(queued: int, ttft_s: float) -> TtftGuard:
+    """A guard with ``queued`` 300-token prompts in flight, deadlines spread over 10 s ahead, sent
+    with a TTFT SLO of ``ttft_s`` (0: none)."""
     guard = new_guard(MODEL, FORWARD_TOKENS)
     guard.calibration.observe(0.01, 0.01)
     for i in range(queued):
-        guard.sent(f"r{i}", 100.0 + 10.0 * i / max(queued, 1), 300)
+        guard.sent(f"r{i}", 100.0 + 10.0 * i / max(queued, 1), 300, ttft_s)
     return guard
 
 
@@ -55,19 +60,23 @@ def per_call_us(check, guard: TtftGuard, calls: int) -> float:  # type: ignore[n
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queued", default="10,50,100,200,400")
+    parser.add_argument("--ttft-slo-ms", type=float, default=100.0, help="the SLO of the second series (0: none)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     points = []
-    for queued in (int(q) for q in args.queued.split(",")):
-        guard = loaded_guard(queued)
-        calls = max(20, 20_000 // max(queued, 1))
-        ours = per_call_us(lambda g, p, d, n: g.pushes_queued_past(p, d, n), guard, calls)
-        theirs = per_call_us(by_definition, guard, max(5, calls // 10))
-        agree = all(guard.pushes_queued_past(300, 99.0 + k, 99.0) == by_definition(guard, 300, 99.0 + k, 99.0)
-                    for k in range(7))
-        points.append({"queued": queued, "one_pass_us": ours, "per_request_us": theirs, "speedup": theirs / ours,
-                       "same_answers": agree})
-        progress(f"[{queued} queued] one pass {ours:.0f} us, per request {theirs:.0f} us ({theirs / ours:.1f}x)")
+    for slo_ms in sorted({0.0, args.ttft_slo_ms}):
+        for queued in (int(q) for q in args.queued.split(",")):
+            guard = loaded_guard(queued, slo_ms / 1000)
+            calls = max(20, 20_000 // max(queued, 1))
+            ours = per_call_us(lambda g, p, d, n: g.pushes_queued_past(p, d, n), guard, calls)
+            theirs = per_call_us(by_definition, guard, max(5, calls // 10))
+            agree = all(guard.pushes_queued_past(300, 99.0 + k, 99.0) == by_definition(guard, 300, 99.0 + k, 99.0)
+                        for k in range(7))
+            points.append({"queued": queued, "ttft_slo_ms": slo_ms, "forward_cut": guard.forward_cut,
+                           "one_pass_us": ours, "per_request_us": theirs, "speedup": theirs / ours,
+                           "same_answers": agree})
+            progress(f"[{queued} queued, TTFT SLO {slo_ms:g} ms, forwards of {guard.forward_cut} tokens] one pass "
+                     f"{ours:.0f} us, per request {theirs:.0f} us ({theirs / ours:.1f}x)")
     emit({"points": points}, args.out)
 
 
