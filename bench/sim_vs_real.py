@@ -115,7 +115,8 @@ def observed_ratios(cluster: LocalCluster, role: str) -> dict[float, float]:
 
 def ratios_between(before: dict[float, float], after: dict[float, float]) -> tuple[float, tuple[float, ...]]:
     """The steps (forwards) run between two readings of ``observed_ratios``: their mean ratio to the
-    model and their factors around that mean (``SimConfig.decode_step_factors``)."""
+    model and their factors around that mean (``SimConfig.decode_step_factors`` or
+    ``prefill_forward_factors``)."""
     buckets = [(le, after[le] - before.get(le, 0.0)) for le in after if le >= 0]
     steps = max((n for _, n in buckets), default=0.0)
     mean = (after[-1.0] - before.get(-1.0, 0.0)) / steps if steps else 1.0

@@ -55,11 +55,9 @@ class SimWorker:
         self.listeners: dict[str, OutputListener] = {}  # request id -> its outputs, as the engine thread's callbacks
         self._busy = False
         self._inbox: list[Callable[[], None]] = []
-        self._noise = _noise(config.step_noise, random.Random(f"{config.seed}-{worker_id}"))
+        rng = random.Random(f"{config.seed}-{worker_id}")
         factors = config.prefill_forward_factors if self.role == "prefill" else config.decode_step_factors
-        if factors:
-            rng = random.Random(f"{config.seed}-{worker_id}")
-            self._noise = lambda: rng.choice(factors)
+        self._noise = (lambda: rng.choice(factors)) if factors else _noise(config.step_noise, rng)
         self._exact = config.exact and truth is None
 
     def call(self, fn: Callable[[], None]) -> None:

@@ -76,14 +76,19 @@ def test_a_bfloat16_stage_attends_as_the_pool_to_bfloat16_rounding():
     torch.testing.assert_close(got.float(), expected.float(), rtol=0.02, atol=0.02)
 
 
-def test_the_longest_contexts_go_to_the_second_stage_and_attend_as_the_pool():
-    gen = torch.Generator().manual_seed(2)
+def _eleven_short_and_one_long(seed: int) -> tuple[torch.Generator, PagedKVCache, dict[int, list[int]], DecodeStage,
+                                                   dict[int, int]]:
+    """Eleven short contexts and one (request 11) that alone would set the whole stage's width."""
+    gen = torch.Generator().manual_seed(seed)
     cache = _cache(gen)
     tables = {u: [2 * u, 2 * u + 1] for u in range(11)}  # 32 positions each
     tables[11] = list(range(22, 62))  # 640 positions
-    stage = DecodeStage(cache, max_slots=12)
-    # eleven short contexts and one that alone would set the whole stage's width
     lens = {**{u: 9 + u for u in range(11)}, 11: 600}
+    return gen, cache, tables, DecodeStage(cache, max_slots=12), lens
+
+
+def test_the_longest_contexts_go_to_the_second_stage_and_attend_as_the_pool():
+    gen, cache, tables, stage, lens = _eleven_short_and_one_long(2)
     for _ in range(3):
         got, expected = _step(stage, cache, list(lens), list(lens.values()), tables, gen)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
@@ -164,12 +169,7 @@ def test_a_growing_context_reallocates_the_stage_once_per_quarter_not_every_step
 def test_under_credit_batching_a_long_context_stays_on_the_second_stage_and_nothing_is_copied_again():
     """Credit batching holds different requests back in alternate steps; deciding the longest
     contexts over the held-back ones too keeps each context on one stage, filled once."""
-    gen = torch.Generator().manual_seed(5)
-    cache = _cache(gen)
-    tables = {u: [2 * u, 2 * u + 1] for u in range(11)}  # 32 positions each
-    tables[11] = list(range(22, 62))  # 640 positions
-    stage = DecodeStage(cache, max_slots=12)
-    lens = {**{u: 9 + u for u in range(11)}, 11: 600}
+    gen, cache, tables, stage, lens = _eleven_short_and_one_long(5)
     plans: list = []  # type: ignore[type-arg]
     everyone = tuple(lens)
     for step in range(6):
