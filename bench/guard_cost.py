@@ -33,8 +33,8 @@ FORWARD_TOKENS = 4096  # a worker's default prefill budget
 
 
 def by_definition(guard: TtftGuard, prompt: int, deadline: float, now: float) -> bool:
-    return any(d >= deadline and d != float("inf") and now + (guard.predict_s(0, d) or 0.0) <= d
-               and now + (guard.predict_s(prompt, d) or 0.0) > d for d, _ in list(guard.queued.values()))
+    return any(d >= deadline and d != float("inf") and now + (guard.predict_s(0, d, ttft_s=t) or 0.0) <= d
+               and now + (guard.predict_s(prompt, d, ttft_s=t) or 0.0) > d for d, _, t in list(guard.queued.values()))
 
 
 def loaded_guard(queued: int, ttft_s: float) -> TtftGuard:

@@ -52,7 +52,7 @@ class DecodeReservations:
     async def _wait_for_admission(self, req: ValidatedRequest, prompt: PromptBlocks, deadline: float,
                                   avoid: set[str], refusal: RequestError) -> Reservation:
         def last_useful() -> float:  # admitted later than this, the prefill cannot finish in time
-            return last_useful_moment(self.registry, prompt, deadline)
+            return last_useful_moment(self.registry, prompt, deadline, req.ttft_ms / 1000)
 
         async with self.admission.waiting(last_useful, req.tpot_ms) as waiter:
             while True:
@@ -80,7 +80,7 @@ class DecodeReservations:
         for worker in candidates:
             reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
                                                 max_tokens=req.params.max_tokens, stream_id=self.stream_id,
-                                                tpot_ms=req.tpot_ms, tpot_margin=worker.view.epsilon.margin,
+                                                tpot_ms=req.tpot_ms, tpot_margin=worker.view.epsilons.margin(req.tpot_ms / 1000),
                                                 prefix_hashes=prompt.cached_hashes(worker.prefix))
             # shielded: if the request ends while the reply is on its way, the reservation it
             # brings is released on arrival instead of waiting for its lease to run out

@@ -41,14 +41,17 @@ class PromiseLoop:
         if p.late_told or not req.tpot_ms or p.decode is None or p.decode.decode_view is None:
             return
         since_first = time.perf_counter() - p.started - p.ttft_ms / 1000
-        p.late_told = decoding_late(p.completion_tokens - 1, since_first, req.tpot_ms / 1000, p.decode.view.epsilon,
-                                    p.decode_epsilon)
+        tpot_slo_s = req.tpot_ms / 1000
+        p.late_told = decoding_late(p.completion_tokens - 1, since_first, tpot_slo_s,
+                                    p.decode.view.epsilons.of(tpot_slo_s), p.decode_epsilon)
 
     def first_token(self, req: ValidatedRequest, p: Progress) -> None:
         """``req``'s first token is here after ``p.ttft_ms``: its TTFT to the headroom that admitted it."""
-        headroom = p.prefill.guard.headroom if p.prefill is not None and p.prefill.ttft is not None else None
+        ttft_slo_s = req.ttft_ms / 1000
+        headroom = (p.prefill.guard.headrooms.of(ttft_slo_s) if p.prefill is not None and p.prefill.ttft is not None
+                    and ttft_slo_s else None)
         ttft_s = p.ttft_ms / 1000
-        if not outcome(ttft_s, req.ttft_ms / 1000, headroom, p.prefill_headroom):
+        if not outcome(ttft_s, ttft_slo_s, headroom, p.prefill_headroom):
             _explain_ttft_miss(req, p, ttft_s)
 
     def served(self, req: ValidatedRequest, p: Progress) -> None:
@@ -57,7 +60,8 @@ class PromiseLoop:
         ttft_s = p.ttft_ms / 1000
         tokens = p.completion_tokens
         tpot_s = (now - p.started - ttft_s) / (tokens - 1) if tokens > 1 else 0.0
-        epsilon = p.decode.view.epsilon if p.decode is not None and p.decode.decode_view is not None else None
+        epsilon = (p.decode.view.epsilons.of(req.tpot_ms / 1000) if p.decode is not None
+                   and p.decode.decode_view is not None and req.tpot_ms else None)
         if tokens <= 1:
             epsilon = None  # it never decoded there
         met = outcome(tpot_s, req.tpot_ms / 1000, epsilon, p.decode_epsilon)
@@ -77,9 +81,11 @@ class PromiseLoop:
         attained = self.by_class[name].value(now)
         if attained is not None:
             self.metrics.attainment.labels(self.metrics.role, name).set(attained)
+        margins = []
         if p.prefill is not None and p.prefill.ttft is not None:
-            self.metrics.margin.labels(self.metrics.role, "ttft_headroom", p.prefill.worker_id).set(
-                p.prefill.guard.headroom.margin)
+            margins.append(("ttft_headroom", p.prefill.worker_id, p.prefill.guard.headrooms))
         if p.decode is not None and p.decode.decode_view is not None:
-            self.metrics.margin.labels(self.metrics.role, "tpot_epsilon", p.decode.worker_id).set(
-                p.decode.view.epsilon.margin)
+            margins.append(("tpot_epsilon", p.decode.worker_id, p.decode.view.epsilons))
+        for kind, worker_id, by_class in margins:
+            for slo_ms, margin in by_class.items():
+                self.metrics.margin.labels(self.metrics.role, kind, worker_id, f"{slo_ms:g}").set(margin)

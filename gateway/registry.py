@@ -17,7 +17,7 @@ from common.rpc.convert import prefill_model_from_proto
 from common.rpc.server import channel
 from common.kv_transfer.pairing import TRANSPORTS, PoolLocation, TransportMismatch, pair_transport
 from common.slo.promise import DEFAULT_TARGET
-from common.slo.tpot_guard import DecodeView, tpot_epsilon
+from common.slo.tpot_guard import DecodeView, tpot_epsilons
 from common.slo.ttft_guard import TtftGuard, new_guard
 from gateway.prefix_view import PrefixView
 from gateway.loop_lag import LoopLag
@@ -109,7 +109,7 @@ class WorkerRegistry:
                                     self.slo_target)
             record.ttft.heard(load.queued_tokens, load.running)
         else:
-            record.decode_view = DecodeView(tpot_epsilon(self.slo_target))
+            record.decode_view = DecodeView(tpot_epsilons(self.slo_target))
         if descriptor.prefix_salt:
             record.prefix = PrefixView(descriptor.block_size, descriptor.prefix_salt)
             if load.HasField("prefix"):

@@ -136,7 +136,7 @@ class RequestFlow:
         decode, reservation = await self.reservations.reserve(req, p.prompt_blocks(req.prompt_token_ids),
                                                               _deadline(req, p), avoid)
         p.reserved(decode, reservation.lease_id)
-        p.decode_epsilon = decode.view.epsilon.margin
+        p.decode_epsilon = decode.view.epsilons.margin(req.tpot_ms / 1000)
         p.decode_cached_tokens = reservation.cached_blocks * decode.descriptor.block_size
         decode.inflight += 1
         try:
@@ -154,7 +154,7 @@ class RequestFlow:
         assert p.decode is not None
         decode = p.decode
         prompt = p.prompt_blocks(req.prompt_token_ids)
-        candidates = [(w, transport) for w in self.router.prefill_candidates(self.registry, prompt, deadline)
+        candidates = [(w, transport) for w in self.router.prefill_candidates(self.registry, prompt, deadline, req.ttft_ms / 1000)
                       if w.worker_id not in avoid and (transport := _transport(w, decode))]
         if not candidates:
             raise unavailable("no prefill worker is available")
@@ -171,8 +171,8 @@ class RequestFlow:
         # what this worker will compute: its guard predicts, queues and calibrates on that
         tokens, guard = prompt.uncached_tokens(worker.prefix), worker.guard
         ahead, raw_s = guard.queued_ahead(deadline), guard.predict_s(tokens, deadline, calibrated=False)
-        p.prefill_predicted_s = guard.predict_s(tokens, deadline)
-        p.prefill_headroom = guard.headroom.margin
+        p.prefill_predicted_s = guard.predict_s(tokens, deadline, ttft_s=req.ttft_ms / 1000)
+        p.prefill_headroom = guard.headrooms.margin(req.ttft_ms / 1000)
         worker.inflight += 1
         guard.sent(req.request_id, deadline, tokens, req.ttft_ms / 1000)
         sent = p.prefill_sent = time.perf_counter()

@@ -64,10 +64,10 @@ class SloAwareRouter(LeastLoadedRouter):
     ttft_guard = True
 
     def prefill_candidates(self, registry: WorkerRegistry, prompt: PromptBlocks,
-                           deadline: float = float("inf")) -> list[WorkerRecord]:
+                           deadline: float = float("inf"), ttft_s: float = 0.0) -> list[WorkerRecord]:
         workers = registry.routable("prefill")
         return _pick(workers, prefill_order([w.guard for w in workers], [prompt.uncached_tokens(w.prefix) for w in workers],
-                                            deadline, time.perf_counter()))
+                                            deadline, time.perf_counter(), ttft_s))
 
     def decode_candidates(self, registry: WorkerRegistry, tpot_s: float,
                           prompt: PromptBlocks | None = None) -> list[WorkerRecord]:

@@ -31,9 +31,10 @@ def _guards_and_tokens(registry: WorkerRegistry, prompt: int | PromptBlocks) -> 
     return [w.guard for w in workers], tokens
 
 
-def last_useful_moment(registry: WorkerRegistry, prompt: int | PromptBlocks, deadline: float) -> float:
-    """``last_useful_admission`` over the routable prefill workers, now (perf_counter time)."""
-    return last_useful_admission(*_guards_and_tokens(registry, prompt), deadline, time.perf_counter())
+def last_useful_moment(registry: WorkerRegistry, prompt: int | PromptBlocks, deadline: float, ttft_s: float) -> float:
+    """``last_useful_admission`` over the routable prefill workers, now (perf_counter time), for a
+    request with TTFT SLO ``ttft_s``."""
+    return last_useful_admission(*_guards_and_tokens(registry, prompt), deadline, time.perf_counter(), ttft_s)
 
 
 def check_ttft(registry: WorkerRegistry, prompt: int | PromptBlocks, ttft_ms: int, started: float) -> None:

@@ -25,7 +25,7 @@ from common.engine.sampling_params import SamplingParams
 from common.slo.admission_round import AdmissionRound
 from common.slo.promise import decoding_late, outcome
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
-from common.slo.tpot_guard import DecodeView, tpot_epsilon
+from common.slo.tpot_guard import DecodeView, tpot_epsilons
 from common.slo.ttft_guard import TtftGuard, last_useful_admission, new_guard, ttft_refusal
 from simulator.config import SimConfig
 from simulator.events import Simulation
@@ -54,7 +54,7 @@ class SimGateway:
             self.guards[w.worker_id] = new_guard(w.core.cost_models.prefill if w.core.cost_models else None,
                                                  self.config.max_num_tokens, target, self.sim.clock)
         for w in self.decodes:
-            self.views[w.worker_id] = DecodeView(tpot_epsilon(target))
+            self.views[w.worker_id] = DecodeView(tpot_epsilons(target))
         self.inflight = {w.worker_id: 0 for w in [*self.prefills, *self.decodes]}
         self.decoding = {w.worker_id: {} for w in self.decodes}
         self.round_robin = {"prefill": RoundRobin(), "decode": RoundRobin()}
@@ -115,7 +115,7 @@ class SimGateway:
             return
         worker = candidates[at]
         self._hear_tokens(worker)
-        epsilon = self.views[worker.worker_id].epsilon.margin
+        epsilon = self.views[worker.worker_id].epsilons.margin(flight.tpot_s)
 
         def reserve() -> None:
             try:
@@ -141,12 +141,13 @@ class SimGateway:
         decoding = self.decoding[worker.worker_id]
         if not decoding:
             return
-        epsilon = self.views[worker.worker_id].epsilon
+        epsilons = self.views[worker.worker_id].epsilons
         now = self.sim.now
         for rid, decoded in worker.decoded_by_now().items():
             flight = decoding.get(rid)
             if flight is not None and not flight.late_told:
-                flight.late_told = decoding_late(decoded, now - flight.first_token_at, flight.tpot_s, epsilon,
+                flight.late_told = decoding_late(decoded, now - flight.first_token_at, flight.tpot_s,
+                                                 epsilons.of(flight.tpot_s) if flight.tpot_s else None,
                                                  flight.epsilon_at)
 
     def _reserved_or_wait(self, flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
@@ -187,7 +188,7 @@ class SimGateway:
         guards = list(self.guards.values())
 
         def last_useful() -> float:
-            return last_useful_admission(guards, flight.tokens, flight.deadline, self.sim.now)
+            return last_useful_admission(guards, flight.tokens, flight.deadline, self.sim.now, flight.ttft_s)
 
         self.waiters.append(Waiter(flight, last_useful))
         if not self._ticking:
@@ -255,7 +256,7 @@ class SimGateway:
         guard.sent(flight.request_id, flight.deadline, flight.tokens, flight.ttft_s)
         self.inflight[worker.worker_id] += 1
         flight.sent_at = self.sim.now
-        flight.headroom_at = guard.headroom.margin
+        flight.headroom_at = guard.headrooms.margin(flight.ttft_s)
         params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
         left_ms = max(0.001, (flight.deadline - self.sim.now) * 1000) if flight.ttft_s else 0.0
 
@@ -272,7 +273,7 @@ class SimGateway:
             order = self.round_robin["prefill"].order(len(workers))
         elif self.config.ttft_guard:
             order = prefill_order([self.guards[w.worker_id] for w in workers], [flight.tokens] * len(workers),
-                                  flight.deadline, self.sim.now)
+                                  flight.deadline, self.sim.now, flight.ttft_s)
         else:
             order = least_loaded_order([self.inflight[w.worker_id] for w in workers],
                                        [self.guards[w.worker_id].reported_tokens for w in workers])
@@ -300,7 +301,7 @@ class SimGateway:
                        flight.prefill.core.load.forward_calibration_ratio)
         self.inflight[flight.prefill.worker_id] -= 1
         flight.first_token_at = now
-        outcome(now - flight.arrived, flight.ttft_s, guard.headroom, flight.headroom_at)
+        outcome(now - flight.arrived, flight.ttft_s, guard.headrooms.of(flight.ttft_s), flight.headroom_at)
         flight.record.token_times.append(now + self.config.hop_s)
         flight.record.tokens_per_message.append(1)
         if flight.planned.output_len == 1:
@@ -347,7 +348,7 @@ class SimGateway:
         tokens = flight.planned.output_len
         tpot_s = (now - flight.first_token_at) / (tokens - 1) if tokens > 1 else 0.0
         assert flight.decode is not None
-        epsilon = self.views[flight.decode.worker_id].epsilon if tokens > 1 else None
+        epsilon = self.views[flight.decode.worker_id].epsilons.of(flight.tpot_s) if tokens > 1 and flight.tpot_s else None
         outcome(tpot_s, flight.tpot_s, epsilon, flight.epsilon_at)
         self.sim.after(self.config.hop_s, self.done, flight)
 

@@ -21,7 +21,7 @@ class SimRun:
     records: list[RequestRecord]
     duration: float  # simulated seconds from the first send to the last answer
     wall_s: float  # seconds the simulation took
-    margins: dict[str, float]  # each guard's margin at the end (ttft headroom / tpot epsilon, by worker)
+    margins: dict[str, float]  # each guard's margins at the end (ttft headroom / tpot epsilon, by worker and SLO class)
 
 
 def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
@@ -47,8 +47,8 @@ def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
     if len(answered) != len(plan):
         raise RuntimeError(f"the simulation ended with {len(plan) - len(answered)} requests unanswered")
     last = max((r.token_times[-1] if r.token_times else r.start) for r in (f.record for f in flights))
-    margins = {f"ttft_headroom/{wid}": g.headroom.margin for wid, g in gateway.guards.items()}
-    margins.update({f"tpot_epsilon/{wid}": v.epsilon.margin for wid, v in gateway.views.items()})
+    margins = {f"ttft_headroom/{wid}/{ms:g}ms": m for wid, g in gateway.guards.items() for ms, m in g.headrooms.items()}
+    margins.update({f"tpot_epsilon/{wid}/{ms:g}ms": m for wid, v in gateway.views.items() for ms, m in v.epsilons.items()})
     return SimRun([f.record for f in flights], last, time.perf_counter() - started, margins)
 
 

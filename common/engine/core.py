@@ -29,6 +29,7 @@ from common.engine.sampling_params import SamplingParams
 from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.slo import tpot_guard
 from common.slo.calibration import Calibration
+from common.slo.promise import slo_class_ms
 from common.slo.ratio_histogram import RatioHistogram
 from common.slo.forward_budget import TightestSlo, forward_budget
 from common.slo.cost_models import CostModels, DecodeModel
@@ -64,7 +65,9 @@ class EngineCore:
         if self.scheduler.config.ttft_guard:
             self.scheduler.prefill_cap = self.prefill_cap
             self.scheduler.forward_keeps = self.forward_keeps
-        self.tpot_margin = tpot_guard.TPOT_MARGIN  # ε of the latest reservation (the gateway's closed loop steers it)
+        # ε by TPOT SLO class (``slo_class_ms``), as the latest reservation of each class brought it
+        # (the gateway's closed loop steers them): what each request's TPOT is held to
+        self.tpot_margins: dict[float, float] = {}
         self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
         self._profile_decode: DecodeModel | None = None  # the decode model before any refit: refits' prior
         self.step_calibration = Calibration(clock=clock)  # decode step periods as observed vs the fitted model
@@ -112,7 +115,7 @@ class EngineCore:
         Raises ``AdmissionError`` when the TPOT guard (margin ``epsilon``) predicts the SLOs
         could not all be met."""
         self._validate(request_id, [0] * prompt_len, SamplingParams(max_tokens=max_tokens))
-        self.tpot_margin = epsilon
+        self.tpot_margins[slo_class_ms(tpot_slo_ms / 1000)] = epsilon
         if not self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon):
             raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here")
         tokens = prompt_len + (max_tokens if self.config.memory_policy == "guaranteed_no_evict" else 1)
@@ -160,14 +163,20 @@ class EngineCore:
         if self.cost_models is None:
             return False
         step = self.step_calibration.scale(self.cost_models.decode.predict(batch, mean_len))
-        return tpot_guard.step_keeps(step, tightest_slo_s, self.tpot_margin)
+        return tpot_guard.step_keeps(step, tightest_slo_s, self.tpot_margin(tightest_slo_s))
+
+    def tpot_margin(self, slo_s: float) -> float:
+        """ε for a request with this TPOT SLO: its class's latest (``TPOT_MARGIN`` before any)."""
+        return self.tpot_margins.get(slo_class_ms(slo_s), tpot_guard.TPOT_MARGIN)
 
     def decodings(self) -> list[tpot_guard.Decoding]:
         """What the TPOT guard projects: every request here (decoding or about to) and every
         reservation, with its SLO, its output tokens still to come at most, and its length."""
-        here = [tpot_guard.Decoding(r.tpot_slo_ms / 1000, r.params.max_tokens - len(r.output_token_ids), r.num_tokens)
+        here = [tpot_guard.Decoding(r.tpot_slo_ms / 1000, r.params.max_tokens - len(r.output_token_ids), r.num_tokens,
+                                    self.tpot_margin(r.tpot_slo_ms / 1000))
                 for r in self.scheduler.requests.values()]
-        return here + [tpot_guard.Decoding(lease.tpot_slo_ms / 1000, lease.max_tokens - 1, lease.prompt_len + 1)
+        return here + [tpot_guard.Decoding(lease.tpot_slo_ms / 1000, lease.max_tokens - 1, lease.prompt_len + 1,
+                                           self.tpot_margin(lease.tpot_slo_ms / 1000))
                        for lease in self.leases.leases()]
 
     def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,

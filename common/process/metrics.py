@@ -93,7 +93,8 @@ class Metrics:
                                 registry=r)
         self.margin = Gauge("pdserve:slo_guard_margin", "The margin a guard applies to its predictions, steered to "
                             "hold the attainment target: ttft_headroom per prefill worker, tpot_epsilon (VBS ε) per "
-                            "decode worker", [*labels, "kind", "worker"], registry=r)
+                            "decode worker, each per SLO class (the SLO in ms, two significant digits)",
+                            [*labels, "kind", "worker", "slo_ms"], registry=r)
         self.prefill_call_overhead = Histogram(
             "pdserve:prefill_call_overhead_seconds", "Of each prefill call, the time at the gateway beyond what the "
             "worker reports spending on it (queue, forward, KV copy): RPC hops, both event loops' delays, this "

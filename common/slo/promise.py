@@ -38,6 +38,14 @@ and one that recovered relaxes the margin like any other outcome.
 A TTFT is known at the first token and fed back then (``outcome``), not when the request ends:
 a burst of long prompts that overran the prefill worker shows a whole decode sooner.
 
+Each guard keeps one margin per SLO class (``ClassMargins``: requests whose SLO rounds to the same
+two significant digits), not one for all: a margin is steered only by the outcomes of the
+requests whose admission it bounds. With one margin a worker's loose classes (a 1 s TTFT met in
+200 ms, a 50 ms TPOT met at 8 ms) relaxed it at every outcome while the tight classes, admitted
+right at their boundary, missed: at twice the knee one in eight admitted 100 ms-TTFT requests
+missed while the shared headroom drifted down, and ε fell from 1.3 to 0.88 over 30 s of 50 ms-TPOT
+requests met with room before a load step made every admitted 15 ms-TPOT request miss.
+
 ``Attainment`` is the measured side: the share of admitted requests that met their SLO over a
 sliding time window, kept per SLO class and per worker for metrics and reports.
 
@@ -94,6 +102,46 @@ class MarginController:
         least = 1 + self.step
         raised = self.margin * least if admitted_at is None else admitted_at * min(max(ratio, least), self.most)
         self.margin = min(self.high, max(self.margin, raised))
+
+
+def slo_class_ms(slo_s: float) -> float:
+    """The class of an SLO (seconds) whose margin it shares: milliseconds to two significant digits
+    (143 and 141 ms share one, 100 and 300 ms do not); 0 for none. Bounded: at most 90 classes a
+    decade, however many distinct SLOs clients send."""
+    if slo_s <= 0:
+        return 0.0
+    ms = slo_s * 1000
+    return float(f"{ms:.2g}")
+
+
+@dataclass(slots=True)
+class ClassMargins:
+    """One ``MarginController`` per SLO class (``slo_class_ms``), each starting at ``start``;
+    requests without an SLO share the class 0 (its margin is never steered: no outcome teaches it)."""
+
+    start: float
+    target: float = DEFAULT_TARGET
+    by_class: dict[float, MarginController] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        MarginController(self.start, target=self.target)  # the same checks, once
+
+    def of(self, slo_s: float) -> MarginController:
+        """The margin of the class of ``slo_s`` (seconds), made at ``start`` when first asked."""
+        key = slo_class_ms(slo_s)
+        margin = self.by_class.get(key)
+        if margin is None:
+            margin = self.by_class[key] = MarginController(self.start, target=self.target)
+        return margin
+
+    def margin(self, slo_s: float) -> float:
+        """The margin a request with this SLO is admitted with now (``start`` for an unseen class)."""
+        margin = self.by_class.get(slo_class_ms(slo_s))
+        return self.start if margin is None else margin.margin
+
+    def items(self) -> list[tuple[float, float]]:
+        """(class in ms, margin) of every class seen with an SLO, tightest first."""
+        return sorted((ms, m.margin) for ms, m in self.by_class.items() if ms)
 
 
 @dataclass(slots=True)

@@ -19,10 +19,11 @@ from common.slo.tpot_guard import DecodeView
 from common.slo.ttft_guard import TtftGuard
 
 
-def prefill_order(guards: Sequence[TtftGuard], prompt_tokens: Sequence[int], deadline: float, now: float) -> list[int]:
+def prefill_order(guards: Sequence[TtftGuard], prompt_tokens: Sequence[int], deadline: float, now: float,
+                  ttft_s: float = 0.0) -> list[int]:
     """Indices of ``guards``, best first; ``prompt_tokens[i]``: what worker i would compute of the
-    prompt (less what its prefix cache holds)."""
-    keys = [(g.pushes_queued_past(n, deadline, now), g.predict_s(n, deadline) or float("inf"))
+    prompt (less what its prefix cache holds); ``ttft_s``: the request's TTFT SLO (its class's headroom)."""
+    keys = [(g.pushes_queued_past(n, deadline, now), g.predict_s(n, deadline, ttft_s=ttft_s) or float("inf"))
             for g, n in zip(guards, prompt_tokens)]
     return sorted(range(len(guards)), key=keys.__getitem__)
 

@@ -9,11 +9,11 @@ batch size ``Σ TRP`` and the mean length, and requests leave when their tokens 
 ``max_tokens``: an earlier EOS only helps). Then::
 
     admitted ⇔ requests present (running, waiting, reserved) + 1 ≤ max_batch_size
-               and for every request r with a TPOT SLO:  projected TPOT(r) · ε ≤ SLO(r)
-    idle (nothing running, nothing reserved) ⇔ unloaded_step · ε ≤ SLO(new)
+               and for every request r with a TPOT SLO:  projected TPOT(r) · ε(r) ≤ SLO(r)
+    idle (nothing running, nothing reserved) ⇔ unloaded_step · ε(new) ≤ SLO(new)
 
 ε is the margin the gateway's closed loop steers (``common.slo.promise``; it starts at
-``TPOT_MARGIN``). An idle worker never refuses on a model's word alone: the step it measured
+``TPOT_MARGIN``), one per TPOT SLO class: each request is held to its own class's. An idle worker never refuses on a model's word alone: the step it measured
 alone at warm-up decides, and the steps it then runs correct the model
 (``common.slo.calibration``).
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from common.slo.cost_models import DecodeModel
 from common.slo.credit import virtual_batch_size
-from common.slo.promise import DEFAULT_TARGET, MarginController
+from common.slo.promise import DEFAULT_TARGET, ClassMargins
 
 TPOT_MARGIN = 1.3  # ε where the closed loop starts: a step predicted this much slower still meets the SLO
 
@@ -45,6 +45,7 @@ class Decoding:
     slo_s: float  # its TPOT SLO in seconds; 0: none (it runs every step)
     remaining: int  # output tokens it may still produce
     length: int  # tokens in its context now
+    epsilon: float | None = None  # the margin its TPOT is held to; None: the one the check is given
 
 
 def guarded_slos(running_ms: Mapping[str, float], reserved_ms: Mapping[str, float]) -> dict[str, float]:
@@ -101,8 +102,9 @@ def projected_tpots(requests: Sequence[Decoding], model: DecodeModel,
 
 def admits(requests: Sequence[Decoding], model: DecodeModel, epsilon: float = TPOT_MARGIN,
            calibration: Callable[[float], float] = _uncalibrated) -> bool:
-    """Whether every request with a TPOT SLO keeps it, with margin ``epsilon``, over its decode."""
-    return all(not r.slo_s or tpot * epsilon <= r.slo_s
+    """Whether every request with a TPOT SLO keeps it over its decode, with its own margin
+    (``Decoding.epsilon``) or else ``epsilon``."""
+    return all(not r.slo_s or tpot * (r.epsilon or epsilon) <= r.slo_s
                for r, tpot in zip(requests, projected_tpots(requests, model, calibration)))
 
 
@@ -135,17 +137,18 @@ def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeMode
     return admits([*present, new], model, epsilon, calibration)
 
 
-def tpot_epsilon(target: float = DEFAULT_TARGET) -> MarginController:
-    return MarginController(TPOT_MARGIN, target=target)
+def tpot_epsilons(target: float = DEFAULT_TARGET) -> ClassMargins:
+    return ClassMargins(TPOT_MARGIN, target=target)
 
 
 @dataclass(slots=True, eq=False)
 class DecodeView:
     """The gateway's side of the TPOT guard for one decode worker: the TPOT SLOs of the requests
     it routed there and that have not finished (seconds, by request id), and ε, the margin the
-    worker's admission applies, steered by the TPOTs those requests really got."""
+    worker's admission applies, one per TPOT SLO class, each steered by the TPOTs its class's
+    requests really got."""
 
-    epsilon: MarginController = field(default_factory=tpot_epsilon)
+    epsilons: ClassMargins = field(default_factory=tpot_epsilons)
     routed: dict[str, float] = field(default_factory=dict)
 
     def vbs_with(self, tpot_s: float) -> float:

@@ -12,8 +12,9 @@ prefill would be over::
 
     predicted call = (calibration × model(queue ahead + prompt) + overhead) × headroom
 
-Its ``headroom`` multiplies every calibrated prediction; the closed loop (``common.slo.promise``)
-steers it from the TTFTs admitted requests really got.
+Its ``headrooms`` multiply every calibrated prediction, one per TTFT SLO class: a request's
+prediction carries its own class's; the closed loop (``common.slo.promise``) steers each from the
+TTFTs that class's admitted requests really got.
 
 Only calls that no later send could have delayed teach the calibration and the overhead. A
 request sent while another is queued may join that one's forward or, with an earlier deadline,
@@ -36,9 +37,9 @@ from dataclasses import dataclass, field
 from common.slo.calibration import Calibration, WindowQuantile
 from common.slo.cost_models import PrefillModel
 from common.slo.forward_budget import TightestSlo, forward_budget
-from common.slo.promise import DEFAULT_TARGET, MarginController
+from common.slo.promise import DEFAULT_TARGET, ClassMargins, MarginController
 
-Queued = tuple[float, int]  # (TTFT deadline, inf without one; prompt tokens)
+Queued = tuple[float, int, float]  # (TTFT deadline, inf without one; prompt tokens; TTFT SLO s, 0: none)
 
 
 TTFT_HEADROOM = 1.0  # where the closed loop starts the margin on predicted prefill calls: on the safe side
@@ -50,8 +51,8 @@ def prefill_calibration(clock: Callable[[], float] = time.monotonic) -> Calibrat
     return Calibration(quantile=0.5, clock=clock)
 
 
-def ttft_headroom(target: float = DEFAULT_TARGET) -> MarginController:
-    return MarginController(TTFT_HEADROOM, target=target)
+def ttft_headrooms(target: float = DEFAULT_TARGET) -> ClassMargins:
+    return ClassMargins(TTFT_HEADROOM, target=target)
 
 
 def overhead_quantile(target: float = DEFAULT_TARGET) -> float:
@@ -64,7 +65,7 @@ def overhead_quantile(target: float = DEFAULT_TARGET) -> float:
     added, so that quantile is the miss rate they are promised. At p90 a burst's admissions at
     the boundary missed one in ten (calls taking 250-370 ms past the worker's own time on two
     shared cores, against a 2 s window's p90 well below that)."""
-    return 1 - ttft_headroom(target).share * (1 - target)
+    return 1 - MarginController(TTFT_HEADROOM, target=target).share * (1 - target)
 
 
 def call_overhead(target: float = DEFAULT_TARGET, clock: Callable[[], float] = time.monotonic) -> WindowQuantile:
@@ -75,7 +76,7 @@ def new_guard(model: PrefillModel | None, forward_tokens: int, target: float = D
               clock: Callable[[], float] = time.monotonic) -> TtftGuard:
     """A prefill worker's guard as the gateway (or the simulator, on its virtual clock) makes it."""
     return TtftGuard(model, forward_tokens, prefill_calibration(clock),
-                     overhead=call_overhead(target, clock), headroom=ttft_headroom(target),
+                     overhead=call_overhead(target, clock), headrooms=ttft_headrooms(target),
                      tightest=TightestSlo(clock=clock))
 
 
@@ -86,13 +87,13 @@ class TtftGuard:
     calibration: Calibration = field(default_factory=prefill_calibration)
     # seconds a call adds to what the worker reports spending on it (RPC hops, the gateway's delays)
     overhead: WindowQuantile = field(default_factory=call_overhead)
-    # what this gateway sent and awaits, in sending order: request id -> (deadline, tokens);
+    # what this gateway sent and awaits, in sending order: request id -> (deadline, tokens, TTFT SLO);
     # deadlines are on the clock ``now`` is read from
     queued: dict[str, Queued] = field(default_factory=dict)
     reported_tokens: int = 0  # prompt tokens the worker last said it has queued (all gateways')
     others_tokens: int = 0  # ... beyond what this gateway had sent and awaited when it said so
     reported_running: int = 0  # requests the worker last said it is running
-    headroom: MarginController = field(default_factory=ttft_headroom)
+    headrooms: ClassMargins = field(default_factory=ttft_headrooms)  # the closed loop's, by TTFT SLO class
     extrapolations: int = 0  # predictions of a forward larger than any the model was fitted on
     # of ``queued``: those a later send could have delayed (joined their forward or gone before
     # them), and those sent with nothing ahead; what their answers may teach (module docstring)
@@ -107,7 +108,7 @@ class TtftGuard:
         self.reported_tokens, self.reported_running = queued_tokens, running
         # other gateways' work, as of the report: this gateway's own share is followed live in
         # ``queued`` (a report soon goes stale for what this gateway's answers already took off)
-        self.others_tokens = max(0, queued_tokens - sum(tokens for _, tokens in self.queued.values()))
+        self.others_tokens = max(0, queued_tokens - sum(tokens for _, tokens, _ in self.queued.values()))
 
     def sent(self, request_id: str, deadline: float, tokens: int, ttft_s: float = 0.0) -> None:
         """A request with this deadline (and TTFT SLO ``ttft_s``; 0: none) and prompt ``tokens`` to compute went there."""
@@ -115,7 +116,7 @@ class TtftGuard:
         self.disturbed.update(self.queued)
         if not self.queued and not self.others_tokens:
             self.alone.add(request_id)
-        self.queued[request_id] = (deadline, tokens)
+        self.queued[request_id] = (deadline, tokens, ttft_s)
 
     def answered(self, request_id: str, observed_s: float, predicted_s: float | None,
                  worker_s: float | None = None, forward_ratio: float = 0.0) -> None:
@@ -159,7 +160,7 @@ class TtftGuard:
         """
         mine = list(self.queued.values())
         earlier = later = 0
-        for queued_deadline, tokens in mine:
+        for queued_deadline, tokens, _ in mine:
             if queued_deadline <= deadline:
                 earlier += tokens
             else:
@@ -182,13 +183,15 @@ class TtftGuard:
             earlier += min(later, max(cut, oldest)) if cut else later
         return earlier + self.others_tokens
 
-    def predict_s(self, prompt_tokens: int, deadline: float = float("inf"), calibrated: bool = True) -> float | None:
+    def predict_s(self, prompt_tokens: int, deadline: float = float("inf"), calibrated: bool = True,
+                  ttft_s: float = 0.0) -> float | None:
         """The queue ahead plus this prompt through the fitted model, one forward per
-        ``forward_tokens`` (scaled by what calls have been taking, and by the headroom, when
-        ``calibrated``); None without a model."""
+        ``forward_tokens`` (scaled by what calls have been taking, and by the headroom of the
+        class of ``ttft_s``, when ``calibrated``); None without a model."""
         if self.model is None:
             return None
-        return self._predict_tokens(self.queued_ahead(deadline) + prompt_tokens, calibrated)
+        return self._predict_tokens(self.queued_ahead(deadline) + prompt_tokens, calibrated,
+                                    self._scale(ttft_s) if calibrated else None)
 
     def _predict_tokens(self, tokens: int, calibrated: bool = True,
                         scale: tuple[float, float, float] | None = None, cut: int | None = None) -> float:
@@ -211,8 +214,8 @@ class TtftGuard:
         own forwards show that while calls always find a queue)."""
         return max(self.calibration.ratio, self.forward_ratio)
 
-    def _scale(self) -> tuple[float, float, float]:
-        return self.ratio(), self.overhead.value(), self.headroom.margin
+    def _scale(self, ttft_s: float = 0.0) -> tuple[float, float, float]:
+        return self.ratio(), self.overhead.value(), self.headrooms.margin(ttft_s)
 
     def raw_for(self, ahead_tokens: int, prompt_tokens: int) -> float | None:
         """The uncalibrated prediction for a prompt of ``prompt_tokens`` behind ``ahead_tokens``
@@ -233,20 +236,26 @@ class TtftGuard:
             return False
         mine = list(self.queued.values())
         by_deadline = sorted(mine, key=lambda q: q[0])
-        total, earlier, scale, cut = sum(tokens for _, tokens in mine), 0, self._scale(), self.forward_cut
+        total, earlier, cut = sum(tokens for _, tokens, _ in mine), 0, self.forward_cut
+        ratio, overhead = self.ratio(), self.overhead.value()
         # each queued request's own ``queued_ahead`` from running sums in deadline order: one pass,
         # not one over the queue per request (a gateway with hundreds queued spent its core here)
-        for i, (queued_deadline, tokens) in enumerate(by_deadline):
+        classes: set[float] = set()  # the TTFT SLOs of the requests due at this deadline
+        for i, (queued_deadline, tokens, ttft_s) in enumerate(by_deadline):
             earlier += tokens
+            classes.add(ttft_s)
             if i + 1 < len(by_deadline) and by_deadline[i + 1][0] == queued_deadline:
                 continue  # equal deadlines: all of them are ahead of each
+            due, classes = classes, set()
             if queued_deadline < deadline or queued_deadline == float("inf"):
                 continue
             ahead = self._ahead(mine, earlier, total - earlier, queued_deadline, cut)
-            on_time_now = now + self._predict_tokens(ahead, scale=scale, cut=cut) <= queued_deadline
-            with_it = now + self._predict_tokens(ahead + prompt_tokens, scale=scale, cut=cut)
-            if on_time_now and with_it > queued_deadline:
-                return True
+            for margin in {self.headrooms.margin(t) for t in due}:  # each its own class's: the promise it was made
+                scale = ratio, overhead, margin
+                on_time_now = now + self._predict_tokens(ahead, scale=scale, cut=cut) <= queued_deadline
+                with_it = now + self._predict_tokens(ahead + prompt_tokens, scale=scale, cut=cut)
+                if on_time_now and with_it > queued_deadline:
+                    return True
         return False
 
     def idle_and_untested(self) -> bool:
@@ -256,16 +265,17 @@ class TtftGuard:
 
 
 def best_prefill_s(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
-                   now: float) -> float:
+                   now: float, ttft_s: float = 0.0) -> float:
     """The least predicted prefill call (seconds) over the workers where the request makes no
     queued request late; inf when there is none; 0 when no worker has a model, or when one is
     idle and no call to it has been observed yet: a worker with nothing to do never refuses on
     a model's word alone, and its first call teaches the calibration. ``prompt_tokens``: the
-    prompt's tokens, or per guard what that worker would compute (less its cached prefix)."""
+    prompt's tokens, or per guard what that worker would compute (less its cached prefix);
+    ``ttft_s``: the request's TTFT SLO, whose class's headroom the predictions carry."""
     if any(g.idle_and_untested() for g in guards):
         return 0.0
     per_guard = [prompt_tokens] * len(guards) if isinstance(prompt_tokens, int) else list(prompt_tokens)
-    predictions = [g.predict_s(n, deadline) for g, n in zip(guards, per_guard)
+    predictions = [g.predict_s(n, deadline, ttft_s=ttft_s) for g, n in zip(guards, per_guard)
                    if not g.pushes_queued_past(n, deadline, now)]
     if not predictions:
         return float("inf") if guards else 0.0
@@ -277,7 +287,7 @@ def ttft_refusal(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[in
     """Why a request that arrived at ``arrived`` with TTFT SLO ``ttft_s`` cannot get its first
     token in time (None: it can). The decision of the TTFT guard, for the gateway and the
     simulator alike."""
-    best = best_prefill_s(guards, prompt_tokens, arrived + ttft_s, now)
+    best = best_prefill_s(guards, prompt_tokens, arrived + ttft_s, now, ttft_s)
     if best == float("inf"):
         return "on every prefill worker the request would make queued requests miss theirs"
     if now - arrived + best > ttft_s:
@@ -286,7 +296,7 @@ def ttft_refusal(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[in
 
 
 def last_useful_admission(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
-                          now: float) -> float:
-    """The latest moment a request waiting for a decode worker can still be admitted and get
-    its first token by ``deadline``: the deadline less its best predicted prefill."""
-    return deadline - best_prefill_s(guards, prompt_tokens, deadline, now)
+                          now: float, ttft_s: float = 0.0) -> float:
+    """The latest moment a request (TTFT SLO ``ttft_s``) waiting for a decode worker can still be
+    admitted and get its first token by ``deadline``: the deadline less its best predicted prefill."""
+    return deadline - best_prefill_s(guards, prompt_tokens, deadline, now, ttft_s)

@@ -91,3 +91,21 @@ def test_a_decode_worker_reserves_no_more_requests_with_a_tpot_slo_than_its_batc
     with pytest.raises(AdmissionError):
         engine.reserve("c", 3, 4, tpot_slo_ms=50.0)
     assert engine.reserve("d", 3, 4) is not None  # no TPOT SLO: nothing to promise, never refused
+
+
+def test_each_request_here_is_held_to_the_margin_of_its_own_tpot_class():
+    """ε comes with each reservation, steered per TPOT SLO class by the gateway: a request already
+    here is held to its class's latest ε, not to the newcomer's."""
+    def holding_a_30_ms_request(epsilon: float) -> LLMEngine:
+        engine = LLMEngine(EngineConfig(num_kv_blocks=64, policy="scorpio", max_batch_size=8))
+        engine.cost_models = CostModels(PrefillModel(0, 0.001, 0.0), DecodeModel(0.0, 0.010, 0.0, 0.0))  # 10 ms a VBS
+        assert engine.reserve("a", 3, 20, tpot_slo_ms=30.0, epsilon=epsilon) is not None  # alone: 10 ms x ε
+        return engine
+
+    # a 50 ms request joins: VBS 1 + 30/50, "a" steps at 16 ms (x 1.5 = 24 ms kept, x 2 = 32 ms not);
+    # the newcomer itself needs 20 ms a token (x 1.0, its class's ε) of its 50
+    assert holding_a_30_ms_request(1.5).reserve("b", 3, 20, tpot_slo_ms=50.0, epsilon=1.0) is not None
+    strict = holding_a_30_ms_request(2.0)
+    with pytest.raises(AdmissionError):
+        strict.reserve("b", 3, 20, tpot_slo_ms=50.0, epsilon=1.0)
+    assert strict.tpot_margin(0.030) == 2.0 and strict.tpot_margin(0.050) == 1.0 and strict.tpot_margin(0.015) == 1.3

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from common.engine.sampling_params import SamplingParams
-from common.slo.promise import MarginController
+from common.slo.promise import ClassMargins
 from common.slo.tpot_guard import DecodeView
 from common.slo.ttft_guard import TtftGuard
 from gateway.promise_loop import PromiseLoop
@@ -23,47 +23,77 @@ def _record(role: str, worker_id: str, **kw: object) -> WorkerRecord:
     return WorkerRecord(descriptor, worker_pb2.WorkerLoad(), 0.0, 0.0, None, None, **kw)  # type: ignore[arg-type]
 
 
-def _served(decode: WorkerRecord, prefill: WorkerRecord, ttft_ms: float, tpot_ms: float, tokens: int) -> Progress:
+def _request(ttft_ms: int = 1000, tpot_ms: int = 20, max_tokens: int = 20) -> ValidatedRequest:
+    return ValidatedRequest("r", [1, 2, 3], SamplingParams(max_tokens=max_tokens), (), ttft_ms=ttft_ms, tpot_ms=tpot_ms,
+                            tenant="")
+
+
+def _served(decode: WorkerRecord, prefill: WorkerRecord, ttft_ms: float, tpot_ms: float, tokens: int,
+            request: ValidatedRequest | None = None) -> Progress:
+    """What the flow records of a request served in ``ttft_ms`` and ``tpot_ms``; the margins it was
+    admitted under are its classes' (``request``'s SLOs; default ``_request()``'s)."""
+    request = request or _request()
     p = Progress(started=time.perf_counter() - (ttft_ms + tpot_ms * (tokens - 1)) / 1000)
     p.reserved(decode, "lease")
-    p.decode_epsilon = decode.view.epsilon.margin  # as the flow records it when the reservation comes back
+    p.decode_epsilon = decode.view.epsilons.margin(request.tpot_ms / 1000)  # as the flow records it
     p.prefilling(prefill)
-    p.prefill_headroom = prefill.guard.headroom.margin
+    p.prefill_headroom = prefill.guard.headrooms.margin(request.ttft_ms / 1000)
     p.ttft_ms, p.completion_tokens = ttft_ms, tokens
     return p
 
 
 def test_a_burst_of_tpot_misses_raises_epsilon_once_from_the_margin_that_admitted_them():
-    decode = _record("decode", "d0", decode_view=DecodeView(MarginController(1.3)))
-    prefill = _record("prefill", "p0", ttft=TtftGuard(None, 512, headroom=MarginController(1.0)))
-    request = ValidatedRequest("r", [1, 2, 3], SamplingParams(max_tokens=20), (), ttft_ms=1000, tpot_ms=20,
-                               tenant="")
+    decode = _record("decode", "d0", decode_view=DecodeView(ClassMargins(1.3)))
+    prefill = _record("prefill", "p0", ttft=TtftGuard(None, 512, headrooms=ClassMargins(1.0)))
+    request = _request()
     flights = [_served(decode, prefill, ttft_ms=50, tpot_ms=26, tokens=20) for _ in range(8)]  # all admitted at 1.3
     loop = PromiseLoop()
     for p in flights:
         loop.first_token(request, p)
-    relaxed = prefill.guard.headroom.margin
+    relaxed = prefill.guard.headrooms.margin(1.0)
     assert relaxed < 1.0  # TTFTs met with room, heard at the first token: relaxed
     for p in flights:
         loop.served(request, p)
-    assert prefill.guard.headroom.margin == relaxed  # the end of a request feeds its TPOT only
+    assert prefill.guard.headrooms.margin(1.0) == relaxed  # the end of a request feeds its TPOT only
     # each missed by ~1.3 (26 ms of 20, and the clock moved a little): ε ≈ 1.3 × 1.3, not 1.3 × 1.2^8 ≈ 5.6
-    assert decode.view.epsilon.margin == pytest.approx(1.3 * 1.3, rel=0.05)
+    assert decode.view.epsilons.margin(0.020) == pytest.approx(1.3 * 1.3, rel=0.05)
     assert loop.by_class["1000:20"].value(time.perf_counter()) == 0.0
 
 
 def test_a_request_decoding_late_raises_epsilon_once_while_it_still_streams():
-    decode = _record("decode", "d0", decode_view=DecodeView(MarginController(1.3)))
-    prefill = _record("prefill", "p0", ttft=TtftGuard(None, 512, headroom=MarginController(1.0)))
-    request = ValidatedRequest("r", [1, 2, 3], SamplingParams(max_tokens=64), (), ttft_ms=1000, tpot_ms=20,
-                               tenant="")
+    decode = _record("decode", "d0", decode_view=DecodeView(ClassMargins(1.3)))
+    prefill = _record("prefill", "p0", ttft=TtftGuard(None, 512, headrooms=ClassMargins(1.0)))
+    request = _request(max_tokens=64)
     loop = PromiseLoop()
     early = _served(decode, prefill, ttft_ms=50, tpot_ms=30, tokens=8)  # 7 tokens after the first: too few
     loop.decoding(request, early)
-    assert decode.view.epsilon.margin == 1.3 and not early.late_told
+    assert decode.view.epsilons.margin(0.020) == 1.3 and not early.late_told
     late = _served(decode, prefill, ttft_ms=50, tpot_ms=30, tokens=20)  # 19 tokens at 30 ms against 20 ms
     loop.decoding(request, late)
-    assert late.late_told and decode.view.epsilon.margin == pytest.approx(1.3 * 1.5)  # the largest one raise
-    decode.view.epsilon.margin = 1.3
+    assert late.late_told and decode.view.epsilons.margin(0.020) == pytest.approx(1.3 * 1.5)  # the largest one raise
+    decode.view.epsilons.of(0.020).margin = 1.3
     loop.decoding(request, late)  # told once
-    assert decode.view.epsilon.margin == 1.3
+    assert decode.view.epsilons.margin(0.020) == 1.3
+
+
+def test_a_loose_class_met_with_room_relaxes_its_own_margins_not_a_tight_class_s():
+    """Each SLO class has its own margins: 1 s TTFTs met in 50 ms and 50 ms TPOTs met at 8 ms say
+    nothing of whether a 100 ms TTFT or a 15 ms TPOT admitted at its boundary will be met; a miss of
+    the tight class raises only its own."""
+    decode = _record("decode", "d0", decode_view=DecodeView(ClassMargins(1.3)))
+    prefill = _record("prefill", "p0", ttft=TtftGuard(None, 512, headrooms=ClassMargins(1.0)))
+    loose, tight = _request(ttft_ms=1000, tpot_ms=50), _request(ttft_ms=100, tpot_ms=15)
+    loop = PromiseLoop()
+    for _ in range(200):
+        p = _served(decode, prefill, ttft_ms=50, tpot_ms=8, tokens=20, request=loose)
+        loop.first_token(loose, p)
+        loop.served(loose, p)
+    assert prefill.guard.headrooms.margin(1.0) < 0.85 and decode.view.epsilons.margin(0.050) < 1.3 * 0.85
+    assert prefill.guard.headrooms.margin(0.100) == 1.0 and decode.view.epsilons.margin(0.015) == 1.3
+    missed = _served(decode, prefill, ttft_ms=130, tpot_ms=18, tokens=20, request=tight)
+    loop.first_token(tight, missed)
+    loop.served(tight, missed)
+    assert prefill.guard.headrooms.margin(0.100) == pytest.approx(1.3, rel=0.05)  # 130 ms of 100, from 1.0
+    assert decode.view.epsilons.margin(0.015) == pytest.approx(1.3 * 1.2, rel=0.05)  # 18 ms of 15
+    assert prefill.guard.headrooms.margin(1.0) < 0.85 and decode.view.epsilons.margin(0.050) < 1.3 * 0.85
+    assert dict(prefill.guard.headrooms.items()).keys() == {100.0, 1000.0}

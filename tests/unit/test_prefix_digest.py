@@ -64,7 +64,7 @@ def test_a_prompt_finds_the_leading_run_of_its_blocks_and_never_its_last_token()
 
 def _prefill_record(worker_id: str, cached: list[int]):  # type: ignore[no-untyped-def]
     from common.rpc.convert import prefill_model_from_proto
-    from common.slo.promise import MarginController
+    from common.slo.promise import ClassMargins
     from common.slo.ttft_guard import TtftGuard
     from gateway.registry import WorkerRecord
 
@@ -72,7 +72,7 @@ def _prefill_record(worker_id: str, cached: list[int]):  # type: ignore[no-untyp
     descriptor = worker_pb2.WorkerDescriptor(worker_id=worker_id, role="prefill", cost_model=cost, block_size=B,
                                              prefix_salt=SALT)
     record = WorkerRecord(descriptor, worker_pb2.WorkerLoad(), 0.0, 0.0, None, None, ready=True,  # type: ignore[arg-type]
-                          ttft=TtftGuard(prefill_model_from_proto(cost), 0, headroom=MarginController(1.0)),
+                          ttft=TtftGuard(prefill_model_from_proto(cost), 0, headrooms=ClassMargins(1.0)),
                           prefix=PrefixView(B, SALT))
     record.prefix.apply(worker_pb2.PrefixDigest(seq=1, snapshot=True, stored=cached))
     record.guard.calibration.observe(0.010, 0.010)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.slo.promise import MarginController
+from common.slo.promise import ClassMargins
 from common.slo.ttft_guard import TtftGuard
 from common.rpc.convert import prefill_model_from_proto
 from gateway.registry import WorkerRecord, WorkerRegistry
@@ -19,8 +19,8 @@ def _worker(queued: dict[str, tuple[float, int]], reported_tokens: int = 0, test
     load = worker_pb2.WorkerLoad(queued_tokens=reported_tokens)
     record = WorkerRecord(descriptor, load, 0.0, 0.0, None, None,  # type: ignore[arg-type]
                           ttft=TtftGuard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
-                                         headroom=MarginController(1.0)))  # predictions exactly as the fit
-    record.guard.queued.update(queued)  # sent before the worker's report: it counts them
+                                         headrooms=ClassMargins(1.0)))  # predictions exactly as the fit
+    record.guard.queued.update({rid: (*q, 0.0) for rid, q in queued.items()})  # sent before the worker's report: it counts them
     record.guard.heard(load.queued_tokens, load.running)
     if tested:
         record.guard.calibration.observe(0.010, 0.010)

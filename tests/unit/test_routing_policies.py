@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from common.slo.admission_round import AdmissionRound
 from common.slo.cost_models import PrefillModel
-from common.slo.promise import MarginController
+from common.slo.promise import ClassMargins
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
 from common.slo.tpot_guard import DecodeView
 from common.slo.ttft_guard import TtftGuard
@@ -13,8 +13,8 @@ MODEL = PrefillModel(threshold=100, base_s=0.010, per_token_s=1e-4)
 
 
 def _guard(queued: dict[str, tuple[float, int]]) -> TtftGuard:
-    guard = TtftGuard(MODEL, headroom=MarginController(1.0))
-    guard.queued.update(queued)
+    guard = TtftGuard(MODEL, headrooms=ClassMargins(1.0))
+    guard.queued.update({rid: (*q, 0.0) for rid, q in queued.items()})
     guard.calibration.observe(0.010, 0.010)
     return guard
 

@@ -6,7 +6,7 @@ import pytest
 
 from common.slo.calibration import Calibration
 from common.slo.cost_models import PrefillModel
-from common.slo.promise import MarginController
+from common.slo.promise import ClassMargins
 from common.slo.ttft_guard import TtftGuard, best_prefill_s
 
 MODEL = PrefillModel(threshold=100, base_s=0.010, per_token_s=1e-4)  # 10 ms + 0.1 ms per token above 100
@@ -23,7 +23,7 @@ class Clock:
 
 def _guard(clock: Clock, model: PrefillModel | None = MODEL, forward_tokens: int = 0) -> TtftGuard:
     return TtftGuard(model, forward_tokens, Calibration(quantile=0.9, clock=clock),
-                     headroom=MarginController(1.0))  # no margin: predictions as the fit and calibration say
+                     headrooms=ClassMargins(1.0))  # no margin: predictions as the fit and calibration say
 
 
 def test_earlier_deadlines_are_ahead_and_of_later_ones_what_the_forward_under_way_may_hold():
@@ -140,18 +140,19 @@ def test_the_one_pass_check_of_queued_requests_agrees_with_predicting_each_in_tu
     import random
 
     def brute_force(guard: TtftGuard, prompt: int, deadline: float, now: float) -> bool:
-        return any(d >= deadline and d != INF and now + guard.predict_s(0, d) <= d  # type: ignore[operator]
-                   and now + guard.predict_s(prompt, d) > d  # type: ignore[operator]
-                   for d, _ in guard.queued.values())
+        return any(d >= deadline and d != INF and now + guard.predict_s(0, d, ttft_s=t) <= d  # type: ignore[operator]
+                   and now + guard.predict_s(prompt, d, ttft_s=t) > d  # type: ignore[operator]
+                   for d, _, t in guard.queued.values())
 
     rng = random.Random(5)
     checked = pushed = 0
     for case in range(300):
         guard = _guard(Clock(), forward_tokens=rng.choice([0, 250, 1000]))
-        guard.headroom.margin = rng.uniform(0.8, 1.5)
+        for ttft_s in (0.1, 0.3, 1.0):  # each class's own headroom
+            guard.headrooms.of(ttft_s).margin = rng.uniform(0.8, 1.5)
         for i in range(rng.randint(0, 12)):
             deadline = rng.choice([INF, round(rng.uniform(0.05, 1.0), 2), 0.5])  # repeats on purpose
-            guard.sent(f"r{i}", deadline, rng.randint(1, 600))
+            guard.sent(f"r{i}", deadline, rng.randint(1, 600), rng.choice([0.0, 0.1, 0.3, 1.0]))
         guard.others_tokens = rng.choice([0, 0, 300])
         for _ in range(5):
             prompt, deadline, now = rng.randint(1, 800), rng.uniform(0.0, 1.0), rng.uniform(0.0, 0.3)
@@ -204,6 +205,6 @@ def test_a_worker_slower_in_its_forwards_than_idle_calls_showed_scales_the_predi
     assert guard.calibration.num_samples == 1  # disturbed: nothing learnt from the call itself
     queue_and_prompt = MODEL.predict_forwards(600, 0)  # "behind" is still queued
     assert guard.ratio() == pytest.approx(1.6) and guard.predict_s(300, deadline=0.5) == pytest.approx(
-        (1.6 * queue_and_prompt + guard.overhead.value()) * guard.headroom.margin)
+        (1.6 * queue_and_prompt + guard.overhead.value()) * guard.headrooms.margin(0.0))
     guard.answered("behind", observed_s=raw, predicted_s=raw, worker_s=raw, forward_ratio=0.9)
     assert guard.ratio() == pytest.approx(1.1)  # the worker's lower figure does not lower it
