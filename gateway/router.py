@@ -30,8 +30,9 @@ class Router(Protocol):
     ttft_guard: bool  # whether requests with a TTFT SLO are refused when predicted too late
 
     def prefill_candidates(self, registry: WorkerRegistry, prompt: PromptBlocks,
-                           deadline: float = float("inf")) -> list[WorkerRecord]:
-        """Prefill workers to try, best first."""
+                           deadline: float = float("inf"), ttft_s: float = 0.0) -> list[WorkerRecord]:
+        """Prefill workers to try, best first, for a request due at ``deadline`` (perf_counter
+        time) with TTFT SLO ``ttft_s`` (0: none)."""
         ...
 
     def decode_candidates(self, registry: WorkerRegistry, tpot_s: float,
@@ -44,7 +45,7 @@ class LeastLoadedRouter:
     ttft_guard = False
 
     def prefill_candidates(self, registry: WorkerRegistry, prompt: PromptBlocks,
-                           deadline: float = float("inf")) -> list[WorkerRecord]:
+                           deadline: float = float("inf"), ttft_s: float = 0.0) -> list[WorkerRecord]:
         workers = registry.routable("prefill")
         return _pick(workers, least_loaded_order([w.inflight for w in workers],
                                                  [w.load.queued_tokens + prompt.uncached_tokens(w.prefix)
@@ -96,7 +97,7 @@ class RoundRobinPrefill:
         self._turn = RoundRobin()
 
     def prefill_candidates(self, registry: WorkerRegistry, prompt: PromptBlocks,
-                           deadline: float = float("inf")) -> list[WorkerRecord]:
+                           deadline: float = float("inf"), ttft_s: float = 0.0) -> list[WorkerRecord]:
         workers = registry.routable("prefill")
         return _pick(workers, self._turn.order(len(workers)))
 
