@@ -12,6 +12,7 @@ from common.engine.thread import AsyncEngine, EngineThread
 from common.kv_transfer.base import NoLiveLease, NotOffered
 from common.kv_transfer.select import DecodeReceivers
 from common.engine.leases import LeaseError
+from common.rpc.metadata import REFUSED_BY
 from common.process.logs import request_id_var
 from common.process.metrics import Metrics
 from common.rpc.convert import sampling_from_proto
@@ -49,7 +50,8 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
                                                     list(request.prefix_hashes))
         except AdmissionError as exc:
             self.metrics.rejected("tpot_unattainable")
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc),
+                                trailing_metadata=((REFUSED_BY, "margin"),) if exc.margin_alone else ())
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if lease is None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 
+from common.rpc.metadata import REFUSED_BY
 from gateway.admission import AdmissionQueue
 from gateway.prefix_view import PromptBlocks
 from gateway.errors import RequestError, unavailable
@@ -92,6 +93,8 @@ class DecodeReservations:
                 raise
             except grpc.aio.AioRpcError as exc:  # full, draining, gone: the next candidate may take it
                 last = exc
+                if req.tpot_ms and dict(exc.trailing_metadata() or ()).get(REFUSED_BY) == "margin":
+                    worker.view.epsilons.of(req.tpot_ms / 1000).refused()  # its ε alone refused it
                 continue
             worker.view.routed[req.request_id] = req.tpot_ms / 1000
             return worker, reply

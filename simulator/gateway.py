@@ -121,8 +121,10 @@ class SimGateway:
             try:
                 lease = worker.core.reserve(flight.request_id, flight.tokens, flight.planned.output_len,
                                             flight.tpot_s * 1000, epsilon)
-            except AdmissionError:
+            except AdmissionError as exc:
                 lease = None
+                if exc.margin_alone:
+                    self.views[worker.worker_id].epsilons.of(flight.tpot_s).refused()  # its ε alone refused it
             self.sim.after(self.config.hop_s, replied, lease)
 
         def replied(lease: Lease | None) -> None:

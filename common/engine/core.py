@@ -29,7 +29,7 @@ from common.engine.sampling_params import SamplingParams
 from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.slo import tpot_guard
 from common.slo.calibration import Calibration
-from common.slo.promise import slo_class_ms
+from common.slo.promise import STEP, slo_class_ms
 from common.slo.ratio_histogram import RatioHistogram
 from common.slo.forward_budget import TightestSlo, forward_budget
 from common.slo.cost_models import CostModels, DecodeModel
@@ -39,7 +39,13 @@ Clock = Callable[[], float]
 
 
 class AdmissionError(ValueError):
-    """The request's SLO cannot be met here (the caller answers RESOURCE_EXHAUSTED)."""
+    """The request's SLO cannot be met here (the caller answers RESOURCE_EXHAUSTED);
+    ``margin_alone``: it could under its class's ε probed lower (``MarginController.probe``), so
+    the margin, not the work here, refused it."""
+
+    def __init__(self, message: str, margin_alone: bool = False) -> None:
+        super().__init__(message)
+        self.margin_alone = margin_alone
 
 
 class EngineCore:
@@ -115,9 +121,14 @@ class EngineCore:
         Raises ``AdmissionError`` when the TPOT guard (margin ``epsilon``) predicts the SLOs
         could not all be met."""
         self._validate(request_id, [0] * prompt_len, SamplingParams(max_tokens=max_tokens))
-        self.tpot_margins[slo_class_ms(tpot_slo_ms / 1000)] = epsilon
+        key = slo_class_ms(tpot_slo_ms / 1000)
+        self.tpot_margins[key] = epsilon
         if not self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon):
-            raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here")
+            self.tpot_margins[key] = epsilon / (1 + STEP)  # the probe: the class's requests here too
+            margin_alone = self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon / (1 + STEP))
+            self.tpot_margins[key] = epsilon
+            raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here",
+                                 margin_alone)
         tokens = prompt_len + (max_tokens if self.config.memory_policy == "guaranteed_no_evict" else 1)
         index = self.pool.prefix_index
         cached = index.lookup(list(prefix_hashes)[:prompt_len // self.config.block_size]) if index else []

@@ -5,3 +5,7 @@ from __future__ import annotations
 # trailing metadata of a failed Prefill: the decode worker a KV transfer failed with, so that
 # the gateway retries on another decode worker instead of giving up the prefill worker
 FAILED_PEER_KEY = "pdserve-failed-peer"
+
+# trailing metadata of a Reserve refused RESOURCE_EXHAUSTED: "margin" when the request's class's ε
+# alone refused it (probed lower it would have been admitted), so the gateway relaxes that ε
+REFUSED_BY = "pdserve-refused-by"

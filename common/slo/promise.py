@@ -47,6 +47,14 @@ requests missed while the shared headroom drifted down between misses, and ε fe
 0.88 within 20 s of 50 ms-TPOT requests met with room; a load step then made the 15 ms-TPOT
 requests admitted under it miss together.
 
+A class margin hears only its own outcomes, so a margin high enough to refuse its class outright
+would hear nothing more and never come down (at vLLM's knee a 100 ms-TTFT class was refused
+whole after two misses in its first second). So a refusal that the margin alone caused (the
+request would have been admitted under ``margin / (1 + step)``) relaxes it like an outcome met
+with room (``MarginController.refused``): a class shut out is tried again after about as many of
+its requests as a miss costs, and one that then misses is raised again at once. At the balance a
+margin's misses are then at most ``budget`` of its outcomes and such refusals together.
+
 ``Attainment`` is the measured side: the share of admitted requests that met their SLO over a
 sliding time window, kept per SLO class and per worker for metrics and reports.
 
@@ -61,6 +69,7 @@ from dataclasses import dataclass, field
 
 DEFAULT_TARGET = 0.99
 ROOM = 0.8  # an outcome at most this fraction of its SLO met it with room to spare
+STEP = 0.2  # a margin's relative increase per miss (``MarginController.step``'s default)
 EARLY_TOKENS = 16  # decoded tokens after which a running request's TPOT so far is evidence of a miss
 
 
@@ -69,7 +78,7 @@ class MarginController:
     margin: float
     target: float = DEFAULT_TARGET
     share: float = 0.5  # of the misses ``1 − target`` allows, the part this margin may spend
-    step: float = 0.2  # relative increase per miss
+    step: float = STEP  # relative increase per miss
     low: float = 0.5
     high: float = 8.0
     most: float = 1.5  # the largest factor one miss raises its admitting margin by
@@ -94,9 +103,21 @@ class MarginController:
             self.misses += 1
             self.warn(ratio, admitted_at)
         elif ratio <= ROOM:
-            budget = self.share * (1 - self.target)
-            relax = math.exp(-math.log1p(self.step) * budget / (1 - budget))
-            self.margin = max(self.low, self.margin * relax)
+            self._relax()
+
+    def refused(self) -> None:
+        """A request refused by this margin alone (``margin / (1 + step)`` would have admitted it):
+        relaxed as by an outcome met with room, counted as no outcome."""
+        self._relax()
+
+    def probe(self) -> float:
+        """The margin whose answer tells whether a refusal was this margin's alone."""
+        return self.margin / (1 + self.step)
+
+    def _relax(self) -> None:
+        budget = self.share * (1 - self.target)
+        relax = math.exp(-math.log1p(self.step) * budget / (1 - budget))
+        self.margin = max(self.low, self.margin * relax)
 
     def warn(self, ratio: float, admitted_at: float | None = None) -> None:
         """A miss under way (``ratio`` > 1 so far): the raise of a miss, without an outcome."""

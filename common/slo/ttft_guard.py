@@ -286,13 +286,29 @@ def ttft_refusal(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[in
                  now: float) -> str | None:
     """Why a request that arrived at ``arrived`` with TTFT SLO ``ttft_s`` cannot get its first
     token in time (None: it can). The decision of the TTFT guard, for the gateway and the
-    simulator alike."""
+    simulator alike. A refusal a worker's headroom alone caused relaxes that headroom
+    (``MarginController.refused``: a class its margin shuts out is tried again)."""
     best = best_prefill_s(guards, prompt_tokens, arrived + ttft_s, now, ttft_s)
     if best == float("inf"):
         return "on every prefill worker the request would make queued requests miss theirs"
     if now - arrived + best > ttft_s:
+        _relax_where_headroom_alone_refused(guards, prompt_tokens, arrived + ttft_s, now, ttft_s, ttft_s - (now - arrived))
         return f"the best prefill worker is predicted to need {best * 1000:.0f} ms"
     return None
+
+
+def _relax_where_headroom_alone_refused(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int],
+                                        deadline: float, now: float, ttft_s: float, left_s: float) -> None:
+    """Relaxes the TTFT class headroom of each worker whose prediction, under that headroom's
+    probe (``MarginController.probe``), would have fit the ``left_s`` seconds left."""
+    per_guard = [prompt_tokens] * len(guards) if isinstance(prompt_tokens, int) else list(prompt_tokens)
+    for guard, tokens in zip(guards, per_guard):
+        if guard.model is None or guard.pushes_queued_past(tokens, deadline, now):
+            continue
+        headroom = guard.headrooms.of(ttft_s)
+        predicted = guard.predict_s(tokens, deadline, ttft_s=ttft_s)
+        if predicted is not None and predicted * headroom.probe() / headroom.margin <= left_s:
+            headroom.refused()
 
 
 def last_useful_admission(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,

@@ -109,3 +109,19 @@ def test_each_request_here_is_held_to_the_margin_of_its_own_tpot_class():
     with pytest.raises(AdmissionError):
         strict.reserve("b", 3, 20, tpot_slo_ms=50.0, epsilon=1.0)
     assert strict.tpot_margin(0.030) == 2.0 and strict.tpot_margin(0.050) == 1.0 and strict.tpot_margin(0.015) == 1.3
+
+
+def test_a_tpot_refusal_says_whether_the_margin_alone_refused():
+    """Refused under its class's ε, a request that ε probed lower would admit was refused by the
+    margin alone (the gateway relaxes that ε); one the work here cannot fit was not."""
+    engine = LLMEngine(EngineConfig(num_kv_blocks=64, policy="scorpio", max_batch_size=8))
+    engine.cost_models = CostModels(PrefillModel(0, 0.001, 0.0), DecodeModel(0.0, 0.010, 0.0, 0.0))  # 10 ms a VBS
+    assert engine.reserve("a", 3, 20, tpot_slo_ms=30.0, epsilon=1.0) is not None
+    # with "b" (30 ms too): VBS 2, 20 ms a step; x 1.6 = 32 ms refuses, x 1.6 / 1.2 = 26.7 ms would not
+    with pytest.raises(AdmissionError) as by_margin:
+        engine.reserve("b", 3, 20, tpot_slo_ms=30.0, epsilon=1.6)
+    assert by_margin.value.margin_alone
+    with pytest.raises(AdmissionError) as by_work:  # 20 ms x 2.0 / 1.2 = 33 ms: refused still
+        engine.reserve("c", 3, 20, tpot_slo_ms=30.0, epsilon=2.0)
+    assert not by_work.value.margin_alone
+    assert engine.tpot_margin(0.030) == 2.0  # the class's ε as sent, not the probe's

@@ -144,3 +144,12 @@ def test_a_request_decoding_late_raises_epsilon_before_it_ends_and_its_miss_does
     assert (epsilon.outcomes, epsilon.misses) == (1, 1)
     # no TPOT SLO: never late
     assert not decoding_late(100, 100.0, 0.0, epsilon)
+
+
+def test_a_refusal_by_the_margin_alone_relaxes_it_as_a_comfortable_outcome_would():
+    by_outcome, by_refusal = MarginController(1.5), MarginController(1.5)
+    by_outcome.observe(0.5)
+    by_refusal.refused()
+    assert by_refusal.margin == pytest.approx(by_outcome.margin) and by_refusal.margin < 1.5
+    assert by_refusal.outcomes == 0 and by_refusal.misses == 0
+    assert by_refusal.probe() == pytest.approx(by_refusal.margin / 1.2)

@@ -208,3 +208,24 @@ def test_a_worker_slower_in_its_forwards_than_idle_calls_showed_scales_the_predi
         (1.6 * queue_and_prompt + guard.overhead.value()) * guard.headrooms.margin(0.0))
     guard.answered("behind", observed_s=raw, predicted_s=raw, worker_s=raw, forward_ratio=0.9)
     assert guard.ratio() == pytest.approx(1.1)  # the worker's lower figure does not lower it
+
+
+def test_a_refusal_the_class_headroom_alone_caused_relaxes_it_and_no_other():
+    """A class margin hears only its class's outcomes, so one high enough to refuse the class whole
+    would never come down; a refusal that the margin alone caused (its probe would have admitted
+    the request) relaxes it instead, and one the work alone causes leaves it."""
+    from common.slo.ttft_guard import ttft_refusal
+
+    guard = _guard(Clock())
+    guard.calibration.observe(0.010, 0.010)  # tested: its predictions decide
+    predicted = MODEL.predict_forwards(300, 0)  # 30 ms
+    tight = guard.headrooms.of(0.033)
+    tight.margin = 1.2  # 36 ms > 33 ms; its probe (1.0): 30 ms would fit
+    assert ttft_refusal([guard], 300, 0.033, arrived=0.0, now=0.0) is not None
+    assert tight.margin < 1.2 and tight.outcomes == 0
+    assert guard.headrooms.margin(1.0) == 1.0  # no other class's
+    tighter = guard.headrooms.of(0.025)
+    tighter.margin = 1.2  # 36 ms, and 30 ms under its probe: the work alone misses 25 ms
+    assert ttft_refusal([guard], 300, 0.025, arrived=0.0, now=0.0) is not None
+    assert tighter.margin == 1.2
+    assert ttft_refusal([guard], 300, 0.040, arrived=0.0, now=0.0) is None and predicted == pytest.approx(0.030)
