@@ -146,10 +146,20 @@ def test_a_request_decoding_late_raises_epsilon_before_it_ends_and_its_miss_does
     assert not decoding_late(100, 100.0, 0.0, epsilon)
 
 
-def test_a_refusal_by_the_margin_alone_relaxes_it_as_a_comfortable_outcome_would():
-    by_outcome, by_refusal = MarginController(1.5), MarginController(1.5)
-    by_outcome.observe(0.5)
-    by_refusal.refused()
-    assert by_refusal.margin == pytest.approx(by_outcome.margin) and by_refusal.margin < 1.5
-    assert by_refusal.outcomes == 0 and by_refusal.misses == 0
-    assert by_refusal.probe() == pytest.approx(by_refusal.margin / 1.2)
+def test_a_margin_that_shuts_its_class_out_steps_down_after_as_many_refusals_as_a_miss_costs():
+    """199 refusals by the margin alone with no outcome between them (at a 0.99 target, half the
+    budget each: what one miss costs in comfortable outcomes) step it down to its probe; an
+    outcome in between starts the count again, so a class still admitted at all is steered by
+    its outcomes alone."""
+    margin = MarginController(1.5)
+    for _ in range(198):
+        margin.refused()
+    assert margin.margin == 1.5 and margin.outcomes == 0
+    margin.refused()
+    assert margin.margin == pytest.approx(1.5 / 1.2)
+    for _ in range(150):
+        margin.refused()
+    margin.observe(0.9)  # met without room: no change, but an outcome
+    for _ in range(150):
+        margin.refused()
+    assert margin.margin == pytest.approx(1.5 / 1.2)

@@ -212,8 +212,8 @@ def test_a_worker_slower_in_its_forwards_than_idle_calls_showed_scales_the_predi
 
 def test_a_refusal_the_class_headroom_alone_caused_relaxes_it_and_no_other():
     """A class margin hears only its class's outcomes, so one high enough to refuse the class whole
-    would never come down; a refusal that the margin alone caused (its probe would have admitted
-    the request) relaxes it instead, and one the work alone causes leaves it."""
+    would never come down; refusals that the margin alone caused (its probe would have admitted
+    the request) count toward stepping it down, and one the work alone causes does not."""
     from common.slo.ttft_guard import ttft_refusal
 
     guard = _guard(Clock())
@@ -222,10 +222,10 @@ def test_a_refusal_the_class_headroom_alone_caused_relaxes_it_and_no_other():
     tight = guard.headrooms.of(0.033)
     tight.margin = 1.2  # 36 ms > 33 ms; its probe (1.0): 30 ms would fit
     assert ttft_refusal([guard], 300, 0.033, arrived=0.0, now=0.0) is not None
-    assert tight.margin < 1.2 and tight.outcomes == 0
+    assert tight.shut_out == 1 and tight.outcomes == 0
     assert guard.headrooms.margin(1.0) == 1.0  # no other class's
     tighter = guard.headrooms.of(0.025)
     tighter.margin = 1.2  # 36 ms, and 30 ms under its probe: the work alone misses 25 ms
     assert ttft_refusal([guard], 300, 0.025, arrived=0.0, now=0.0) is not None
-    assert tighter.margin == 1.2
+    assert tighter.shut_out == 0
     assert ttft_refusal([guard], 300, 0.040, arrived=0.0, now=0.0) is None and predicted == pytest.approx(0.030)
