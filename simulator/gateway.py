@@ -54,7 +54,7 @@ class SimGateway:
             self.guards[w.worker_id] = new_guard(w.core.cost_models.prefill if w.core.cost_models else None,
                                                  self.config.max_num_tokens, target, self.sim.clock)
         for w in self.decodes:
-            self.views[w.worker_id] = DecodeView(tpot_epsilons(target))
+            self.views[w.worker_id] = DecodeView(tpot_epsilons(target, self.sim.clock))
         self.inflight = {w.worker_id: 0 for w in [*self.prefills, *self.decodes]}
         self.decoding = {w.worker_id: {} for w in self.decodes}
         self.round_robin = {"prefill": RoundRobin(), "decode": RoundRobin()}

@@ -67,7 +67,9 @@ Plain code of time and state: callers pass ``now``.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DEFAULT_TARGET = 0.99
@@ -88,6 +90,7 @@ class MarginController:
     misses: int = 0
     outcomes: int = 0
     shut_out: int = 0  # refusals by this margin alone since its last outcome (``refused``)
+    on_miss: Callable[[float], None] | None = field(default=None, repr=False, compare=False)  # the raise's factor
 
     def __post_init__(self) -> None:
         if not 0 < self.target < 1:
@@ -132,8 +135,11 @@ class MarginController:
     def warn(self, ratio: float, admitted_at: float | None = None) -> None:
         """A miss under way (``ratio`` > 1 so far): the raise of a miss, without an outcome."""
         least = 1 + self.step
-        raised = self.margin * least if admitted_at is None else admitted_at * min(max(ratio, least), self.most)
+        factor = min(max(ratio, least), self.most)
+        raised = self.margin * least if admitted_at is None else admitted_at * factor
         self.margin = min(self.high, max(self.margin, raised))
+        if self.on_miss is not None:
+            self.on_miss(factor)
 
 
 def slo_class_ms(slo_s: float) -> float:
@@ -149,11 +155,21 @@ def slo_class_ms(slo_s: float) -> float:
 @dataclass(slots=True)
 class ClassMargins:
     """One ``MarginController`` per SLO class (``slo_class_ms``), each starting at ``start``;
-    requests without an SLO share the class 0 (its margin is never steered: no outcome teaches it)."""
+    requests without an SLO share the class 0 (its margin is never steered: no outcome teaches it).
+
+    A miss of any class is also news of a bad moment for the whole worker: the requests in flight
+    then miss together, whatever their class (at twice the knee 25 misses of four classes came
+    within 5 s). So for ``moment_s`` after a miss (or a TPOT already late) every class's margin is
+    multiplied by that miss's raise factor (the largest of those in the moment, never compounded),
+    and then returns to what each class's own outcomes set."""
 
     start: float
     target: float = DEFAULT_TARGET
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    moment_s: float = 2.0  # as long as the guards' calibration window: what they call a moment
     by_class: dict[float, MarginController] = field(default_factory=dict)
+    _surge: float = 1.0
+    _surge_until: float = -math.inf
 
     def __post_init__(self) -> None:
         MarginController(self.start, target=self.target)  # the same checks, once
@@ -163,13 +179,23 @@ class ClassMargins:
         key = slo_class_ms(slo_s)
         margin = self.by_class.get(key)
         if margin is None:
-            margin = self.by_class[key] = MarginController(self.start, target=self.target)
+            margin = self.by_class[key] = MarginController(self.start, target=self.target, on_miss=self._missed)
         return margin
 
     def margin(self, slo_s: float) -> float:
-        """The margin a request with this SLO is admitted with now (``start`` for an unseen class)."""
+        """The margin a request with this SLO is admitted with now (``start`` for an unseen class),
+        with the surge of a miss in the last moment."""
         margin = self.by_class.get(slo_class_ms(slo_s))
-        return self.start if margin is None else margin.margin
+        return (self.start if margin is None else margin.margin) * self.surge()
+
+    def surge(self) -> float:
+        """The factor every class's margin carries now: the raise of the latest moment's misses, or 1."""
+        return self._surge if self.clock() < self._surge_until else 1.0
+
+    def _missed(self, factor: float) -> None:
+        now = self.clock()
+        self._surge = max(self._surge, factor) if now < self._surge_until else factor
+        self._surge_until = now + self.moment_s
 
     def items(self) -> list[tuple[float, float]]:
         """(class in ms, margin) of every class seen with an SLO, tightest first."""

@@ -24,6 +24,7 @@ A decision of numbers only: the caller hands over what it holds and its clocks' 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -137,8 +138,8 @@ def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeMode
     return admits([*present, new], model, epsilon, calibration)
 
 
-def tpot_epsilons(target: float = DEFAULT_TARGET) -> ClassMargins:
-    return ClassMargins(TPOT_MARGIN, target=target)
+def tpot_epsilons(target: float = DEFAULT_TARGET, clock: Callable[[], float] = time.monotonic) -> ClassMargins:
+    return ClassMargins(TPOT_MARGIN, target=target, clock=clock)
 
 
 @dataclass(slots=True, eq=False)

@@ -51,8 +51,8 @@ def prefill_calibration(clock: Callable[[], float] = time.monotonic) -> Calibrat
     return Calibration(quantile=0.5, clock=clock)
 
 
-def ttft_headrooms(target: float = DEFAULT_TARGET) -> ClassMargins:
-    return ClassMargins(TTFT_HEADROOM, target=target)
+def ttft_headrooms(target: float = DEFAULT_TARGET, clock: Callable[[], float] = time.monotonic) -> ClassMargins:
+    return ClassMargins(TTFT_HEADROOM, target=target, clock=clock)
 
 
 def overhead_quantile(target: float = DEFAULT_TARGET) -> float:
@@ -76,7 +76,7 @@ def new_guard(model: PrefillModel | None, forward_tokens: int, target: float = D
               clock: Callable[[], float] = time.monotonic) -> TtftGuard:
     """A prefill worker's guard as the gateway (or the simulator, on its virtual clock) makes it."""
     return TtftGuard(model, forward_tokens, prefill_calibration(clock),
-                     overhead=call_overhead(target, clock), headrooms=ttft_headrooms(target),
+                     overhead=call_overhead(target, clock), headrooms=ttft_headrooms(target, clock),
                      tightest=TightestSlo(clock=clock))
 
 

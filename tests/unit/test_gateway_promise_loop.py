@@ -56,7 +56,7 @@ def test_a_burst_of_tpot_misses_raises_epsilon_once_from_the_margin_that_admitte
         loop.served(request, p)
     assert prefill.guard.headrooms.margin(1.0) == relaxed  # the end of a request feeds its TPOT only
     # each missed by ~1.3 (26 ms of 20, and the clock moved a little): ε ≈ 1.3 × 1.3, not 1.3 × 1.2^8 ≈ 5.6
-    assert decode.view.epsilons.margin(0.020) == pytest.approx(1.3 * 1.3, rel=0.05)
+    assert decode.view.epsilons.of(0.020).margin == pytest.approx(1.3 * 1.3, rel=0.05)
     assert loop.by_class["1000:20"].value(time.perf_counter()) == 0.0
 
 
@@ -67,13 +67,13 @@ def test_a_request_decoding_late_raises_epsilon_once_while_it_still_streams():
     loop = PromiseLoop()
     early = _served(decode, prefill, ttft_ms=50, tpot_ms=30, tokens=8)  # 7 tokens after the first: too few
     loop.decoding(request, early)
-    assert decode.view.epsilons.margin(0.020) == 1.3 and not early.late_told
+    assert decode.view.epsilons.of(0.020).margin == 1.3 and not early.late_told
     late = _served(decode, prefill, ttft_ms=50, tpot_ms=30, tokens=20)  # 19 tokens at 30 ms against 20 ms
     loop.decoding(request, late)
-    assert late.late_told and decode.view.epsilons.margin(0.020) == pytest.approx(1.3 * 1.5)  # the largest one raise
+    assert late.late_told and decode.view.epsilons.of(0.020).margin == pytest.approx(1.3 * 1.5)  # the largest one raise
     decode.view.epsilons.of(0.020).margin = 1.3
     loop.decoding(request, late)  # told once
-    assert decode.view.epsilons.margin(0.020) == 1.3
+    assert decode.view.epsilons.of(0.020).margin == 1.3
 
 
 def test_a_loose_class_met_with_room_relaxes_its_own_margins_not_a_tight_class_s():
@@ -93,7 +93,10 @@ def test_a_loose_class_met_with_room_relaxes_its_own_margins_not_a_tight_class_s
     missed = _served(decode, prefill, ttft_ms=130, tpot_ms=18, tokens=20, request=tight)
     loop.first_token(tight, missed)
     loop.served(tight, missed)
-    assert prefill.guard.headrooms.margin(0.100) == pytest.approx(1.3, rel=0.05)  # 130 ms of 100, from 1.0
-    assert decode.view.epsilons.margin(0.015) == pytest.approx(1.3 * 1.2, rel=0.05)  # 18 ms of 15
-    assert prefill.guard.headrooms.margin(1.0) < 0.85 and decode.view.epsilons.margin(0.050) < 1.3 * 0.85
+    assert prefill.guard.headrooms.of(0.100).margin == pytest.approx(1.3, rel=0.05)  # 130 ms of 100, from 1.0
+    assert decode.view.epsilons.of(0.015).margin == pytest.approx(1.3 * 1.2, rel=0.05)  # 18 ms of 15
+    assert prefill.guard.headrooms.of(1.0).margin < 0.85 and decode.view.epsilons.of(0.050).margin < 1.3 * 0.85
     assert dict(prefill.guard.headrooms.items()).keys() == {100.0, 1000.0}
+    # the moment of a miss: every class is admitted with that miss's raise on top, for a while
+    assert prefill.guard.headrooms.surge() == pytest.approx(1.3, rel=0.05)
+    assert decode.view.epsilons.margin(0.050) == pytest.approx(decode.view.epsilons.of(0.050).margin * 1.2, rel=0.05)

@@ -163,3 +163,24 @@ def test_a_margin_that_shuts_its_class_out_steps_down_after_as_many_refusals_as_
     for _ in range(150):
         margin.refused()
     assert margin.margin == pytest.approx(1.5 / 1.2)
+
+
+def test_a_miss_of_any_class_surges_every_class_for_a_moment_without_compounding():
+    """The requests in flight at a bad moment miss together, whatever their class: for ``moment_s``
+    after a miss every class is admitted with that miss's raise on top (the largest of the
+    moment's, not their product), and then with what its own outcomes set."""
+    from common.slo.promise import ClassMargins
+
+    now = [0.0]
+    margins = ClassMargins(1.0, clock=lambda: now[0], moment_s=2.0)
+    tight, loose = margins.of(0.100), margins.of(1.0)
+    tight.observe(1.3, admitted_at=1.0)  # missed by 30%
+    assert tight.margin == pytest.approx(1.3) and loose.margin == 1.0
+    assert margins.margin(1.0) == pytest.approx(1.3) and margins.margin(0.100) == pytest.approx(1.3 * 1.3)
+    now[0] = 1.0
+    tight.observe(1.25, admitted_at=1.3)  # a smaller one in the same moment: the surge stays 1.3
+    loose.observe(1.4, admitted_at=1.0)
+    assert margins.surge() == pytest.approx(1.4)  # the largest of the moment, not 1.3 x 1.25 x 1.4
+    now[0] = 3.5  # the moment (2 s from the last miss) is over
+    assert margins.surge() == 1.0 and margins.margin(1.0) == pytest.approx(loose.margin)
+    assert margins.margin(0.500) == 1.0  # a class never seen: its start
