@@ -37,6 +37,9 @@ class Caller:
     # registers a clean-up to run when the call ends, however it ends (gRPC's done callback: a
     # cancelled call's suspended generator may never run its ``finally``); None: ``finally`` only
     on_done: Callable[[Callable[[], None]], None] | None = None
+    # when the request reached this process (perf_counter), before its body was read and parsed:
+    # its TTFT counts from there; None: from when ``generate`` begins
+    received_at: float | None = None
 
 
 class FrontDoor:
@@ -67,7 +70,7 @@ class FrontDoor:
     async def generate(self, request: gateway_pb2.GenerateRequest,
                        caller: Caller) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         """The request's messages; raises ``RequestError`` when it is refused or fails."""
-        received_at = time.perf_counter()
+        received_at = caller.received_at or time.perf_counter()
         accounting = RequestAccounting(self.metrics)
         request_id_var.set(request.request_id)
         try:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import abc
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from fastapi import FastAPI, Request
@@ -40,6 +42,7 @@ class ServedModel:
 def build_app(front: FrontDoor, model: ServedModel, metrics: CollectorRegistry,
               ready: Callable[[], tuple[bool, str]]) -> FastAPI:
     app = FastAPI(title="pdserve", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(_ArrivalStamp)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -219,8 +222,25 @@ def _sse(payload: dict[str, object]) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
+class _ArrivalStamp:
+    """Stamps each HTTP request's arrival in its scope before anything reads its body: parsing and
+    validating a long prompt, and waiting for a busy event loop to do so, are part of its TTFT, as
+    the client sees it, and the TTFT guard must count them against the SLO."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        if scope["type"] == "http":
+            scope.setdefault("state", {})[ARRIVED] = time.perf_counter()
+        await self.app(scope, receive, send)
+
+
+ARRIVED = "pdserve_received_at"
+
+
 def _caller(request: Request) -> Caller:
-    return Caller(list(request.headers.items()))
+    return Caller(list(request.headers.items()), received_at=request.scope.get("state", {}).get(ARRIVED))
 
 
 def _request_id(request: Request) -> str:
