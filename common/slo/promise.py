@@ -111,7 +111,9 @@ class MarginController:
             self.misses += 1
             self.warn(ratio, admitted_at)
         elif ratio <= ROOM:
-            self._relax()
+            budget = self.share * (1 - self.target)
+            relax = math.exp(-math.log1p(self.step) * budget / (1 - budget))
+            self.margin = max(self.low, self.margin * relax)
 
     def refused(self) -> None:
         """A request refused by this margin alone (``margin / (1 + step)`` would have admitted it).
@@ -126,11 +128,6 @@ class MarginController:
     def probe(self) -> float:
         """The margin whose answer tells whether a refusal was this margin's alone."""
         return self.margin / (1 + self.step)
-
-    def _relax(self) -> None:
-        budget = self.share * (1 - self.target)
-        relax = math.exp(-math.log1p(self.step) * budget / (1 - budget))
-        self.margin = max(self.low, self.margin * relax)
 
     def warn(self, ratio: float, admitted_at: float | None = None) -> None:
         """A miss under way (``ratio`` > 1 so far): the raise of a miss, without an outcome."""
