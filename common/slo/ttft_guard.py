@@ -272,43 +272,47 @@ def best_prefill_s(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[
     a model's word alone, and its first call teaches the calibration. ``prompt_tokens``: the
     prompt's tokens, or per guard what that worker would compute (less its cached prefix);
     ``ttft_s``: the request's TTFT SLO, whose class's headroom the predictions carry."""
+    return _least(guards, _options(guards, prompt_tokens, deadline, now, ttft_s))
+
+
+def _options(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float, now: float,
+             ttft_s: float) -> list[tuple[TtftGuard, float | None]] | None:
+    """The workers where the request makes no queued request late, each with its prediction (None
+    without a model); None when one is idle and untested (``best_prefill_s``: then 0)."""
     if any(g.idle_and_untested() for g in guards):
-        return 0.0
+        return None
     per_guard = [prompt_tokens] * len(guards) if isinstance(prompt_tokens, int) else list(prompt_tokens)
-    predictions = [g.predict_s(n, deadline, ttft_s=ttft_s) for g, n in zip(guards, per_guard)
-                   if not g.pushes_queued_past(n, deadline, now)]
-    if not predictions:
+    return [(g, g.predict_s(n, deadline, ttft_s=ttft_s)) for g, n in zip(guards, per_guard)
+            if not g.pushes_queued_past(n, deadline, now)]
+
+
+def _least(guards: Collection[TtftGuard], options: list[tuple[TtftGuard, float | None]] | None) -> float:
+    if options is None:
+        return 0.0
+    if not options:
         return float("inf") if guards else 0.0
-    return min((s for s in predictions if s is not None), default=0.0)
+    return min((s for _, s in options if s is not None), default=0.0)
 
 
 def ttft_refusal(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], ttft_s: float, arrived: float,
                  now: float) -> str | None:
     """Why a request that arrived at ``arrived`` with TTFT SLO ``ttft_s`` cannot get its first
     token in time (None: it can). The decision of the TTFT guard, for the gateway and the
-    simulator alike. A refusal a worker's headroom alone caused relaxes that headroom
-    (``MarginController.refused``: a class its margin shuts out is tried again)."""
-    best = best_prefill_s(guards, prompt_tokens, arrived + ttft_s, now, ttft_s)
+    simulator alike. A refusal a worker's headroom alone caused (its prediction under the
+    headroom's probe, ``MarginController.probe``, would have fit) counts toward relaxing that
+    headroom (``MarginController.refused``: a class its margin shuts out is tried again)."""
+    options = _options(guards, prompt_tokens, arrived + ttft_s, now, ttft_s)
+    best = _least(guards, options)
     if best == float("inf"):
         return "on every prefill worker the request would make queued requests miss theirs"
-    if now - arrived + best > ttft_s:
-        _relax_where_headroom_alone_refused(guards, prompt_tokens, arrived + ttft_s, now, ttft_s, ttft_s - (now - arrived))
+    left_s = ttft_s - (now - arrived)
+    if best > left_s:
+        for guard, predicted in options or ():
+            headroom = guard.headrooms.of(ttft_s)
+            if predicted is not None and predicted * headroom.probe() / headroom.margin <= left_s:
+                headroom.refused()
         return f"the best prefill worker is predicted to need {best * 1000:.0f} ms"
     return None
-
-
-def _relax_where_headroom_alone_refused(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int],
-                                        deadline: float, now: float, ttft_s: float, left_s: float) -> None:
-    """Relaxes the TTFT class headroom of each worker whose prediction, under that headroom's
-    probe (``MarginController.probe``), would have fit the ``left_s`` seconds left."""
-    per_guard = [prompt_tokens] * len(guards) if isinstance(prompt_tokens, int) else list(prompt_tokens)
-    for guard, tokens in zip(guards, per_guard):
-        if guard.model is None or guard.pushes_queued_past(tokens, deadline, now):
-            continue
-        headroom = guard.headrooms.of(ttft_s)
-        predicted = guard.predict_s(tokens, deadline, ttft_s=ttft_s)
-        if predicted is not None and predicted * headroom.probe() / headroom.margin <= left_s:
-            headroom.refused()
 
 
 def last_useful_admission(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
