@@ -132,7 +132,6 @@ class Step(NamedTuple):
     chosen: tuple[str, ...]
     mean_len: float
     seconds: float
-    credits: dict[str, float]  # the credit batcher's state after it
 
 
 class SimDecodeWorker(SimWorker):
@@ -144,6 +143,10 @@ class SimDecodeWorker(SimWorker):
         self._steps = 0
         self._last_end = 0.0
         self._run: list[Step] = []  # the run ahead under way
+        # what the credit batcher held before the run and the SLOs it selected by (None: every
+        # request ran in every step): a cut run replays the batcher to the step it keeps
+        self._run_credits: dict[str, float] = {}
+        self._run_slos: dict[str, float] | None = None
         self._run_id = 0  # the event of a run cut short finds a newer id and does nothing
         self._run_length = FIRST_RUN
 
@@ -172,6 +175,9 @@ class SimDecodeWorker(SimWorker):
                 for r in running}
         length = {r.request_id: r.num_tokens + produced.get(r.request_id, 0) for r in running}
         slos = scheduler.credit_slos(running)  # the set is fixed for the whole run
+        self._run_slos, self._run_credits = slos, scheduler.credit.credits()
+        if slos is None:
+            return self._all_run_ahead(tuple(left), min(left.values()) - 1, sum(length.values()))
         ids, credit, predict, noise = tuple(left), scheduler.credit, self.models.decode.predict, self._noise
         now, limit = self.sim.now, self._run_length
         steps: list[Step] = []
@@ -180,17 +186,29 @@ class SimDecodeWorker(SimWorker):
             if safe <= 0:
                 break
             for _ in range(min(safe, limit - len(steps))):
-                chosen = ids
-                if slos is not None:
-                    ran = credit.select(slos)
-                    chosen = tuple(rid for rid in ids if rid in ran)
+                ran = credit.select(slos)
+                chosen = tuple(rid for rid in ids if rid in ran)
                 mean_len = sum(length[rid] for rid in chosen) / len(chosen)
                 seconds = predict(len(chosen), mean_len) * noise()
                 now += seconds
                 for rid in chosen:
                     left[rid] -= 1
                     length[rid] += 1
-                steps.append(Step(now, chosen, mean_len, seconds, credit.credits()))
+                steps.append(Step(now, chosen, mean_len, seconds))
+        return steps
+
+    def _all_run_ahead(self, ids: tuple[str, ...], safe: int, total_len: int) -> list[Step]:
+        """The run ahead when every request runs in every step (no credit batching): each step
+        adds one token to each, so the mean length grows by exactly one a step."""
+        predict, noise, n = self.models.decode.predict, self._noise, len(ids)
+        now = self.sim.now
+        steps: list[Step] = []
+        for _ in range(max(0, min(safe, self._run_length))):
+            mean_len = total_len / n
+            seconds = predict(n, mean_len) * noise()
+            now += seconds
+            total_len += n
+            steps.append(Step(now, ids, mean_len, seconds))
         return steps
 
     def decoded_by_now(self) -> dict[str, int]:
@@ -214,7 +232,11 @@ class SimDecodeWorker(SimWorker):
         if keep < len(run):
             self._run_length = max(1, self._run_length // 2)
             self._run = run[:keep]
-            self.core.scheduler.credit.restore(self._run[-1].credits)
+            credit = self.core.scheduler.credit
+            credit.restore(self._run_credits)
+            if self._run_slos is not None:
+                for _ in range(keep):
+                    credit.select(self._run_slos)
             self._run_id += 1
             self.sim.at(self._run[-1].ends, self._run_done, self._run_id)
 
@@ -223,10 +245,16 @@ class SimDecodeWorker(SimWorker):
             return
         if len(self._run) == self._run_length:
             self._run_length = min(MAX_RUN, 2 * self._run_length)
-        for step in self._run:
-            for rid in step.chosen:
-                self._produced[rid] = self._produced.get(rid, 0) + 1
-            if not self._exact:  # a step exactly as predicted teaches the calibration nothing
+        produced, exact = self._produced, self._exact
+        if self._run_slos is None:  # every request ran in every step
+            for rid in self._run[0].chosen:
+                produced[rid] = produced.get(rid, 0) + len(self._run)
+        else:
+            for step in self._run:
+                for rid in step.chosen:
+                    produced[rid] = produced.get(rid, 0) + 1
+        if not exact:  # a step exactly as predicted teaches the calibration nothing
+            for step in self._run:
                 self.core.observe_decode_step(len(step.chosen), step.mean_len, step.seconds)
         self._steps += len(self._run)
         self._last_end = self._run[-1].ends
