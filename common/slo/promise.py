@@ -66,6 +66,7 @@ Plain code of time and state: callers pass ``now``.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import deque
@@ -139,6 +140,7 @@ class MarginController:
             self.on_miss(factor)
 
 
+@functools.lru_cache(maxsize=4096)  # a few SLOs recur; asked for every request at every decision
 def slo_class_ms(slo_s: float) -> float:
     """The class of an SLO (seconds) whose margin it shares: milliseconds to two significant digits
     (143 and 141 ms share one, 100 and 300 ms do not); 0 for none. Bounded: at most 90 classes a

@@ -234,10 +234,32 @@ class TtftGuard:
         """
         if self.model is None:
             return False
-        mine = list(self.queued.values())
+        return self._pushes(prompt_tokens, deadline, now, list(self.queued.values()), self.forward_cut,
+                            self.ratio(), self.overhead.value())
+
+    def option(self, prompt_tokens: int, deadline: float, now: float, ttft_s: float = 0.0) -> tuple[bool, float | None]:
+        """``(pushes_queued_past, predict_s)`` for one request, the worker's state read once for
+        both (an admission round asks every worker this for every waiting request)."""
+        if self.model is None:
+            return False, None
+        mine, cut, ratio, overhead = list(self.queued.values()), self.forward_cut, self.ratio(), self.overhead.value()
+        if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead):
+            return True, None
+        earlier = later = 0
+        for queued_deadline, tokens, _ in mine:
+            if queued_deadline <= deadline:
+                earlier += tokens
+            else:
+                later += tokens
+        ahead = self._ahead(mine, earlier, later, deadline, cut)
+        return False, self._predict_tokens(ahead + prompt_tokens, scale=(ratio, overhead, self.headrooms.margin(ttft_s)),
+                                           cut=cut)
+
+    def _pushes(self, prompt_tokens: int, deadline: float, now: float, mine: list[Queued], cut: int, ratio: float,
+                overhead: float) -> bool:
+        """``pushes_queued_past`` with the queue, ``forward_cut``, ``ratio()`` and the overhead read."""
         by_deadline = sorted(mine, key=lambda q: q[0])
-        total, earlier, cut = sum(tokens for _, tokens, _ in mine), 0, self.forward_cut
-        ratio, overhead = self.ratio(), self.overhead.value()
+        total, earlier = sum(tokens for _, tokens, _ in mine), 0
         # each queued request's own ``queued_ahead`` from running sums in deadline order: one pass,
         # not one over the queue per request (a gateway with hundreds queued spent its core here)
         classes: set[float] = set()  # the TTFT SLOs of the requests due at this deadline
@@ -282,8 +304,12 @@ def _options(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], 
     if any(g.idle_and_untested() for g in guards):
         return None
     per_guard = [prompt_tokens] * len(guards) if isinstance(prompt_tokens, int) else list(prompt_tokens)
-    return [(g, g.predict_s(n, deadline, ttft_s=ttft_s)) for g, n in zip(guards, per_guard)
-            if not g.pushes_queued_past(n, deadline, now)]
+    options = []
+    for g, n in zip(guards, per_guard):
+        pushes, predicted = g.option(n, deadline, now, ttft_s)
+        if not pushes:
+            options.append((g, predicted))
+    return options
 
 
 def _least(guards: Collection[TtftGuard], options: list[tuple[TtftGuard, float | None]] | None) -> float:
