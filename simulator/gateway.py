@@ -204,22 +204,28 @@ class SimGateway:
 
     def _tick(self) -> None:
         now = self.sim.now
-        for waiter in [w for w in self.waiters if not w.trying and w.last_useful() <= now]:
+        # each waiter's last useful moment, read once for the tick's refusals and the round's order
+        # (nothing runs between them: the same state, the same answers, at a third of the cost)
+        last = {id(w): w.last_useful() for w in self.waiters if not w.trying}
+        for waiter in [w for w in self.waiters if not w.trying and last[id(w)] <= now]:
             self.waiters.remove(waiter)
             self._refuse(waiter.flight)
-        self._round()
+        self._round(last)
         self._ticking = bool(self.waiters)
         if self._ticking:
             self.sim.after(self.config.admission_tick_s, self._tick)
 
-    def _round(self) -> None:
+    def _round(self, last_useful: dict[int, float] | None = None) -> None:
+        """``last_useful``: the waiters' last useful moments, by ``id``, where the caller just read them."""
         if self._rounds_running:
             self._round_again = True
             return
         if not self.waiters:
             return
         self._rounds_running = True
-        turns = AdmissionRound(list(self.waiters), lambda w: w.last_useful(), lambda w: w.tpot_ms)
+        known = last_useful or {}
+        turns = AdmissionRound(list(self.waiters), lambda w: known[id(w)] if id(w) in known else w.last_useful(),
+                               lambda w: w.tpot_ms)
         self._next_turn(turns)
 
     def _next_turn(self, turns: AdmissionRound[Waiter]) -> None:
