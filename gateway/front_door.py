@@ -23,6 +23,7 @@ from common.process.logs import request_id_var
 from common.process.metrics import Metrics
 from common.text.chat_template import ChatTemplate, ChatTemplateError
 from gateway.accounting import RequestAccounting
+from gateway.delivery import DeliveryAllowance
 from gateway.errors import RequestError, invalid
 from gateway.request_flow import RequestFlow
 from gateway.tenants import AuthError, QuotaError, TenantTable
@@ -40,12 +41,14 @@ class Caller:
     # when the request reached this process (perf_counter), before its body was read and parsed:
     # its TTFT counts from there; None: from when ``generate`` begins
     received_at: float | None = None
+    front: str = "grpc"  # which front it came through ("grpc", "http"): whose delivery it waits for
+
 
 
 class FrontDoor:
     def __init__(self, flow: RequestFlow, tokenizer: Any, limits: ModelLimits, chat: ChatTemplate | None,
                  tenants: TenantTable | None = None, metrics: Metrics | None = None,
-                 draining: Callable[[], bool] = lambda: False) -> None:
+                 draining: Callable[[], bool] = lambda: False, delivery: DeliveryAllowance | None = None) -> None:
         self.flow = flow
         self.tokenizer = tokenizer
         self.limits = limits
@@ -53,6 +56,7 @@ class FrontDoor:
         self.tenants = tenants or TenantTable.open()
         self.metrics = metrics or Metrics("gateway")
         self.draining = draining
+        self.delivery = delivery or DeliveryAllowance()
         # Tokenizing a long prompt takes milliseconds to seconds: never on the event loop, which
         # also serves every other stream and the workers' heartbeats.
         self._tokenizing = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
@@ -90,11 +94,16 @@ class FrontDoor:
             if caller.on_done is not None:
                 caller.on_done(clean_up)
             reason = ""
+            delivered = False
             try:
                 async for message in self.flow.run(validated):
                     accounting.on_message(message)
                     reason = message.finish_reason or reason
+                    handed = time.perf_counter()
                     yield message
+                    if not delivered:  # the front is back for more: the first token is on its transport
+                        delivered = True
+                        self.delivery.observe(caller.front, time.perf_counter() - handed)
             finally:
                 clean_up()
             accounting.finished(validated, reason or "stop")
@@ -125,7 +134,8 @@ class FrontDoor:
         validated = validate(request, ids, self.limits)
         remaining = caller.time_remaining
         return dataclasses.replace(validated, received_at=received_at, tenant=tenant or validated.tenant,
-                                   deadline=received_at + remaining if remaining is not None else None)
+                                   deadline=received_at + remaining if remaining is not None else None,
+                                   delivery_s=self.delivery.allowance(caller.front))
 
     def _render_chat(self, request: gateway_pb2.GenerateRequest) -> str:
         messages = request.messages.messages

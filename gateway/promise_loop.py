@@ -50,7 +50,7 @@ class PromiseLoop:
         ttft_slo_s = req.ttft_ms / 1000
         headroom = (p.prefill.guard.headrooms.of(ttft_slo_s) if p.prefill is not None and p.prefill.ttft is not None
                     and ttft_slo_s else None)
-        ttft_s = p.ttft_ms / 1000
+        ttft_s = p.ttft_ms / 1000 + req.delivery_s  # as its client will see it
         if not outcome(ttft_s, ttft_slo_s, headroom, p.prefill_headroom):
             _explain_ttft_miss(req, p, ttft_s)
 
@@ -65,7 +65,7 @@ class PromiseLoop:
         if tokens <= 1:
             epsilon = None  # it never decoded there
         met = outcome(tpot_s, req.tpot_ms / 1000, epsilon, p.decode_epsilon)
-        met = met and (not req.ttft_ms or ttft_s * 1000 <= req.ttft_ms)
+        met = met and (not req.ttft_ms or (ttft_s + req.delivery_s) * 1000 <= req.ttft_ms)
         if not (req.ttft_ms or req.tpot_ms):
             return
         name = req.slo_class or f"{req.ttft_ms}:{req.tpot_ms}"

@@ -210,7 +210,7 @@ class RequestFlow:
 
     def _check_ttft(self, req: ValidatedRequest, p: Progress) -> None:
         if self.router.ttft_guard and req.ttft_ms:
-            check_ttft(self.registry, p.prompt_blocks(req.prompt_token_ids), req.ttft_ms, p.started)
+            check_ttft(self.registry, p.prompt_blocks(req.prompt_token_ids), req.ttft_ms, _planned_start(req, p))
 
     # -- after the first token --
 
@@ -323,8 +323,15 @@ def _transport(prefill: WorkerRecord, decode: WorkerRecord) -> str:
 
 
 def _deadline(req: ValidatedRequest, p: Progress) -> float:
-    """The request's TTFT deadline on the perf_counter clock; inf without a TTFT SLO."""
-    return p.started + req.ttft_ms / 1000 if req.ttft_ms else float("inf")
+    """The request's TTFT deadline on the perf_counter clock, its front's delivery allowed for;
+    inf without a TTFT SLO."""
+    return _planned_start(req, p) + req.ttft_ms / 1000 if req.ttft_ms else float("inf")
+
+
+def _planned_start(req: ValidatedRequest, p: Progress) -> float:
+    """When the request's TTFT is planned to count from: its arrival, less what its front is
+    expected to spend delivering the first token (``gateway.delivery``)."""
+    return p.started - req.delivery_s
 
 
 def _ms_since(start: float) -> float:

@@ -21,6 +21,7 @@ from common.text.text_tokenizer import load_text_tokenizer
 from gateway.admission import AdmissionQueue
 from gateway.config import GatewayConfig, add_gateway_args, gateway_config_from_args
 from gateway.decode_streams import DecodeStreams
+from gateway.delivery import FRONTS, DeliveryAllowance
 from gateway.loop_lag import LoopLag
 from gateway.registry import RegistryServicer, WorkerRegistry
 from gateway.request_flow import RequestFlow
@@ -42,7 +43,8 @@ SERVICE = "pdserve.v1.Gateway"
 GATEWAY_CALLERS = {"/pdserve.v1.Registry/": {"prefill", "decode"}}
 
 
-async def _watch_workers(registry: WorkerRegistry, lifecycle: Lifecycle, metrics: Metrics, period_s: float) -> None:
+async def _watch_workers(registry: WorkerRegistry, lifecycle: Lifecycle, metrics: Metrics, period_s: float,
+                         delivery: DeliveryAllowance) -> None:
     """Expires silent workers; the ``pdserve.v1.Gateway`` health service is SERVING while at
     least one prefill and one decode worker are routable (the overall ``""`` service only
     says the process is up, so that workers can find a gateway that has none yet)."""
@@ -60,6 +62,8 @@ async def _watch_workers(registry: WorkerRegistry, lifecycle: Lifecycle, metrics
             metrics.workers.labels("gateway", w.role, state).inc()
             if w.ttft is not None:
                 metrics.extrapolations.labels("gateway", w.worker_id).set(w.ttft.extrapolations)
+        for front in FRONTS:
+            metrics.delivery_allowance.labels("gateway", front).set(delivery.allowance(front))
         await asyncio.sleep(period_s)
 
 
@@ -82,8 +86,9 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
                        admission=admission)
     server = new_server([PeerRoleInterceptor(GATEWAY_CALLERS)] if options.tls.mutual else [])
     lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)
+    delivery = DeliveryAllowance(config.slo_target)
     front = FrontDoor(flow, tokenizer, limits, load_chat_template(model_dir), tenants, metrics,
-                      draining=lambda: lifecycle.draining)
+                      draining=lambda: lifecycle.draining, delivery=delivery)
     gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayServicer(front, registry, str(model_dir)), server)
     worker_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registry, config.heartbeat_ms), server)
     address = bind(server, config.host, config.port, options.tls, require_client_auth=False)
@@ -104,7 +109,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
                   waiting=lambda: sum(p.ttft_ms == 0 for p in list(flow.active.values())),
                   draining=lambda: float(lifecycle.draining))
     metrics.serve(options.metrics_port, options.metrics_host)
-    watcher = asyncio.create_task(_watch_workers(registry, lifecycle, metrics, config.heartbeat_ms / 1000))
+    watcher = asyncio.create_task(_watch_workers(registry, lifecycle, metrics, config.heartbeat_ms / 1000, delivery))
     lag_probe = asyncio.create_task(loop_lag.run())
     metrics.watch_loop_lag(lambda: loop_lag.worst_recent_s)
     log.info("gateway listening on %s (model %s, policy %s%s%s)", address, model_dir, config.policy,

@@ -23,6 +23,9 @@ class ValidatedRequest:
     slo_class: str = ""  # for metrics: the named class, "custom" for explicit values, "default", or ""
     received_at: float = 0.0  # perf_counter when the RPC reached the gateway: TTFT deadlines count from here
     deadline: float | None = None  # perf_counter when the client stops waiting; None: it set no deadline
+    # of the TTFT budget, what its front is expected to spend delivering the first token after the
+    # gateway has it (``gateway.delivery``): its TTFT deadline is that much earlier
+    delivery_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

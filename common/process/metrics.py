@@ -102,6 +102,10 @@ class Metrics:
         self.extrapolations = Gauge("pdserve:cost_model_extrapolations", "Predictions a prefill worker's cost "
                                     "model made for forwards larger than any it was fitted on, since it joined",
                                     [*labels, "worker"], registry=r)
+        self.delivery_allowance = Gauge("pdserve:front_delivery_allowance_seconds", "Of a request's TTFT budget, "
+                                        "what the gateway expects its front (grpc, http) to spend delivering the "
+                                        "first token: a high quantile of the last deliveries", [*labels, "front"],
+                                        registry=r)
 
     def watch(self, running: Callable[[], float], waiting: Callable[[], float],
               kv_usage: Callable[[], float] | None = None, draining: Callable[[], float] | None = None) -> None:

@@ -240,7 +240,7 @@ ARRIVED = "pdserve_received_at"
 
 
 def _caller(request: Request) -> Caller:
-    return Caller(list(request.headers.items()), received_at=request.scope.get("state", {}).get(ARRIVED))
+    return Caller(list(request.headers.items()), received_at=request.scope.get("state", {}).get(ARRIVED), front="http")
 
 
 def _request_id(request: Request) -> str:
