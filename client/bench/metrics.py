@@ -29,6 +29,9 @@ class RequestRecord:
     error: str = ""  # gRPC status name, "" when it completed
     output_token_ids: list[int] = field(default_factory=list)  # over gRPC: what a next turn resends
     cached_tokens: int = 0  # prompt tokens the server found in its prefix cache (its usage says)
+    # how long after its planned moment the load tester's event loop got to sending it: the
+    # tester's own delay, which its latencies of the same moments carry too
+    send_late_s: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -80,6 +83,8 @@ def summarize(records: list[RequestRecord], duration: float, percentiles: list[f
         "total_cached_tokens": sum(r.cached_tokens for r in done),
         "prefix_hit_rate": sum(r.cached_tokens for r in done) / max(1, sum(r.input_len for r in done)),
         "prefill_tokens_per_request": sum(r.input_len - r.cached_tokens for r in done) / max(1, len(done)),
+        "p99_send_late_ms": float(np.percentile([r.send_late_s * 1000 for r in records], 99)) if records else 0.0,
+        "max_send_late_ms": max((r.send_late_s * 1000 for r in records), default=0.0),
     }
     samples = {"ttft": [r.ttft for r in done], "tpot": [r.tpot for r in done if r.output_len > 1],
                "itl": [g for r in done for g in r.itls], "e2el": [r.e2el for r in done]}

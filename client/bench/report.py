@@ -41,6 +41,9 @@ def summary_table(result: dict[str, object], per_class: dict[str, dict[str, floa
             ("Request goodput (req/s)", result["request_goodput"]),
             ("SLO adherence", result["slo_adherence"]),
             ("Output token throughput (tok/s)", result["output_throughput"])]
+    if "p99_send_late_ms" in result:  # the load tester's own lag: its latencies carry it too
+        rows.append(("Load tester's send lag, P99 / max (ms)",
+                     f"{result['p99_send_late_ms']:.1f} / {result['max_send_late_ms']:.1f}"))
     lines += [_row(name, value) for name, value in rows]
     for name in metrics:
         lines.append("{:-^60}".format(f" {name.upper()} (ms) "))

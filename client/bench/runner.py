@@ -27,8 +27,10 @@ async def schedule(plan: list[PlannedRequest], max_concurrency: int | None, send
 
     async def one(item: PlannedRequest) -> RequestRecord:
         await asyncio.sleep(max(0.0, item.send_at - (time.perf_counter() - started)))
+        late = max(0.0, time.perf_counter() - started - item.send_at)  # this process's own delay
         async with gate:
             record = await send(item, started)
+        record.send_late_s = late
         on_done(record)
         return record
 
