@@ -46,3 +46,24 @@ def test_rejected_and_failed_requests_are_counted_apart_and_never_good():
     classes = per_class(records, 2.0)
     assert classes["tight"]["good"] == 1 and classes["tight"]["rejected"] == 1 and classes["tight"]["sent"] == 3
     assert classes["loose"]["good"] == 1 and classes["loose"]["failed"] == 1
+
+
+def test_a_request_sent_late_by_the_load_testers_own_event_loop_says_so():
+    import asyncio
+    import time
+
+    from client.bench.runner import schedule
+    from client.bench.workload import PlannedRequest
+
+    plan = [PlannedRequest(i, [1], 1, None, send_at) for i, send_at in enumerate((0.0, 0.05))]
+
+    async def send(item: PlannedRequest, started: float) -> RequestRecord:
+        if item.index == 0:
+            time.sleep(0.15)  # the tester's loop is busy 100 ms past the second request's moment
+        return RequestRecord(item.index, 1, time.perf_counter() - started, token_times=[1.0], tokens_per_message=[1])
+
+    records, _ = asyncio.run(schedule(plan, None, send, lambda r: None))
+    assert records[0].send_late_s < 0.05
+    assert records[1].send_late_s >= 0.09
+    result = summarize(records, 1.0, [99], [])
+    assert result["max_send_late_ms"] >= 90 and result["max_send_late_ms"] == pytest.approx(records[1].send_late_s * 1000)
