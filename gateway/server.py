@@ -86,9 +86,8 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
                        admission=admission)
     server = new_server([PeerRoleInterceptor(GATEWAY_CALLERS)] if options.tls.mutual else [])
     lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)
-    delivery = DeliveryAllowance(config.slo_target)
     front = FrontDoor(flow, tokenizer, limits, load_chat_template(model_dir), tenants, metrics,
-                      draining=lambda: lifecycle.draining, delivery=delivery)
+                      draining=lambda: lifecycle.draining, delivery=DeliveryAllowance(config.slo_target))
     gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayServicer(front, registry, str(model_dir)), server)
     worker_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registry, config.heartbeat_ms), server)
     address = bind(server, config.host, config.port, options.tls, require_client_auth=False)
@@ -109,7 +108,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
                   waiting=lambda: sum(p.ttft_ms == 0 for p in list(flow.active.values())),
                   draining=lambda: float(lifecycle.draining))
     metrics.serve(options.metrics_port, options.metrics_host)
-    watcher = asyncio.create_task(_watch_workers(registry, lifecycle, metrics, config.heartbeat_ms / 1000, delivery))
+    watcher = asyncio.create_task(_watch_workers(registry, lifecycle, metrics, config.heartbeat_ms / 1000, front.delivery))
     lag_probe = asyncio.create_task(loop_lag.run())
     metrics.watch_loop_lag(lambda: loop_lag.worst_recent_s)
     log.info("gateway listening on %s (model %s, policy %s%s%s)", address, model_dir, config.policy,

@@ -159,13 +159,7 @@ class TtftGuard:
         as ahead.
         """
         mine = list(self.queued.values())
-        earlier = later = 0
-        for queued_deadline, tokens, _ in mine:
-            if queued_deadline <= deadline:
-                earlier += tokens
-            else:
-                later += tokens
-        return self._ahead(mine, earlier, later, deadline)
+        return self._ahead(mine, *_around(mine, deadline), deadline)
 
     @property
     def forward_cut(self) -> int:
@@ -245,13 +239,7 @@ class TtftGuard:
         mine, cut, ratio, overhead = list(self.queued.values()), self.forward_cut, self.ratio(), self.overhead.value()
         if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead):
             return True, None
-        earlier = later = 0
-        for queued_deadline, tokens, _ in mine:
-            if queued_deadline <= deadline:
-                earlier += tokens
-            else:
-                later += tokens
-        ahead = self._ahead(mine, earlier, later, deadline, cut)
+        ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)
         return False, self._predict_tokens(ahead + prompt_tokens, scale=(ratio, overhead, self.headrooms.margin(ttft_s)),
                                            cut=cut)
 
@@ -284,6 +272,17 @@ class TtftGuard:
         """Nothing to do and no call observed yet: its model alone must not refuse a request."""
         return (self.calibration.num_samples == 0 and not self.queued and self.reported_tokens == 0
                 and self.reported_running == 0)
+
+
+def _around(queued: list[Queued], deadline: float) -> tuple[int, int]:
+    """Prompt tokens queued with a deadline up to ``deadline``, and after it."""
+    earlier = later = 0
+    for queued_deadline, tokens, _ in queued:
+        if queued_deadline <= deadline:
+            earlier += tokens
+        else:
+            later += tokens
+    return earlier, later
 
 
 def best_prefill_s(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
