@@ -44,7 +44,6 @@ class Caller:
     front: str = "grpc"  # which front it came through ("grpc", "http"): whose delivery it waits for
 
 
-
 class FrontDoor:
     def __init__(self, flow: RequestFlow, tokenizer: Any, limits: ModelLimits, chat: ChatTemplate | None,
                  tenants: TenantTable | None = None, metrics: Metrics | None = None,
