@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,6 +14,8 @@ from gateway.front_door import Caller, FrontDoor
 from gateway.registry import WorkerRegistry
 from gateway.tenants import AuthError
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
+
+log = logging.getLogger(__name__)
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
@@ -33,6 +36,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 yield message
         except RequestError as exc:
             await context.abort(exc.code, exc.message)
+        except Exception as exc:  # the gateway's own fault: INTERNAL says so, grpc's default UNKNOWN does not
+            log.exception("request failed inside the gateway")
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error in the gateway: {type(exc).__name__}")
 
     async def Abort(self, request: gateway_pb2.AbortRequest,
                     context: grpc.aio.ServicerContext) -> gateway_pb2.AbortResponse:
