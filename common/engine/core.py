@@ -16,7 +16,7 @@ import dataclasses
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from common.engine.batch import ScheduledBatch
 from common.engine.block_pool import BlockPool, blocks_for
@@ -121,12 +121,9 @@ class EngineCore:
         Raises ``AdmissionError`` when the TPOT guard (margin ``epsilon``) predicts the SLOs
         could not all be met."""
         self._validate(request_id, [0] * prompt_len, SamplingParams(max_tokens=max_tokens))
-        key = slo_class_ms(tpot_slo_ms / 1000)
-        self.tpot_margins[key] = epsilon
+        self.tpot_margins[slo_class_ms(tpot_slo_ms / 1000)] = epsilon
         if not self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon):
-            self.tpot_margins[key] = epsilon / (1 + STEP)  # the probe: the class's requests here too
-            margin_alone = self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon / (1 + STEP))
-            self.tpot_margins[key] = epsilon
+            margin_alone = self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon / (1 + STEP))  # the probe
             raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here",
                                  margin_alone)
         tokens = prompt_len + (max_tokens if self.config.memory_policy == "guaranteed_no_evict" else 1)
@@ -141,12 +138,14 @@ class EngineCore:
     def tpot_admits(self, tpot_slo_ms: float, prompt_len: int, max_tokens: int,
                     epsilon: float = tpot_guard.TPOT_MARGIN) -> bool:
         """The TPOT guard (``common.slo.tpot_guard``) over the decodes of the requests here and
-        those reserved (their leases carry their SLOs and budgets); always true under a policy
-        without it, or before the worker has a cost model."""
+        those reserved (their leases carry their SLOs and budgets), the newcomer's class held to
+        ``epsilon`` (its requests here too); always true under a policy without it, or before the
+        worker has a cost model."""
         if not self.scheduler.config.tpot_guard or self.cost_models is None:
             return True
         new = tpot_guard.Decoding(tpot_slo_ms / 1000, max_tokens - 1, prompt_len + 1)
-        return tpot_guard.admits_request(new, self.decodings(), self.cost_models.decode, self.unloaded_step_s,
+        present = self.decodings({slo_class_ms(tpot_slo_ms / 1000): epsilon})
+        return tpot_guard.admits_request(new, present, self.cost_models.decode, self.unloaded_step_s,
                                          epsilon, self.step_calibration.scale, self.config.max_batch_size)
 
     def prefill_cap(self) -> int:
@@ -180,15 +179,19 @@ class EngineCore:
         """ε for a request with this TPOT SLO: its class's latest (``TPOT_MARGIN`` before any)."""
         return self.tpot_margins.get(slo_class_ms(slo_s), tpot_guard.TPOT_MARGIN)
 
-    def decodings(self) -> list[tpot_guard.Decoding]:
+    def decodings(self, margins: Mapping[float, float] | None = None) -> list[tpot_guard.Decoding]:
         """What the TPOT guard projects: every request here (decoding or about to) and every
-        reservation, with its SLO, its output tokens still to come at most, and its length."""
+        reservation, with its SLO, its output tokens still to come at most, its length, and its
+        class's ε (``margins``, by ``slo_class_ms``, in place of the stored ones where given)."""
+        margins = {**self.tpot_margins, **(margins or {})}
+
+        def margin(slo_ms: float) -> float:
+            return margins.get(slo_class_ms(slo_ms / 1000), tpot_guard.TPOT_MARGIN)
+
         here = [tpot_guard.Decoding(r.tpot_slo_ms / 1000, r.params.max_tokens - len(r.output_token_ids), r.num_tokens,
-                                    self.tpot_margin(r.tpot_slo_ms / 1000))
-                for r in self.scheduler.requests.values()]
+                                    margin(r.tpot_slo_ms)) for r in self.scheduler.requests.values()]
         return here + [tpot_guard.Decoding(lease.tpot_slo_ms / 1000, lease.max_tokens - 1, lease.prompt_len + 1,
-                                           self.tpot_margin(lease.tpot_slo_ms / 1000))
-                       for lease in self.leases.leases()]
+                                           margin(lease.tpot_slo_ms)) for lease in self.leases.leases()]
 
     def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
                params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:
