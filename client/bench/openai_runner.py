@@ -8,8 +8,9 @@ the same plan, schedule and records as over gRPC, so both are measured by one de
 
 Both stream (``stream_options.include_usage``), greedy, and send a request's SLOs as the
 headers pdserve reads (``x-slo-ttft-ms``, ``x-slo-tpot-ms``; as over gRPC, not the class's name),
-which other servers ignore. A token's arrival is a chunk carrying text; the output length is the server's
-``completion_tokens``. HTTP statuses are recorded under the gRPC status names pdserve maps them
+which other servers ignore. A token's arrival is a chunk carrying text, or an empty content chunk (a
+token whose text the server holds back until its character completes); the output length is the
+server's ``completion_tokens``. HTTP statuses are recorded under the gRPC status names pdserve maps them
 from, so rejected (429) and failed requests count as they do over gRPC.
 """
 
@@ -121,7 +122,7 @@ async def _stream(target: OpenAITarget, item: PlannedRequest, ignore_eos: bool, 
             record.error = ERROR_TYPES.get(str(event["error"].get("type")), "INTERNAL")
             return
         for choice in event.get("choices") or []:
-            if _text(choice):
+            if _carries_token(choice):
                 record.token_times.append(time.perf_counter() - started)
                 record.tokens_per_message.append(1)
         usage = event.get("usage")
@@ -134,6 +135,20 @@ async def _stream(target: OpenAITarget, item: PlannedRequest, ignore_eos: bool, 
         # chunks carry whole characters, so a token held back (half a character) joins the next
         # chunk: the server's count is the output length
         record.tokens_per_message[-1] += max(0, completion_tokens - sum(record.tokens_per_message))
+
+
+def _carries_token(choice: dict[str, object]) -> bool:
+    """Whether a chunk's choice is a token's arrival: it carries text, or it is a content chunk
+    whose text is empty (neither the chat stream's role opening nor its finish), which servers send
+    for a token whose text they hold back, part of a character (pdserve and vLLM do)."""
+    if _text(choice):
+        return True
+    if choice.get("finish_reason"):
+        return False
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return "content" in delta and "role" not in delta
+    return "text" in choice
 
 
 def _text(choice: dict[str, object]) -> str:

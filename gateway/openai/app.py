@@ -128,7 +128,10 @@ async def _events(first: gateway_pb2.GenerateResponse, rest: AsyncIterator[gatew
             yield _sse(chunk)
         message: gateway_pb2.GenerateResponse | None = first
         while message is not None:
-            if message.text:
+            if message.text or message.token_ids:
+                # one chunk per message that carries tokens, its text empty while the detokenizer
+                # holds back part of a character: the client sees each token when it is made, as
+                # the SLO accounting counts it, not when its character completes
                 yield _sse(shape.delta(message.text))
             if message.finish_reason:
                 yield _sse(shape.finish(message.finish_reason))

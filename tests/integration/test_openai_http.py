@@ -170,7 +170,7 @@ def test_the_load_tester_measures_http_and_grpc_by_one_definition(served, tmp_pa
 
     host, port = served.address.rsplit(":", 1)
     shared = ["--num-prompts", "6", "--random-input-len", "24", "--random-output-len", "6", "--ignore-eos",
-              "--max-concurrency", "3", "--save-result", "--result-dir", str(tmp_path)]
+              "--max-concurrency", "3", "--save-result", "--save-detailed", "--result-dir", str(tmp_path)]
     by_backend = {"pdserve": ["--host", host, "--port", port],
                   "openai": ["--base-url", f"http://{served.http_address}"],
                   "openai-chat": ["--base-url", f"http://{served.http_address}", "--model", MODEL]}
@@ -182,6 +182,8 @@ def test_the_load_tester_measures_http_and_grpc_by_one_definition(served, tmp_pa
         assert (result["completed"], result["failed"], result["rejected"]) == (6, 0, 0), backend
         assert result["total_output_tokens"] == 36, backend
         assert result["median_ttft_ms"] > 0 and result["median_tpot_ms"] > 0, backend
+        arrivals = sum(len(itls) + 1 for itls in result["itls"])
+        assert arrivals == 36, f"{backend}: each token arrives when it is made, text held back or not"
     assert results["openai"]["total_input_tokens"] == results["pdserve"]["total_input_tokens"] == 6 * 24
     assert results["openai-chat"]["total_input_tokens"] > 6 * 24, "the chat template's tokens count, as the server saw"
     bad_key = by_backend["openai-chat"] + shared[:-1] + [str(tmp_path / "denied")]

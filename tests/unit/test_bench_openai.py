@@ -101,6 +101,22 @@ async def test_a_chat_stream_becomes_a_record_with_the_servers_token_counts():
     assert "x-slo-class" not in headers, "a class name would have to be one the gateway configured"
 
 
+async def test_a_completion_chunk_with_its_text_held_back_is_a_tokens_arrival():
+    def chunk(text: str, finish: str | None = None) -> dict[str, object]:
+        return {"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": finish}]}
+
+    # a byte-level model's "é" comes as two tokens: the server sends the first with no text yet
+    events = [chunk(""), chunk("é"), chunk("!"), chunk("", "length"),
+              {"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}}, b"[DONE]"]
+    item = PlannedRequest(0, [1, 2], 3, None, 0.0)
+    async for base, _ in _serve(_sse_stream(events)):
+        records, _ = await run_plan_openai(OpenAITarget(base, "openai", "m"), [item], True, None, (None, None),
+                                           lambda r: None)
+    record = records[0]
+    assert len(record.token_times) == 3, "the empty chunk is the first token's arrival; the finish chunk is none"
+    assert record.tokens_per_message == [1, 1, 1] and record.output_len == 3
+
+
 async def test_refusals_and_mid_stream_errors_are_recorded_under_grpc_status_names():
     refused = b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: 2\r\n\r\n{}"
     item = PlannedRequest(0, [1, 2], 4, None, 0.0)
