@@ -3,7 +3,8 @@
 One layer's call over a pool of random K/V, each request's context in its own shuffled blocks;
 bytes = the K and V it must read (batch × context × kv_heads × head_dim × 2 × element size).
 The kernel is the one the engine runs on this device: the split-context Triton kernel with the
-Triton backend (GPU), the torch path's pool gather otherwise.
+Triton backend (GPU), the C++ kernel over the decode stage's slots with the CPU backend (the K/V
+laid out as the stage holds them), the torch path's pool gather otherwise.
 """
 
 from __future__ import annotations
@@ -47,5 +48,11 @@ def _attention(engine: LLMEngine, cache: PagedKVCache, tables: torch.Tensor, len
 
         splits = num_splits(len(lens), cache.num_kv_heads, target_programs(cache.data.device), context)
         return lambda q: paged_decode(q, cache.data, 0, tables, lens, cache.block_size, scale, None, splits)
+    if engine.backend == "cpu":
+        from common.cpu_kernels.decode_attention import dense_decode_attention
+
+        keys, values = (cache.gather(0, kv, tables).contiguous() for kv in (0, 1))  # one slot per request
+        slots = torch.arange(len(lens))
+        return lambda q: dense_decode_attention(q, keys, values, slots, lens, scale, None)
     meta = AttentionMetadata(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), (), 0, tables, lens)
     return lambda q: decode_attention(q, cache, 0, meta, scale, None)

@@ -90,6 +90,10 @@ class LocalCluster:
         try:
             if self.spec.mps:
                 self.mps = start_mps(self.log_dir, devices.values())  # before any worker opens the GPU
+            if any(d.startswith("cpu") for d in devices.values()) and self._wants_cpu_kernels():
+                from common.cpu_kernels.build import prepare
+
+                prepare(progress)  # the one compilation, here, not inside a worker's start-up
             self._start_gateway_on_a_free_port(timeout_s)
             for name in devices:
                 self.start_worker(name.split("-", 1)[0], name)
@@ -98,6 +102,13 @@ class LocalCluster:
             self.stop(grace_s=2.0)  # a cluster that never became ready leaves nothing running
             raise
         return self
+
+    def _wants_cpu_kernels(self) -> bool:
+        """Whether the workers may attend with the CPU kernels (no backend or ``cpu`` asked for)."""
+        args = list(self.spec.worker_args)
+        if "--enforce-eager" in args:
+            return False
+        return "--attention-backend" not in args or args[args.index("--attention-backend") + 1] in ("auto", "cpu")
 
     def _start_gateway_on_a_free_port(self, timeout_s: float) -> None:
         for attempt in range(3):  # a port found free can be taken before the gateway binds it

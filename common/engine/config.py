@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 # torch-free (the gateway reads these configs): dtypes by name, torch's objects only on use
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEFAULT_DTYPE = env.default_dtype() or "auto"
-ATTENTION_BACKENDS = ("auto", "torch", "triton")
+ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +35,9 @@ class EngineConfig:
     max_num_tokens: int = 4096
     max_model_len: int | None = None  # None = the model's max_position_embeddings
     memory_policy: str = "guaranteed_no_evict"
-    attention_backend: str = "auto"  # kernels: triton (fused ops, paged attention; GPU) | torch (CPU) | auto
+    # kernels: triton (fused ops, paged attention; GPU) | cpu (C++ paged decode attention, built on
+    # first use) | torch (the reference; a CPU without a compiler) | auto: triton on a GPU, cpu where it builds
+    attention_backend: str = "auto"
     # the plain path: on a GPU every decode step op by op instead of replaying CUDA graphs, on a
     # CPU plain F.linear instead of weights prepacked for oneDNN (``common.model.packed_linear``)
     enforce_eager: bool = False

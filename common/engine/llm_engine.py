@@ -7,6 +7,7 @@ beside an event loop.
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import torch
@@ -25,6 +26,8 @@ from common.model.runner import ModelRunner
 from common.engine.request import RequestOutput
 from common.model.sampler import Sampler
 from common.engine.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
 
 
 class LLMEngine(EngineCore):
@@ -52,7 +55,9 @@ class LLMEngine(EngineCore):
         if self.pool.prefix_index is not None:  # a worker's heartbeat reads its digest from the event loop
             self.pool.prefix_index.guard_with(threading.Lock())
         self.cache = PagedKVCache(mcfg, blocks, config.block_size, config.torch_dtype, self.device, kv_storage)
-        stage = DecodeStage(self.cache, config.max_batch_size) if self.backend == "torch" else None
+        stage = None
+        if self.backend in ("torch", "cpu"):
+            stage = DecodeStage(self.cache, config.max_batch_size, kernel=self.backend == "cpu")
         graphs = None
         if graphs_wanted:
             graphs = DecodeGraphs(self.model, self.cache, config.max_batch_size, max_model_len, capture=True)
@@ -92,10 +97,42 @@ __all__ = ["AdmissionError", "LLMEngine", "kernel_backend"]
 
 
 def kernel_backend(config: EngineConfig, device: torch.device) -> str:
-    """``attention_backend`` resolved: Triton kernels on a GPU, the torch path elsewhere."""
+    """``attention_backend`` resolved: Triton kernels on a GPU; on a CPU the C++ kernels where they
+    build and serve the model, else (and with ``enforce_eager``) the torch path."""
     if config.attention_backend == "auto":
-        return "triton" if device.type == "cuda" else "torch"
+        if device.type == "cuda":
+            return "triton"
+        if config.enforce_eager:
+            return "torch"
+        reason = cpu_kernels_unavailable(config)
+        if reason is None:
+            return "cpu"
+        log.warning("attention on the torch path: %s", reason)
+        return "torch"
+    if config.attention_backend == "cpu":
+        if device.type != "cpu":
+            raise ValueError(f"attention_backend cpu runs on the CPU, not {device.type}")
+        reason = cpu_kernels_unavailable(config)
+        if reason is not None:
+            raise ValueError(f"attention_backend cpu: {reason}")
     return config.attention_backend
+
+
+def cpu_kernels_unavailable(config: EngineConfig) -> str | None:
+    """Why the CPU kernels cannot serve this engine (None: they can)."""
+    from common.cpu_kernels import build
+    from common.cpu_kernels.decode_attention import unsupported
+    from common.model.config import load_model_config
+
+    model = load_model_config(resolve_model_dir(config.model, config.preset))
+    reason = unsupported(model.head_dim, config.torch_dtype)
+    if reason is not None:
+        return f"the CPU kernels do not cover {reason}"
+    try:
+        build.load()
+    except build.CpuKernelsUnavailable as exc:
+        return str(exc)
+    return None
 
 
 def _kernels(backend: str):  # type: ignore[no-untyped-def]
@@ -105,7 +142,7 @@ def _kernels(backend: str):  # type: ignore[no-untyped-def]
         from common.model.triton_attention import paged_attention_triton
 
         return paged_attention_triton, triton_ops()
-    from common.model.attention import paged_attention
+    from common.model.attention import paged_attention  # cpu: the torch path, its decode stage on the kernel
     from common.model.ops import TORCH_OPS
 
     return paged_attention, TORCH_OPS

@@ -33,6 +33,9 @@ same total context). So the few longest contexts may go to a second, narrow stag
 (``long_rows`` decides when that costs less than widening every row to them), attended whole
 beside the first; the cost model's step at the batch's mean length then holds for long-tailed
 batches too.
+With ``kernel`` set (the ``cpu`` attention backend) the stage's attention is the C++ kernel
+(``common.cpu_kernels.decode_attention``): it reads only each row's own positions, so a long
+context costs only itself and the second stage is not kept.
 The Triton path on GPUs reads the pool directly and has no stage.
 """
 
@@ -44,6 +47,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common.cpu_kernels.decode_attention import dense_decode_attention
 from common.model.kv_cache import PagedKVCache
 
 
@@ -69,10 +73,14 @@ class StagePlan:
 
 
 class DecodeStage:
-    def __init__(self, cache: PagedKVCache, max_slots: int, initial_width: int = 256, split: bool = True) -> None:
+    def __init__(self, cache: PagedKVCache, max_slots: int, initial_width: int = 256, split: bool = True,
+                 kernel: bool = False) -> None:
+        """``kernel``: attend with the C++ kernel (which needs no second stage) instead of torch's matmuls."""
         self.cache = cache
+        self.kernel = kernel
         # the second stage, for the few longest contexts (``long_rows``); it has none of its own
-        self.long = DecodeStage(cache, MAX_LONG_ROWS, WIDTH_STEP, split=False) if split and max_slots > 1 else None
+        split = split and not kernel and max_slots > 1
+        self.long = DecodeStage(cache, MAX_LONG_ROWS, WIDTH_STEP, split=False) if split else None
         self.max_slots = max_slots
         self.width = 0
         self.slots_held = 0  # slots the allocation holds: at least every occupied one
@@ -172,6 +180,8 @@ class DecodeStage:
                 values[slot, :, :length] = self.cache.gather(layer, 1, table[None])[0, :, :length]
         keys[plan.slots, :, plan.positions] = k
         values[plan.slots, :, plan.positions] = v
+        if self.kernel:
+            return dense_decode_attention(q, keys, values, plan.slots, plan.positions + 1, scale, window)
         batch, heads, d = q.shape
         kv_heads = keys.shape[1]
         grouped = q.view(batch, kv_heads, heads // kv_heads, d) * scale  # scale the small side

@@ -64,12 +64,22 @@ def cache_key(engine: LLMEngine) -> str:
         "model": str(engine.model_dir.resolve()),
         "model_config": hashlib.sha256(config_file.read_bytes()).hexdigest() if config_file.exists() else "",
         "dtype": engine.config.resolved_dtype, "device": str(engine.device), "hardware": hardware_name(engine.device),
-        "threads": torch.get_num_threads(), "attention": engine.config.attention_backend,
+        "threads": torch.get_num_threads(), "attention": engine.backend, "cpu_kernels": _cpu_kernels_build(engine),
         "packed_linears": isinstance(engine.model.linear, PackedLinear) and (engine.model.linear.max_rows or "all"), "enforce_eager": engine.config.enforce_eager,
         "max_batch_size": engine.config.max_batch_size, "max_num_tokens": engine.config.max_num_tokens,
         "block_size": engine.config.block_size, "torch": torch.__version__, "procedure": PROFILE_VERSION,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _cpu_kernels_build(engine: LLMEngine) -> str:
+    """Which build of the CPU kernels the engine attends with ("" for none): a changed kernel is
+    another measurement."""
+    if engine.backend != "cpu":
+        return ""
+    from common.cpu_kernels.build import build_directory
+
+    return build_directory().name
 
 
 def hardware_name(device: torch.device) -> str:
