@@ -11,11 +11,10 @@
 // K and V are read W = 16 rows at a time, as float32 into a small buffer that every head of the
 // group then reads from L1. The 16 dot products of such a group of rows are summed
 // across their lanes together (`sum_lanes`), not one by one.
-//
-// Vectors are GCC/Clang vector extensions: the compiler maps them onto whatever SIMD the build
-// machine has (AVX-512, AVX2, NEON); the source has no ISA-specific intrinsics.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+
+#include "vec.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -24,23 +23,8 @@
 
 namespace {
 
-constexpr int W = 16;  // lanes of one vector, and rows of K/V read at a time
-typedef float vf __attribute__((vector_size(W * 4)));
-typedef uint16_t vh __attribute__((vector_size(W * 2)));
-typedef uint32_t vu __attribute__((vector_size(W * 4)));
-typedef int32_t vi __attribute__((vector_size(W * 4)));
+using namespace pdserve;
 
-inline vf load(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
-inline vf load(const c10::BFloat16* p) {  // a bfloat16 is the top half of a float32
-  vh h;
-  std::memcpy(&h, p, sizeof h);
-  const vu u = __builtin_convertvector(h, vu) << 16;
-  vf v;
-  std::memcpy(&v, &u, sizeof v);
-  return v;
-}
-inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
-inline void store(c10::BFloat16* p, vf v) { for (int i = 0; i < W; ++i) p[i] = c10::BFloat16(v[i]); }
 inline float max_lane(vf v) { float m = v[0]; for (int i = 1; i < W; ++i) m = std::max(m, v[i]); return m; }
 inline float sum_lane(vf v) { float s = 0; for (int i = 0; i < W; ++i) s += v[i]; return s; }
 
@@ -64,22 +48,6 @@ inline vf sum_lanes(const vf* v) {
   for (int i = 0; i < 4; ++i) c[i] = fold<4>(b[2 * i], b[2 * i + 1]);
   for (int i = 0; i < 2; ++i) d[i] = fold<2>(c[2 * i], c[2 * i + 1]);
   return fold<1>(d[0], d[1]);
-}
-
-// exp(x) for x <= 0 (scores less their maximum): 2^n · e^f with |f| <= ln2/2 and a degree-7 Taylor
-// polynomial (relative error under 2e-7). Below -87 it returns about 1.6e-38 instead of less.
-inline vf exp_nonpositive(vf x) {
-  const vf floor_at = vf{} - 87.0f;
-  x = x < floor_at ? floor_at : x;
-  const vf t = x * 1.44269504088896341f;
-  vf n;
-  for (int i = 0; i < W; ++i) n[i] = __builtin_floorf(t[i] + 0.5f);
-  const vf f = x - n * 0.693359375f + n * 2.12194440e-4f;  // x - n·ln2, ln2 in two parts
-  const vf p = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720 + f * (1.0f / 5040)))))));
-  const vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
-  vf scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
 }
 
 // W rows of D values as float32 in `buffer`, read once for every head of the group from L1 (bfloat16
@@ -128,7 +96,7 @@ void attend_one(const T* q, const T* keys, const T* values, T* out, int64_t len,
     const float m = max_lane(top);
     vf sum = {};
     for (int64_t j = 0; j < width; j += W) {
-      const vf e = exp_nonpositive(load(sg + j) - m);
+      const vf e = exp_clamped(load(sg + j) - m);
       store(sg + j, e);
       sum += e;
     }
@@ -222,6 +190,9 @@ torch::Tensor dense_decode_attention(const torch::Tensor& q, const torch::Tensor
   return out;
 }
 
+void register_layer_ops(pybind11::module& m);  // layer_ops.cpp
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  register_layer_ops(m);
   m.def("dense_decode_attention", &dense_decode_attention, "decode attention over per-request slots of K/V");
 }

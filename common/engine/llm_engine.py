@@ -145,4 +145,8 @@ def _kernels(backend: str):  # type: ignore[no-untyped-def]
     from common.model.attention import paged_attention  # cpu: the torch path, its decode stage on the kernel
     from common.model.ops import TORCH_OPS
 
+    if backend == "cpu":
+        from common.cpu_kernels.layer_ops import CPU_OPS
+
+        return paged_attention, CPU_OPS
     return paged_attention, TORCH_OPS

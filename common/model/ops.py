@@ -30,7 +30,7 @@ class Rotary(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ModelOps:
-    name: str  # "torch" | "triton"
+    name: str  # "torch" | "cpu" (C++ norms and RoPE, ``common.cpu_kernels``) | "triton"
     rms_norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
     add_rms_norm: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
     rotary: Callable[[RotaryTable, torch.Tensor, torch.dtype], Rotary]  # once per forward
@@ -61,14 +61,14 @@ class TorchRotary:
         """Where k's heads follow q's in one buffer (views of the qkv projection's rows), both are
         rotated as one tensor: the same arithmetic in half the calls."""
         heads = q.shape[1]
-        if _adjacent_heads(q, k):
+        if adjacent_heads(q, k):
             both = q.as_strided((q.shape[0], heads + k.shape[1], q.shape[2]), q.stride())
             rotated = RotaryTable.apply(both, self.cos, self.sin)
             return rotated[:, :heads], rotated[:, heads:]
         return RotaryTable.apply(q, self.cos, self.sin), RotaryTable.apply(k, self.cos, self.sin)
 
 
-def _adjacent_heads(q: torch.Tensor, k: torch.Tensor) -> bool:
+def adjacent_heads(q: torch.Tensor, k: torch.Tensor) -> bool:
     """Whether ``k [rows, kv_heads, d]`` starts where ``q [rows, heads, d]``'s heads end, row by
     row, with the same strides: together they are one ``[rows, heads + kv_heads, d]`` view."""
     return (q.dim() == k.dim() == 3 and q.stride() == k.stride() and q.shape[0] == k.shape[0]

@@ -111,3 +111,34 @@ def test_the_stage_on_the_kernel_attends_as_the_pool_while_contexts_grow_and_req
         got = stage.attend(q, k, v, 1, plan, 0.125, None)
         torch.testing.assert_close(got, decode_attention(q, cache, 1, meta, 0.125, None), rtol=1e-5, atol=1e-5)
         lens = {u: c + 1 for u, c in lens.items()}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 5, 300])
+def test_the_cpu_norms_and_rope_compute_what_the_torch_ops_compute(dtype, rows):
+    """RoPE bit for bit in both dtypes, the norms bit for bit in bfloat16 and to float32 rounding
+    in float32 (their sum of squares runs in another order); the residual is updated in place."""
+    from common.cpu_kernels.layer_ops import CpuRotary, add_rms_norm, rms_norm
+    from common.model import ops
+    from common.model.config import RopeConfig
+    from common.model.rope import RotaryTable
+
+    gen = torch.Generator().manual_seed(rows)
+    width = 3 * 16 + 8  # a row that is not a whole number of vectors
+    x, delta, weight = (torch.randn(n, width, generator=gen).to(dtype) for n in (rows, rows, 1))
+    weight = weight[0]
+    exact = dict(rtol=0, atol=0) if dtype == torch.bfloat16 else dict(rtol=3e-7, atol=1e-6)
+    torch.testing.assert_close(rms_norm(x, weight, 1e-5), ops.rms_norm(x, weight, 1e-5), **exact)
+    ours, theirs = x.clone(), x.clone()
+    torch.testing.assert_close(add_rms_norm(delta, ours, weight, 1e-6), ops.add_rms_norm(delta, theirs, weight, 1e-6),
+                               **exact)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    table = RotaryTable(RopeConfig(theta=10000.0), 64, 4096, torch.device("cpu"))
+    positions = torch.randint(0, 4096, (rows,), generator=gen)
+    qkv = torch.randn(rows, 14 * 64, generator=gen).to(dtype)
+    q, k = qkv[:, : 9 * 64].view(rows, 9, 64), qkv[:, 9 * 64: 12 * 64].view(rows, 3, 64)
+    expected = ops.TorchRotary(table, positions, dtype).apply(q, k)
+    got = CpuRotary(table, positions, dtype).apply(q, k)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+    assert got[0].data_ptr() == q.data_ptr()  # rotated in place
