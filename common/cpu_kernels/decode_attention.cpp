@@ -191,8 +191,10 @@ torch::Tensor dense_decode_attention(const torch::Tensor& q, const torch::Tensor
 }
 
 void register_layer_ops(pybind11::module& m);  // layer_ops.cpp
+void register_causal_softmax(pybind11::module& m);  // causal_softmax.cpp
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   register_layer_ops(m);
+  register_causal_softmax(m);
   m.def("dense_decode_attention", &dense_decode_attention, "decode attention over per-request slots of K/V");
 }

@@ -7,6 +7,7 @@ beside an event loop.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 
@@ -146,7 +147,8 @@ def _kernels(backend: str):  # type: ignore[no-untyped-def]
     from common.model.ops import TORCH_OPS
 
     if backend == "cpu":
+        from common.cpu_kernels import build
         from common.cpu_kernels.layer_ops import CPU_OPS
 
-        return paged_attention, CPU_OPS
+        return functools.partial(paged_attention, causal_softmax_=build.load().causal_softmax_), CPU_OPS
     return paged_attention, TORCH_OPS

@@ -25,15 +25,25 @@ def brute_force(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale
     return out
 
 
+def _cpu_kernel_softmax():  # type: ignore[no-untyped-def]
+    from common.cpu_kernels import build
+
+    return build.load().causal_softmax_
+
+
+@pytest.mark.parametrize("softmax", ["torch", "cpu kernel"])
 @pytest.mark.parametrize("rows,context,heads,kv_heads", [
     (1, 1, 4, 4), (37, 37, 6, 2), (128, 128, 9, 3), (300, 300, 9, 3), (129, 400, 4, 1), (200, 457, 8, 8)])
-def test_blocked_attention_matches_brute_force_in_bfloat16(rows: int, context: int, heads: int, kv_heads: int) -> None:
+def test_blocked_attention_matches_brute_force_in_bfloat16(rows: int, context: int, heads: int, kv_heads: int,
+                                                           softmax: str) -> None:
+    """With torch's mask and softmax, and with the CPU backend's one-pass causal softmax."""
     gen = torch.Generator().manual_seed(rows * 1000 + context)
     q = torch.randn(rows, heads, 64, generator=gen).bfloat16()
     keys = torch.randn(kv_heads, context, 64, generator=gen).bfloat16()
     values = torch.randn(kv_heads, context, 64, generator=gen).bfloat16()
     scale = 64 ** -0.5
-    got = cpu_prefill_attention.blocked_causal_attention(q, keys, values, scale)
+    kernel = _cpu_kernel_softmax() if softmax == "cpu kernel" else None
+    got = cpu_prefill_attention.blocked_causal_attention(q, keys, values, scale, kernel)
     want = brute_force(q, keys, values, scale)
     # bfloat16 rounds scores and probabilities (as eager attention does): a few 1e-2 at most;
     # a query shown one key too many or too few is off by ~0.1 or more
@@ -56,7 +66,7 @@ def test_bfloat16_prefill_chunks_on_cpu_take_the_blocked_path_also_after_cached_
     calls: list[int] = []
     real = cpu_prefill_attention.blocked_causal_attention
     monkeypatch.setattr(cpu_prefill_attention, "blocked_causal_attention",
-                        lambda q_, k_, v_, s: calls.append(k_.shape[1]) or real(q_, k_, v_, s))
+                        lambda q_, k_, v_, s, *rest: calls.append(k_.shape[1]) or real(q_, k_, v_, s, *rest))
     blocks = torch.arange(-(-(first + second) // 16))
     outs = []
     for start, length in ((0, first), (first, second)):
