@@ -25,30 +25,6 @@ namespace {
 
 using namespace pdserve;
 
-inline float max_lane(vf v) { float m = v[0]; for (int i = 1; i < W; ++i) m = std::max(m, v[i]); return m; }
-inline float sum_lane(vf v) { float s = 0; for (int i = 0; i < W; ++i) s += v[i]; return s; }
-
-// a and b each hold W / (2S) groups of 2S partial sums; the result holds a's groups then b's, each
-// folded to S partial sums (its two halves added).
-template <int S>
-inline vf fold(vf a, vf b) {
-  vi lo, hi;
-  for (int i = 0; i < W; ++i) {
-    const int group = i / S, per_vector = W / (2 * S), from_b = group >= per_vector;
-    lo[i] = from_b * W + (group - from_b * per_vector) * 2 * S + i % S;
-    hi[i] = lo[i] + S;
-  }
-  return __builtin_shuffle(a, b, lo) + __builtin_shuffle(a, b, hi);
-}
-
-// Lane k of the result: the sum of v[k]'s lanes (16 horizontal sums in 30 shuffles and 15 adds).
-inline vf sum_lanes(const vf* v) {
-  vf b[8], c[4], d[2];
-  for (int i = 0; i < 8; ++i) b[i] = fold<8>(v[2 * i], v[2 * i + 1]);
-  for (int i = 0; i < 4; ++i) c[i] = fold<4>(b[2 * i], b[2 * i + 1]);
-  for (int i = 0; i < 2; ++i) d[i] = fold<2>(c[2 * i], c[2 * i + 1]);
-  return fold<1>(d[0], d[1]);
-}
 
 // W rows of D values as float32 in `buffer`, read once for every head of the group from L1 (bfloat16
 // converted; float32 copied too: one streaming read, then L1, ran faster than every head reading

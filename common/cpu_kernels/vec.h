@@ -63,4 +63,52 @@ inline vf exp_clamped(vf x) {
   return p * two_n;
 }
 
+// The largest lane, and the sum of the lanes, by halving (log2(W) shuffles).
+inline vf swap_halves(vf v, int half) {
+  vi idx;
+  for (int i = 0; i < W; ++i) idx[i] = i ^ half;
+  return __builtin_shuffle(v, idx);
+}
+inline float max_lane(vf v) {
+  for (int half = W / 2; half >= 1; half /= 2) {
+    const vf o = swap_halves(v, half);
+    v = v > o ? v : o;
+  }
+  return v[0];
+}
+inline float sum_lane(vf v) {
+  for (int half = W / 2; half >= 1; half /= 2) v += swap_halves(v, half);
+  return v[0];
+}
+inline bool any_lane(vi v) {
+  for (int half = W / 2; half >= 1; half /= 2) {
+    vi idx;
+    for (int i = 0; i < W; ++i) idx[i] = i ^ half;
+    v |= __builtin_shuffle(v, idx);
+  }
+  return v[0] != 0;
+}
+
+// a and b each hold W / (2S) groups of 2S partial sums; the result holds a's groups then b's, each
+// folded to S partial sums (its two halves added).
+template <int S>
+inline vf fold(vf a, vf b) {
+  vi lo, hi;
+  for (int i = 0; i < W; ++i) {
+    const int group = i / S, per_vector = W / (2 * S), from_b = group >= per_vector;
+    lo[i] = from_b * W + (group - from_b * per_vector) * 2 * S + i % S;
+    hi[i] = lo[i] + S;
+  }
+  return __builtin_shuffle(a, b, lo) + __builtin_shuffle(a, b, hi);
+}
+
+// Lane k of the result: the sum of v[k]'s lanes.
+inline vf sum_lanes(const vf* v) {
+  vf b[8], c[4], d[2];
+  for (int i = 0; i < 8; ++i) b[i] = fold<8>(v[2 * i], v[2 * i + 1]);
+  for (int i = 0; i < 4; ++i) c[i] = fold<4>(b[2 * i], b[2 * i + 1]);
+  for (int i = 0; i < 2; ++i) d[i] = fold<2>(c[2 * i], c[2 * i + 1]);
+  return fold<1>(d[0], d[1]);
+}
+
 }  // namespace pdserve
