@@ -28,7 +28,7 @@ import torch
 from common import env
 
 NAME = "pdserve_cpu_kernels"
-SOURCES = ("decode_attention.cpp", "layer_ops.cpp", "causal_softmax.cpp")  # the first defines the module
+SOURCES = ("decode_attention.cpp", "layer_ops.cpp", "prefill_attention.cpp")  # the first defines the module
 FLAGS = ("-O3", "-march=native", "-fopenmp")
 HERE = Path(__file__).resolve().parent
 DONE = "built"  # written into the build directory once the library loaded

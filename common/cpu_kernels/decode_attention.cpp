@@ -167,10 +167,10 @@ torch::Tensor dense_decode_attention(const torch::Tensor& q, const torch::Tensor
 }
 
 void register_layer_ops(pybind11::module& m);  // layer_ops.cpp
-void register_causal_softmax(pybind11::module& m);  // causal_softmax.cpp
+void register_prefill_attention(pybind11::module& m);  // prefill_attention.cpp
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   register_layer_ops(m);
-  register_causal_softmax(m);
+  register_prefill_attention(m);
   m.def("dense_decode_attention", &dense_decode_attention, "decode attention over per-request slots of K/V");
 }

@@ -147,8 +147,8 @@ def _kernels(backend: str):  # type: ignore[no-untyped-def]
     from common.model.ops import TORCH_OPS
 
     if backend == "cpu":
-        from common.cpu_kernels import build
         from common.cpu_kernels.layer_ops import CPU_OPS
+        from common.cpu_kernels.prefill_attention import prefill_attention
 
-        return functools.partial(paged_attention, causal_softmax_=build.load().causal_softmax_), CPU_OPS
+        return functools.partial(paged_attention, prefill_kernel=prefill_attention), CPU_OPS
     return paged_attention, TORCH_OPS

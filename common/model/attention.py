@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from common.model import cpu_prefill_attention
 from common.model.attention_metadata import AttentionMetadata, PrefillChunk
-from common.model.cpu_prefill_attention import CausalSoftmax
+from common.model.cpu_prefill_attention import PrefillKernel
 from common.model.kv_cache import PagedKVCache
 
 
@@ -19,20 +19,20 @@ GPU_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: PagedKVCache, layer: int,
                     meta: AttentionMetadata, scale: float, window: int | None,
-                    causal_softmax_: CausalSoftmax | None = None) -> torch.Tensor:
+                    prefill_kernel: PrefillKernel | None = None) -> torch.Tensor:
     """``q [rows, heads, d]``, new ``k``/``v`` ``[rows, kv_heads, d]`` -> ``[rows, heads, d]``.
 
     The new K/V are written to the cache first, so every query sees its own token.
     Prefill chunks use SDPA (on a CPU in bfloat16, ``cpu_prefill_attention``); decode rows read
     the dense decode stage where the runner keeps one (the CPU), else gather their context from
-    the pool. ``causal_softmax_``: the bfloat16 prefill's mask and softmax in one call (the CPU
-    backend's kernel).
+    the pool. ``prefill_kernel``: the causal attention of a chunk without a window (the CPU backend's
+    kernel, in both dtypes).
     """
     cache.write(layer, meta.slot_blocks, meta.slot_offsets, k, v)
     out = torch.empty_like(q)
     for chunk in meta.prefills:
         rows = slice(chunk.row_start, chunk.row_start + chunk.query_len)
-        out[rows] = _prefill_chunk(q[rows], k[rows], v[rows], cache, layer, chunk, scale, window, causal_softmax_)
+        out[rows] = _prefill_chunk(q[rows], k[rows], v[rows], cache, layer, chunk, scale, window, prefill_kernel)
     if meta.num_decodes:
         rows = slice(meta.num_prefill_rows, None)
         if meta.stage is not None:
@@ -45,14 +45,16 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: Pa
 
 def _prefill_chunk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: PagedKVCache, layer: int,
                    chunk: PrefillChunk, scale: float, window: int | None,
-                   causal_softmax_: CausalSoftmax | None) -> torch.Tensor:
+                   prefill_kernel: PrefillKernel | None) -> torch.Tensor:
     if chunk.context_start > 0:  # earlier tokens live only in the cache: [1, kv_heads, ctx, d]
         keys = cache.gather(layer, 0, chunk.block_ids[None])[:, :, : chunk.context_len]
         values = cache.gather(layer, 1, chunk.block_ids[None])[:, :, : chunk.context_len]
     else:
         keys, values = k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
+    if prefill_kernel is not None and window is None:
+        return prefill_kernel(q, keys[0], values[0], scale)
     if cpu_prefill_attention.applies(q, window):
-        return cpu_prefill_attention.blocked_causal_attention(q, keys[0], values[0], scale, causal_softmax_)
+        return cpu_prefill_attention.blocked_causal_attention(q, keys[0], values[0], scale)
     mask = None
     if chunk.context_start > 0 or window is not None:
         mask = _causal_mask(chunk.query_len, chunk.context_start, window, q.device)

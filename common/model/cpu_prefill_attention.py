@@ -13,7 +13,9 @@ Per KV head, the query heads of its group are stacked as the rows of one GEMM, s
 attention reads K and V as they are. The arithmetic is that of the reference models' eager
 attention: scores scaled and rounded to bfloat16, softmax computed in float32 and rounded back,
 then the product with V. Float32 keeps SDPA (its result is what float32 exactness is checked
-against), as do sliding windows.
+against), as do sliding windows. The CPU backend runs the same arithmetic as a C++ kernel
+(``common/cpu_kernels/prefill_attention.cpp``: the blocks in parallel, one pass of mask and softmax),
+in float32 too.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-CausalSoftmax = Callable[[torch.Tensor, int], None]  # (scores [..., rows in blocks of n, keys], n)
+PrefillKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]  # (q, keys, values, scale)
 QUERY_BLOCK = 128  # rows per block: larger wastes more of the diagonal, smaller makes thin GEMMs
 
 
@@ -30,12 +32,10 @@ def applies(q: torch.Tensor, window: int | None) -> bool:
     return q.device.type == "cpu" and q.dtype == torch.bfloat16 and window is None
 
 
-def blocked_causal_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float,
-                             causal_softmax_: CausalSoftmax | None = None) -> torch.Tensor:
+def blocked_causal_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
     """``q [n, heads, d]``: the last ``n`` positions of a context whose ``keys``/``values`` are
     ``[kv_heads, context, d]`` (any strides); returns ``[n, heads, d]``. Query ``i`` sees keys
-    ``0 .. context - n + i``. ``causal_softmax_``: the mask and softmax of a block's scores in one
-    call, in place (the CPU backend's kernel); None: torch's add of the mask, then its softmax."""
+    ``0 .. context - n + i``."""
     rows, heads, dim = q.shape
     kv_heads, context = keys.shape[0], keys.shape[1]
     group = heads // kv_heads
@@ -49,12 +49,8 @@ def blocked_causal_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.
         block = q[start:start + n].reshape(n, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(kv_heads, group * n, dim)
         scores = torch.empty(kv_heads, group * n, end, dtype=q.dtype, device=q.device)
         torch.baddbmm(scores, block, keys_t[:, :, :end], beta=0, alpha=scale, out=scores)
-        if causal_softmax_ is not None:
-            causal_softmax_(scores, n)
-            probs = scores
-        else:
-            scores.view(kv_heads, group, n, end)[..., end - n:].add_(_hidden(n, q.dtype, q.device))
-            probs = torch.softmax(scores, dim=-1)  # float32 inside, rounded to bfloat16 once
+        scores.view(kv_heads, group, n, end)[..., end - n:].add_(_hidden(n, q.dtype, q.device))
+        probs = torch.softmax(scores, dim=-1)  # float32 inside, rounded to bfloat16 once
         mixed = torch.bmm(probs, values[:, :end])  # [kv_heads, group * n, d]
         out_grouped[start:start + n] = mixed.view(kv_heads, group, n, dim).permute(2, 0, 1, 3)
     return out

@@ -25,25 +25,25 @@ def brute_force(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale
     return out
 
 
-def _cpu_kernel_softmax():  # type: ignore[no-untyped-def]
-    from common.cpu_kernels import build
-
-    return build.load().causal_softmax_
+SHAPES = [(1, 1, 4, 4), (37, 37, 6, 2), (128, 128, 9, 3), (300, 300, 9, 3), (129, 400, 4, 1), (200, 457, 8, 8)]
 
 
-@pytest.mark.parametrize("softmax", ["torch", "cpu kernel"])
-@pytest.mark.parametrize("rows,context,heads,kv_heads", [
-    (1, 1, 4, 4), (37, 37, 6, 2), (128, 128, 9, 3), (300, 300, 9, 3), (129, 400, 4, 1), (200, 457, 8, 8)])
+@pytest.mark.parametrize("path", ["torch", "cpu kernel"])
+@pytest.mark.parametrize("rows,context,heads,kv_heads", SHAPES)
 def test_blocked_attention_matches_brute_force_in_bfloat16(rows: int, context: int, heads: int, kv_heads: int,
-                                                           softmax: str) -> None:
-    """With torch's mask and softmax, and with the CPU backend's one-pass causal softmax."""
+                                                           path: str) -> None:
+    """The torch path's blocked GEMMs, and the CPU backend's kernel that runs them in C++."""
     gen = torch.Generator().manual_seed(rows * 1000 + context)
     q = torch.randn(rows, heads, 64, generator=gen).bfloat16()
     keys = torch.randn(kv_heads, context, 64, generator=gen).bfloat16()
     values = torch.randn(kv_heads, context, 64, generator=gen).bfloat16()
     scale = 64 ** -0.5
-    kernel = _cpu_kernel_softmax() if softmax == "cpu kernel" else None
-    got = cpu_prefill_attention.blocked_causal_attention(q, keys, values, scale, kernel)
+    if path == "cpu kernel":
+        from common.cpu_kernels.prefill_attention import prefill_attention
+
+        got = prefill_attention(q, keys.transpose(0, 1).contiguous().transpose(0, 1), values, scale)  # strided keys
+    else:
+        got = cpu_prefill_attention.blocked_causal_attention(q, keys, values, scale)
     want = brute_force(q, keys, values, scale)
     # bfloat16 rounds scores and probabilities (as eager attention does): a few 1e-2 at most;
     # a query shown one key too many or too few is off by ~0.1 or more
@@ -66,7 +66,7 @@ def test_bfloat16_prefill_chunks_on_cpu_take_the_blocked_path_also_after_cached_
     calls: list[int] = []
     real = cpu_prefill_attention.blocked_causal_attention
     monkeypatch.setattr(cpu_prefill_attention, "blocked_causal_attention",
-                        lambda q_, k_, v_, s, *rest: calls.append(k_.shape[1]) or real(q_, k_, v_, s, *rest))
+                        lambda q_, k_, v_, s: calls.append(k_.shape[1]) or real(q_, k_, v_, s))
     blocks = torch.arange(-(-(first + second) // 16))
     outs = []
     for start, length in ((0, first), (first, second)):
@@ -79,3 +79,17 @@ def test_bfloat16_prefill_chunks_on_cpu_take_the_blocked_path_also_after_cached_
     assert calls == [first, first + second]
     want = brute_force(q, k.transpose(0, 1), v.transpose(0, 1), 32 ** -0.5)
     assert (torch.cat(outs).double() - want).abs().max().item() < 3e-2
+
+
+@pytest.mark.parametrize("rows,context,heads,kv_heads", SHAPES)
+@pytest.mark.parametrize("dim", [64, 128])
+def test_the_cpu_prefill_kernel_matches_brute_force_in_float32(rows: int, context: int, heads: int, kv_heads: int,
+                                                              dim: int) -> None:
+    """float32, where the torch path runs SDPA: the kernel's blocks to float32 rounding."""
+    from common.cpu_kernels.prefill_attention import prefill_attention
+
+    gen = torch.Generator().manual_seed(rows + context + dim)
+    q, keys, values = (torch.randn(*shape, dim, generator=gen) for shape in ((rows, heads), (kv_heads, context),
+                                                                             (kv_heads, context)))
+    got = prefill_attention(q, keys, values, dim ** -0.5)
+    torch.testing.assert_close(got.double(), brute_force(q, keys, values, dim ** -0.5), rtol=2e-6, atol=2e-6)
