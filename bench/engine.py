@@ -14,8 +14,9 @@ matmul FLOP/s and copy bandwidth are measured in the same run, and give a roofli
 pdserve's decode at batch 32 and the fraction of memory bandwidth the attention reaches.
 
 With ``--peer vllm``, vLLM (in a virtual environment of its own, ``--peer-python``) runs the same
-model directory, shapes and dtype on the same cores after pdserve's runs, and every ``decode`` and
-``prefill`` entry gains ``vllm_tok_s``; without its interpreter the bench says so and skips it.
+model directory, shapes and dtype on the same cores, alternating with pdserve's runs ``--rounds``
+times (the best of each system kept), and every ``decode`` and ``prefill`` entry gains
+``vllm_tok_s``; without its interpreter the bench says so and skips it.
 
     python bench/engine.py [--preset tiny|small|1b | --model DIR] [--dtype float32|bfloat16] [--device cuda]
                            [--peer vllm --peer-python PEER/bin/python]
@@ -63,6 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also run this peer on the same model, shapes, dtype and cores (its own environment)")
     parser.add_argument("--peer-python", type=Path, default=None,
                         help="the peer's interpreter (default: $PDSERVE_PEER_VLLM, else .peer-vllm/bin/python)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="with a peer: pdserve's runs and the peer's alternate this many times, the best of "
+                             "each kept (the machine's speed drifts over the minutes between them)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     args = parser.parse_args(argv)
     args.batch_sizes = [int(b) for b in args.batches.split(",") if b.strip()]
@@ -71,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.long_prompts = 100 if args.device.startswith("cuda") else 16
     if not args.batch_sizes or min(args.batch_sizes) < 1 or args.output_len < 2 or args.prompt_len < 1:
         parser.error("--batches must be positive integers, --output-len >= 2, --prompt-len >= 1")
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
     return args
 
 
@@ -147,6 +153,35 @@ def roofline_for(engine: LLMEngine, args: argparse.Namespace, machine: dict, dec
     return roof
 
 
+def alternate_rounds(engine: LLMEngine, hf: Any, args: argparse.Namespace
+                     ) -> tuple[list[dict], list[dict], dict[int, dict[str, float]] | None]:
+    """pdserve's batches (beside transformers'), then the peer's, ``--rounds`` times with a peer (once
+    without): the best of each system over the rounds, so that a stretch of slow machine falls on
+    both alike."""
+    runs: dict[int, list[tuple[Timing, Timing | None, Timing | None]]] = {b: [] for b in args.batch_sizes}
+    peers: list[dict[int, dict[str, float]]] = []
+    for round_ in range(args.rounds if args.peer else 1):
+        for batch in args.batch_sizes:
+            runs[batch].append(measure_batch(engine, hf, batch, args))
+            report(*rates(batch, args, *runs[batch][-1]))
+        peer_run = run_vllm(args.peer_python, engine.model_dir, args) if args.peer == "vllm" else None
+        if peer_run is None:
+            break
+        peers.append(peer_run)
+    decode, prefill = [], []
+    for batch, timings in runs.items():
+        ours, theirs, static = (best([t for t in side if t is not None]) if any(side) else None
+                                for side in zip(*timings))
+        d, p = rates(batch, args, ours, theirs, static)  # type: ignore[arg-type]
+        decode.append(d)
+        prefill.append(p)
+    if not peers:
+        return decode, prefill, None
+    peer = {b: {key: max(run[b][key] for run in peers) for key in ("decode_tok_s", "prefill_tok_s")}
+            for b in peers[0]}
+    return decode, prefill, peer
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -155,13 +190,7 @@ def main(argv: list[str] | None = None) -> None:
                                                                  args.device)
     warm_up(engine, hf, args)
     progress(f"[setup] model {engine.model_dir}, {args.dtype} on {args.device}, {time.perf_counter() - started:.1f} s")
-    decode, prefill = [], []
-    for batch in args.batch_sizes:
-        d, p = rates(batch, args, *measure_batch(engine, hf, batch, args))
-        report(d, p)
-        decode.append(d)
-        prefill.append(p)
-    peer = run_vllm(args.peer_python, engine.model_dir, args) if args.peer == "vllm" else None
+    decode, prefill, peer = alternate_rounds(engine, hf, args)
     if peer is not None:
         add_peer(decode, prefill, peer)
         for d, p in zip(decode, prefill):
@@ -183,7 +212,8 @@ def main(argv: list[str] | None = None) -> None:
           "prompt_len": args.prompt_len, "output_len": args.output_len, "machine": machine, "decode": decode,
           "prefill": prefill, "prefill_long": long, "roofline": roofline, "kernels": kernels,
           "kernel_backend": engine.backend, "cuda_graphs": engine.runner.graphs is not None,
-          "peer": {"name": "vllm", "threads": torch.get_num_threads()} if peer is not None else None}, args.out)
+          "peer": {"name": "vllm", "threads": torch.get_num_threads(), "rounds": args.rounds} if peer is not None
+          else None}, args.out)
 
 
 if __name__ == "__main__":

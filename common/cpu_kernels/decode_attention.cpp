@@ -121,10 +121,12 @@ template <typename T>
 void attend_any_dim(const T* q, const T* keys, const T* values, T* out, const int64_t* slots, const int64_t* lens,
                     int64_t dim, const Shape& s) {
   switch (dim) {
+    case 32: return attend<T, 32>(q, keys, values, out, slots, lens, s);
     case 64: return attend<T, 64>(q, keys, values, out, slots, lens, s);
+    case 96: return attend<T, 96>(q, keys, values, out, slots, lens, s);
     case 128: return attend<T, 128>(q, keys, values, out, slots, lens, s);
     case 256: return attend<T, 256>(q, keys, values, out, slots, lens, s);
-    default: TORCH_CHECK(false, "dense_decode_attention: head_dim must be 64, 128 or 256, got ", dim);
+    default: TORCH_CHECK(false, "dense_decode_attention: head_dim must be 32, 64, 96, 128 or 256, got ", dim);
   }
 }
 

@@ -7,7 +7,7 @@ import torch
 
 from common.cpu_kernels import build
 
-HEAD_DIMS = (64, 128, 256)
+HEAD_DIMS = (32, 64, 96, 128, 256)
 DTYPES = (torch.float32, torch.bfloat16)
 
 

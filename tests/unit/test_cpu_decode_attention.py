@@ -35,6 +35,8 @@ CASES = [  # heads, kv_heads, head_dim, width, lens, window
     (4, 1, 128, 128, [33, 128, 2], None),
     (8, 8, 64, 256, [200, 64, 250], 37),
     (6, 2, 256, 64, [64, 1, 40], 16),
+    (8, 4, 32, 128, [100, 3], None),
+    (4, 2, 96, 64, [50, 64], None),
 ]
 
 
@@ -80,7 +82,7 @@ def test_input_the_kernel_cannot_read_is_refused_with_a_reason(change, message):
 
 def test_what_the_kernel_does_not_cover_is_named():
     assert unsupported(64, torch.bfloat16) is None and unsupported(128, torch.float32) is None
-    assert "head_dim 80" in (unsupported(80, torch.float32) or "")
+    assert "head_dim 80" in (unsupported(80, torch.float32) or "") and unsupported(32, torch.float32) is None
     assert "float16" in (unsupported(64, torch.float16) or "")
 
 
