@@ -125,3 +125,7 @@ def _import(library: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+if __name__ == "__main__":  # python -m common.cpu_kernels.build: build now (an image's build step, say)
+    sys.exit(1 if prepare(progress=True) else 0)
