@@ -15,7 +15,10 @@ bursty arrivals (gamma, CV² = 2), long-tailed prompts up to 1,500 tokens, up to
 six classes TTFT 0.3/1/3 s × TPOT 20/60 ms.
 
 vLLM's knee is the first rate of ``--grid`` where it meets fewer than 90% of SLOs; every system
-then runs at the knee and at twice it, ``--duration-s`` of arrivals each.
+then runs at the knee and at twice it, ``--duration-s`` of arrivals each. Every run draws its own
+prompts (its own seed; one seed per comparison point, the same for every system): both servers
+cache prefixes, and a run repeating prompts a server has already seen would be served from its
+cache (vLLM ran the knee's rate twice, in the search and then in the comparison).
 
     python bench/vs_vllm.py --peer-python PEER/bin/python [--workload mixed] [--out f.json] [--plot f.png]
 
@@ -61,15 +64,19 @@ def say(p: dict) -> None:
              f"p99 TTFT {p['p99_ttft_ms']:.0f} ms, p99 TPOT {p['p99_tpot_ms']:.1f} ms")
 
 
+WARM_SEED, SEARCH_SEED, COMPARISON_SEED = 99, 7, 1000  # the i-th rate of a list runs with seed + 10·i
+
+
 def measure(system, name: str, workload: str, rates: list[float], args: argparse.Namespace,  # type: ignore[no-untyped-def]
-            work: Path, stop_below: float | None = None) -> list[dict]:
+            work: Path, seed: int, stop_below: float | None = None) -> list[dict]:
     flags, mix = WORKLOADS[workload]
     points = []
     target = ("--backend", "openai", "--base-url", system.base_url)
-    run_load_tester(target, 2.0, args.warm_prompts, flags, "", work / f"warm-{name}")
-    for rate in rates:
+    run_load_tester(target, 2.0, args.warm_prompts, flags, "", work / f"warm-{name}", seed=WARM_SEED)
+    for i, rate in enumerate(rates):
         n = max(args.min_prompts, round(rate * args.duration_s))
-        points.append(summary(name, workload, rate, run_load_tester(target, rate, n, flags, mix, work / name)))
+        result = run_load_tester(target, rate, n, flags, mix, work / name, seed=seed + 10 * i)
+        points.append(summary(name, workload, rate, result))
         say(points[-1])
         if stop_below is not None and points[-1]["adherence"] < stop_below:
             break
@@ -81,14 +88,14 @@ def run_workload(workload: str, python: Path, model_dir: Path, args: argparse.Na
     grid = [float(r) for r in args.grid.split(",")]
     progress(f"[{workload}] vLLM: finding its knee ...")
     with VllmSystem(python, model_dir, args.dtype, work / "vllm.log").start() as vllm:
-        search = measure(vllm, "vllm", workload, grid, args, work / "knee", stop_below=0.9)
+        search = measure(vllm, "vllm", workload, grid, args, work / "knee", SEARCH_SEED, stop_below=0.9)
         knee = search[-1]["rate"]
         rates = [knee, 2 * knee]
         progress(f"[{workload}] vLLM's knee: {knee:g} req/s; comparing at {rates}")
-        points = measure(vllm, "vllm", workload, rates, args, work)
+        points = measure(vllm, "vllm", workload, rates, args, work, COMPARISON_SEED)
     for policy in ("scorpio", "fcfs"):
         with PdserveSystem(args.preset, policy, args.dtype, work / f"logs-{policy}").start() as pdserve:
-            points += measure(pdserve, f"pdserve-{policy}", workload, rates, args, work)
+            points += measure(pdserve, f"pdserve-{policy}", workload, rates, args, work, COMPARISON_SEED)
     ratios = {}
     for rate, label in zip(rates, ("at_knee", "at_twice_knee")):
         at = {p["system"]: p for p in points if p["rate"] == rate}
