@@ -15,7 +15,10 @@ Workloads (``--workload``, repeatable, or ``all``):
 Rates: a grid up to the first rate where fcfs meets fewer than 90% of SLOs (the knee), then 1.5×
 and 2× the knee. Each point runs ``--duration-s`` of arrivals (at least ``--min-prompts``), so an
 overload is measured in its steady state. Every cluster gets a short unloaded run first (so
-neither policy pays for cold connections in its measurements).
+neither policy pays for cold connections in its measurements). Each rate draws its own prompts
+(``point_seed``), the same for both policies: one seed for all would repeat a run's prompts
+wherever two rates send as many requests (``--min-prompts``), and the prefix cache would serve
+the repeats.
 
     python bench/slo.py [--workload scaled --workload fixed] [--out bench/results/slo-cpu.json] [--plot slo.png]
 """
@@ -68,6 +71,11 @@ def bench_point(address: str, rate: float, args: argparse.Namespace, slo_mix: st
     return run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir, seed)
 
 
+def point_seed(rate: float) -> int:
+    """The load tester's seed for a measured point at ``rate``: one per rate (the unloaded runs use 7)."""
+    return 1000 + round(rate * 100)
+
+
 def point_summary(policy: str, rate: float, r: dict) -> dict:
     admitted = r["num_prompts"] - r["rejected"]
     good = round(r["slo_adherence"] * r["num_prompts"])
@@ -96,8 +104,8 @@ def run_policy(policy: str, rates: list[float], args: argparse.Namespace, worklo
             slo_mix = slo_classes(r["median_ttft_ms"], r["median_tpot_ms"])
             progress(f"  SLO classes (name:TTFT ms:TPOT ms): {slo_mix}")
         for rate in rates:
-            result = point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix,
-                                                             work / policy, requests=workload.requests))
+            result = point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix, work / policy,
+                                                             requests=workload.requests, seed=point_seed(rate)))
             points.append(result)
             progress(f"  [{policy} @ {rate:g} req/s, {result['num_prompts']} requests] goodput "
                      f"{result['goodput']:.2f}, adherence {result['adherence']:.0%}, admitted meeting SLOs "
