@@ -24,6 +24,13 @@ as a factor on the step. Rates: fractions of the knee (where
 fcfs meets fewer than 90% of SLOs in simulation), by default half, the knee and twice it; both
 policies.
 
+Two alternatives to that truth, for finding what the simulated cluster lacks (neither is the
+default; README, The simulator, has the runs): ``--decode-truth refit`` runs the simulated decode
+steps at the decode worker's own model as refitted in the cluster (in-cluster steps slow with
+their batch more than the profile does), and ``--prefill-spread none`` runs every simulated
+forward at the calibration's mean (its spread, drawn independently per forward, collapses the
+simulated ``fcfs`` near saturation where the real one is not).
+
     python bench/sim_vs_real.py [--duration-s 20] [--out bench/results/sim-vs-real-cpu.json] [--plot f.png]
 
 Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
@@ -163,7 +170,8 @@ def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: Deco
     prefill_scale = forward_ratio
     mean_len = args.prompt_len + args.output_len / 2
     decode_scale = decode.predict(1, mean_len) / models.decode.predict(1, mean_len)
-    truth = CostModels(models.prefill.scaled(prefill_scale), models.decode.scaled(decode_scale))
+    in_cluster = decode if args.decode_truth == "refit" else models.decode.scaled(decode_scale)
+    truth = CostModels(models.prefill.scaled(prefill_scale), in_cluster)
     return truth, {"hop_s": hop_s, "prefill_scale": prefill_scale,
                    "prefill_scale_from_unloaded_ttft": prefill_s / models.prefill.predict(args.prompt_len),
                    "decode_scale": decode_scale,
@@ -255,7 +263,7 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     progress(f"unloaded TTFT {unloaded['median_ttft_ms']:.1f} ms, TPOT {unloaded['median_tpot_ms']:.2f} ms; "
              + ", ".join(f"{k} {v:.4g}" for k, v in machine.items()))
     config = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_step_factors=step_factors,
-                       prefill_forward_factors=forward_factors)
+                       prefill_forward_factors=forward_factors if args.prefill_spread == "drawn" else ())
     return truth, machine, config
 
 
@@ -269,6 +277,11 @@ def main() -> None:
     parser.add_argument("--base-prompts", type=int, default=40)
     parser.add_argument("--calibration-rate", type=float, default=6.0)
     parser.add_argument("--calibration-s", type=float, default=30.0)
+    parser.add_argument("--decode-truth", choices=("profile", "refit"), default="profile",
+                        help="simulated decode steps: the profile scaled by the in-cluster cost of a one-request step, "
+                             "or the decode worker's own model refitted in the cluster")
+    parser.add_argument("--prefill-spread", choices=("drawn", "none"), default="drawn",
+                        help="simulated prefill forwards: each drawn from the calibration's spread, or all at its mean")
     parser.add_argument("--fractions", default="0.5,1,2", help="rates as fractions of the knee")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
