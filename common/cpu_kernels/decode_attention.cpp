@@ -64,19 +64,7 @@ void attend_one(const T* q, const T* keys, const T* values, T* out, int64_t len,
     float* sg = scores + g * width;
     std::fill(sg, sg + (start - first), -3.0e38f);
     std::fill(sg + (len - first), sg + width, -3.0e38f);
-    vf top = load(sg);
-    for (int64_t j = W; j < width; j += W) {
-      const vf x = load(sg + j);
-      top = top > x ? top : x;
-    }
-    const float m = max_lane(top);
-    vf sum = {};
-    for (int64_t j = 0; j < width; j += W) {
-      const vf e = exp_clamped(load(sg + j) - m);
-      store(sg + j, e);
-      sum += e;
-    }
-    inv[g] = 1.0f / sum_lane(sum);
+    inv[g] = exp_normalise(sg, width);
   }
   std::fill(acc, acc + G * D, 0.0f);
   for (int64_t j0 = first; j0 < len; j0 += W) {  // the weighted sum of the values

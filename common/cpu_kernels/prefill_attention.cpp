@@ -31,19 +31,7 @@ void softmax_row(T* x, int64_t visible, int64_t end, float* row) {
   const int64_t whole = visible / W * W, lanes = (visible + W - 1) / W * W;
   for (int64_t j = 0; j < whole; j += W) store(row + j, load(x + j));
   for (int64_t j = whole; j < lanes; ++j) row[j] = j < visible ? float(x[j]) : -3.0e38f;  // weight 0
-  vf top = load(row);
-  for (int64_t j = W; j < lanes; j += W) {
-    const vf v = load(row + j);
-    top = top > v ? top : v;
-  }
-  const float m = max_lane(top);
-  vf sum = {};
-  for (int64_t j = 0; j < lanes; j += W) {
-    const vf e = exp_clamped(load(row + j) - m);
-    store(row + j, e);
-    sum += e;
-  }
-  const float inv = 1.0f / sum_lane(sum);
+  const float inv = exp_normalise(row, lanes);
   for (int64_t j = 0; j < whole; j += W) store(x + j, load(row + j) * inv);
   for (int64_t j = whole; j < visible; ++j) x[j] = T(row[j] * inv);
   std::fill(x + visible, x + end, T(0.0f));

@@ -80,13 +80,23 @@ inline float sum_lane(vf v) {
   for (int half = W / 2; half >= 1; half /= 2) v += swap_halves(v, half);
   return v[0];
 }
-inline bool any_lane(vi v) {
-  for (int half = W / 2; half >= 1; half /= 2) {
-    vi idx;
-    for (int i = 0; i < W; ++i) idx[i] = i ^ half;
-    v |= __builtin_shuffle(v, idx);
+
+// x[0 .. n) ← exp(x − max(x)) in place, n a positive multiple of W; returns 1 / their sum (what
+// each must be scaled by to be the softmax). Lanes that should weigh nothing hold -3e38.
+inline float exp_normalise(float* x, int64_t n) {
+  vf top = load(x);
+  for (int64_t j = W; j < n; j += W) {
+    const vf v = load(x + j);
+    top = top > v ? top : v;
   }
-  return v[0] != 0;
+  const float m = max_lane(top);
+  vf sum = {};
+  for (int64_t j = 0; j < n; j += W) {
+    const vf e = exp_clamped(load(x + j) - m);
+    store(x + j, e);
+    sum += e;
+  }
+  return 1.0f / sum_lane(sum);
 }
 
 // a and b each hold W / (2S) groups of 2S partial sums; the result holds a's groups then b's, each
