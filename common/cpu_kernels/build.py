@@ -1,8 +1,9 @@
 """Compiling and loading the CPU kernels.
 
 The sources are built with ``-march=native`` into a directory of the cache named by everything
-the binary depends on (the sources, torch's version, the flags and this CPU's instruction set),
-so a cache shared by different machines never hands one the other's binary. Concurrent first
+the binary depends on (the sources and the header they include, torch's version, the flags and
+this CPU's instruction set), so a cache shared by different machines never hands one the other's
+binary. Concurrent first
 uses (two workers starting at once) wait on torch's build lock; a finished build leaves a marker,
 and later processes import the library directly without asking the build system.
 
@@ -29,6 +30,7 @@ from common import env
 
 NAME = "pdserve_cpu_kernels"
 SOURCES = ("decode_attention.cpp", "layer_ops.cpp", "prefill_attention.cpp")  # the first defines the module
+HEADERS = ("vec.h",)  # what the sources include: part of the build's key as much as they are
 FLAGS = ("-O3", "-march=native", "-fopenmp")
 HERE = Path(__file__).resolve().parent
 DONE = "built"  # written into the build directory once the library loaded
@@ -101,7 +103,7 @@ def _find_ninja() -> None:
 
 def build_directory() -> Path:
     digest = hashlib.sha256()
-    for source in SOURCES:
+    for source in (*SOURCES, *HEADERS):
         digest.update((HERE / source).read_bytes())
     digest.update(" ".join((torch.__version__, *FLAGS, platform.machine(), _cpu_features())).encode())
     return env.cache_dir() / "cpu-kernels" / digest.hexdigest()[:16]
