@@ -3,9 +3,9 @@
 The sources are built with ``-march=native`` into a directory of the cache named by everything
 the binary depends on (the sources and the header they include, torch's version, the flags and
 this CPU's instruction set), so a cache shared by different machines never hands one the other's
-binary. Concurrent first
-uses (two workers starting at once) wait on torch's build lock; a finished build leaves a marker,
-and later processes import the library directly without asking the build system.
+binary. Concurrent first uses (two workers starting at once) wait on torch's build lock; a
+finished build leaves a marker, and later processes import the library directly without asking
+the build system.
 
 The library links the OpenMP runtime by its soname, which torch's own runtime already answers
 in the process: the kernels' threads are torch's (``torch.set_num_threads``), not a second pool.
