@@ -11,7 +11,7 @@ import time
 from collections import defaultdict
 
 from common.process.metrics import Metrics
-from common.slo.promise import Attainment, decoding_late, outcome
+from common.slo.promise import ATTAINMENT_WINDOW_S, Attainment, decoding_late, outcome
 from gateway.request_state import Progress
 from gateway.validation import ValidatedRequest
 
@@ -30,7 +30,7 @@ def _explain_ttft_miss(req: ValidatedRequest, p: Progress, ttft_s: float) -> Non
 
 
 class PromiseLoop:
-    def __init__(self, metrics: Metrics | None = None, window_s: float = 60.0) -> None:
+    def __init__(self, metrics: Metrics | None = None, window_s: float = ATTAINMENT_WINDOW_S) -> None:
         self.metrics = metrics
         self.by_class: defaultdict[str, Attainment] = defaultdict(lambda: Attainment(window_s))
         self.by_worker: defaultdict[str, Attainment] = defaultdict(lambda: Attainment(window_s))
@@ -64,7 +64,7 @@ class PromiseLoop:
                    and p.decode.decode_view is not None and req.tpot_ms else None)
         if tokens <= 1:
             epsilon = None  # it never decoded there
-        met = outcome(tpot_s, req.tpot_ms / 1000, epsilon, p.decode_epsilon)
+        met = outcome(tpot_s, req.tpot_ms / 1000, epsilon, p.decode_epsilon, warned=p.late_told)
         met = met and (not req.ttft_ms or (ttft_s + req.delivery_s) * 1000 <= req.ttft_ms)
         if not (req.ttft_ms or req.tpot_ms):
             return

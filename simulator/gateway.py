@@ -357,7 +357,7 @@ class SimGateway:
         tpot_s = (now - flight.first_token_at) / (tokens - 1) if tokens > 1 else 0.0
         assert flight.decode is not None
         epsilon = self.views[flight.decode.worker_id].epsilons.of(flight.tpot_s) if tokens > 1 and flight.tpot_s else None
-        outcome(tpot_s, flight.tpot_s, epsilon, flight.epsilon_at)
+        outcome(tpot_s, flight.tpot_s, epsilon, flight.epsilon_at, warned=flight.late_told)
         self.sim.after(self.config.hop_s, self.done, flight)
 
     # -- heartbeats --

@@ -3,6 +3,8 @@ guards that admitted it, from the values they had when they admitted it."""
 
 from __future__ import annotations
 
+import math
+
 import time
 
 import pytest
@@ -57,6 +59,8 @@ def test_a_burst_of_tpot_misses_raises_epsilon_once_from_the_margin_that_admitte
     assert prefill.guard.headrooms.margin(1.0) == relaxed  # the end of a request feeds its TPOT only
     # each missed by ~1.3 (26 ms of 20, and the clock moved a little): ε ≈ 1.3 × 1.3, not 1.3 × 1.2^8 ≈ 5.6
     assert decode.view.epsilons.of(0.020).margin == pytest.approx(1.3 * 1.3, rel=0.05)
+    # and the seven misses the raise did not answer are owed: one step each, paid before ε relaxes
+    assert decode.view.epsilons.of(0.020).owed == pytest.approx(7 * math.log(1.2), rel=0.05)
     assert loop.by_class["1000:20"].value(time.perf_counter()) == 0.0
 
 
@@ -74,6 +78,8 @@ def test_a_request_decoding_late_raises_epsilon_once_while_it_still_streams():
     decode.view.epsilons.of(0.020).margin = 1.3
     loop.decoding(request, late)  # told once
     assert decode.view.epsilons.of(0.020).margin == 1.3
+    loop.served(request, late)  # and its miss at the end is not told again: no raise, no debt
+    assert decode.view.epsilons.of(0.020).margin == 1.3 and decode.view.epsilons.of(0.020).owed == 0.0
 
 
 def test_a_loose_class_met_with_room_relaxes_its_own_margins_not_a_tight_class_s():
