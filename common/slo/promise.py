@@ -42,8 +42,8 @@ A request still decoding can show the miss before it ends: once ``EARLY_TOKENS``
 come after its first, a TPOT so far above its SLO raises ε at once (``MarginController.warn``,
 the same raise as a miss, counted as no outcome; ``decoding_late``), so a slow stretch stops
 admissions a whole decode sooner than the finished requests would. Its final outcome is still fed
-back: a request warned about and then missed raises nothing twice (the raise does not compound),
-and one that recovered relaxes the margin like any other outcome.
+back: a request warned about and then missed is not told again (``warned``: no second raise, no
+debt, no second surge), and one that recovered relaxes the margin like any other outcome.
 
 A TTFT is known at the first token and fed back then (``outcome``), not when the request ends:
 a burst of long prompts that overran the prefill worker shows a whole decode sooner.
