@@ -128,9 +128,13 @@ class MarginController:
             if not warned:
                 self.warn(ratio, admitted_at)
         elif ratio <= ROOM:
-            budget = self.share * (1 - self.target)
-            relax = self._pay(math.log1p(self.step) * budget / (1 - budget))
+            relax = self._pay(math.log1p(self.step) * self.budget / (1 - self.budget))
             self.margin = max(self.low, self.margin * math.exp(-relax))
+
+    @property
+    def budget(self) -> float:
+        """The share of its outcomes this margin may spend on misses: its ``share`` of ``1 − target``."""
+        return self.share * (1 - self.target)
 
     @property
     def owed(self) -> float:
@@ -160,9 +164,8 @@ class MarginController:
         """A request refused by this margin alone (``margin / (1 + step)`` would have admitted it).
         After as many of them without an outcome as a miss costs in comfortable outcomes, the
         margin steps down to its probe."""
-        budget = self.share * (1 - self.target)
         self.shut_out += 1
-        if self.shut_out >= math.ceil((1 - budget) / budget):
+        if self.shut_out >= math.ceil((1 - self.budget) / self.budget):
             self.shut_out = 0
             self.margin = max(self.low, self.probe())
 

@@ -65,7 +65,7 @@ def overhead_quantile(target: float = DEFAULT_TARGET) -> float:
     added, so that quantile is the miss rate they are promised. At p90 a burst's admissions at
     the boundary missed one in ten (calls taking 250-370 ms past the worker's own time on two
     shared cores, against a 2 s window's p90 well below that)."""
-    return 1 - MarginController(TTFT_HEADROOM, target=target).share * (1 - target)
+    return 1 - MarginController(TTFT_HEADROOM, target=target).budget
 
 
 def call_overhead(target: float = DEFAULT_TARGET, clock: Callable[[], float] = time.monotonic) -> WindowQuantile:
