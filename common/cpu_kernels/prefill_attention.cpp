@@ -25,6 +25,11 @@ namespace {
 
 using namespace pdserve;
 
+// GEMM dimensions that vary with the prompt (the last block's rows, a block's keys) are padded to
+// multiples of `grain` (the caller's; 1: none): oneDNN builds (JIT-compiles) a kernel for every new
+// shape and keeps about a thousand, so prompts of every length kept a serving worker compiling.
+inline int64_t round_up(int64_t x, int64_t grain) { return (x + grain - 1) / grain * grain; }
+
 // x[0 .. visible) ← softmax(x[0 .. visible)), x[visible .. end) ← 0; `row`: float32 scratch.
 template <typename T>
 void softmax_row(T* x, int64_t visible, int64_t end, float* row) {
@@ -38,38 +43,63 @@ void softmax_row(T* x, int64_t visible, int64_t end, float* row) {
 }
 
 template <typename T>
-void attend_block(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values, torch::Tensor& out,
-                  int64_t h, int64_t start, int64_t rows, int64_t first, double scale, std::vector<float>& row) {
-  const int64_t group = q.size(1) / keys.size(0), dim = q.size(2), end = first + start + rows;
-  const auto block = q.narrow(0, start, rows).narrow(1, h * group, group).transpose(0, 1).reshape({group * rows, dim});
-  auto scores = at::empty({group * rows, end}, q.options());
-  at::addmm_out(scores, scores, block, keys[h].narrow(0, 0, end).t(), /*beta=*/0, /*alpha=*/scale);
+void attend_block(const torch::Tensor& grouped_q, const torch::Tensor& keys, const torch::Tensor& values,
+                  torch::Tensor& grouped_out, int64_t h, int64_t start, int64_t rows, int64_t first, double scale,
+                  int64_t grain, torch::Tensor& scratch, std::vector<float>& row) {
+  const int64_t group = grouped_q.size(2), dim = grouped_q.size(3), end = first + start + rows;
+  // GEMM shapes in whole grains: the query rows' padding (zero queries) and the keys past `end`
+  // (later tokens, or zeros past the context) get weight 0
+  const int64_t padded_rows = round_up(rows, grain), padded_end = round_up(end, grain), m = group * padded_rows;
+  // rows (r, g): query row start + r of the group's head g; contiguous in the grouped layout
+  const auto block = grouped_q[h].narrow(0, start, padded_rows).view({m, dim});
+  auto scores = scratch.narrow(0, 0, m * padded_end).view({m, padded_end});
+  at::addmm_out(scores, scores, block, keys[h].narrow(0, 0, padded_end).t(), /*beta=*/0, /*alpha=*/scale);
   T* s = scores.data_ptr<T>();
-  row.resize((end + W - 1) / W * W);
-  for (int64_t r = 0; r < group * rows; ++r) softmax_row(s + r * end, end - rows + r % rows + 1, end, row.data());
-  const auto mixed = at::mm(scores, values[h].narrow(0, 0, end));  // [group * rows, dim]
-  out.narrow(0, start, rows).narrow(1, h * group, group).copy_(mixed.view({group, rows, dim}).transpose(0, 1));
+  row.resize((padded_end + W - 1) / W * W);
+  for (int64_t r = 0; r < m; ++r)
+    softmax_row(s + r * padded_end, std::min(end - rows + r / group + 1, end), padded_end, row.data());
+  auto mixed = grouped_out[h].narrow(0, start, padded_rows).view({m, dim});
+  at::mm_out(mixed, scores, values[h].narrow(0, 0, padded_end));
+}
+
+// `t` [a, b, c (, d)] as a contiguous tensor whose dimension `dim` is padded with zeros to `size`.
+torch::Tensor padded(const torch::Tensor& t, int64_t dim, int64_t size) {
+  if (t.size(dim) == size) return t.contiguous();
+  auto sizes = t.sizes().vec();
+  sizes[dim] = size;
+  auto out = at::empty(sizes, t.options());
+  out.narrow(dim, 0, t.size(dim)).copy_(t);
+  out.narrow(dim, t.size(dim), size - t.size(dim)).zero_();
+  return out;
 }
 
 }  // namespace
 
 // q [n, heads, d]; keys/values [kv_heads, context, d] (any strides; context >= n); returns [n, heads, d].
 torch::Tensor prefill_attention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values,
-                                double scale, int64_t block) {
+                                double scale, int64_t block, int64_t grain) {
   TORCH_CHECK(q.dim() == 3 && keys.dim() == 3 && keys.sizes() == values.sizes() && q.size(2) == keys.size(2),
               "prefill_attention: q [n, heads, d], keys and values [kv_heads, context, d]");
-  TORCH_CHECK(q.size(1) % keys.size(0) == 0 && keys.size(1) >= q.size(0) && block >= 1, "prefill_attention: shapes");
+  TORCH_CHECK(q.size(1) % keys.size(0) == 0 && keys.size(1) >= q.size(0) && block >= 1 && grain >= 1,
+              "prefill_attention: shapes");
   TORCH_CHECK(q.scalar_type() == keys.scalar_type() && q.scalar_type() == values.scalar_type() &&
               (q.scalar_type() == at::kFloat || q.scalar_type() == at::kBFloat16),
               "prefill_attention: q, keys and values all float32 or all bfloat16");
-  const auto k = keys.contiguous();
-  const auto v = values.contiguous();
-  auto out = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
-  const int64_t n = q.size(0), first = keys.size(1) - n, kv_heads = keys.size(0), blocks = (n + block - 1) / block;
+  const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), context = keys.size(1), first = context - n;
+  const int64_t kv_heads = keys.size(0), group = heads / kv_heads, blocks = (n + block - 1) / block;
+  const auto k = padded(keys, 1, round_up(context, grain));
+  const auto v = padded(values, 1, round_up(context, grain));
+  // [kv_heads, n, group, d]: a block's queries of one KV group are one contiguous GEMM operand, and
+  // its output rows one contiguous destination (no copy per block, one each way per call)
+  const int64_t last = (blocks - 1) * block, padded_n = last + round_up(n - last, grain);  // the last block's rows padded
+  const auto grouped_q = padded(q.view({n, kv_heads, group, dim}).permute({1, 0, 2, 3}), 1, padded_n);
+  auto grouped_out = at::empty({kv_heads, padded_n, group, dim}, q.options());
   const at::ThreadLocalState caller;  // inference mode and the like, for the tasks' own torch calls
   at::parallel_for(0, kv_heads * blocks, 1, [&](int64_t begin, int64_t end) {
     const at::ThreadLocalStateGuard same_state(caller);
     std::vector<float> row;
+    // one score buffer per thread, sized for the largest block (reused by every task it runs)
+    auto scratch = at::empty({group * round_up(std::min(block, n), grain) * round_up(context, grain)}, q.options());
     for (int64_t task = begin; task < end; ++task) {
       // blocks taken alternately from both ends: a thread's contiguous range of tasks holds as many
       // late (long) blocks as early (short) ones
@@ -77,13 +107,13 @@ torch::Tensor prefill_attention(const torch::Tensor& q, const torch::Tensor& key
       const int64_t b = t % 2 == 0 ? t / 2 : blocks - 1 - t / 2;
       const int64_t start = b * block, rows = std::min(block, n - start);
       if (q.scalar_type() == at::kBFloat16) {
-        attend_block<c10::BFloat16>(q, k, v, out, h, start, rows, first, scale, row);
+        attend_block<c10::BFloat16>(grouped_q, k, v, grouped_out, h, start, rows, first, scale, grain, scratch, row);
       } else {
-        attend_block<float>(q, k, v, out, h, start, rows, first, scale, row);
+        attend_block<float>(grouped_q, k, v, grouped_out, h, start, rows, first, scale, grain, scratch, row);
       }
     }
   });
-  return out;
+  return grouped_out.narrow(1, 0, n).permute({1, 0, 2, 3}).reshape({n, heads, dim});
 }
 
 void register_prefill_attention(pybind11::module& m) {

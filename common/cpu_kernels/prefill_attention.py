@@ -9,9 +9,13 @@ from common.cpu_kernels import build
 # The query rows of a block: 256 bytes of scores per key and query head (128 rows in bfloat16, 64 in
 # float32): on a 2-core AVX-512 host the fastest blocks of both, one thread or two.
 QUERY_BLOCK_BYTES = 256
+# The GEMM dimensions that vary with a prompt's length are padded to multiples of this (1: none):
+# oneDNN JIT-compiles a kernel for every new shape (see ``packed_linear.ROW_GRAIN``).
+SHAPE_GRAIN = 16
 
 
 def prefill_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
     """``q [n, heads, d]``: the last ``n`` positions of a context whose ``keys``/``values`` are
     ``[kv_heads, context, d]``; query ``i`` sees keys ``0 .. context - n + i``. Returns ``[n, heads, d]``."""
-    return build.load().prefill_attention(q, keys, values, scale, QUERY_BLOCK_BYTES // q.element_size())
+    return build.load().prefill_attention(q, keys, values, scale, QUERY_BLOCK_BYTES // q.element_size(),
+                                          SHAPE_GRAIN)

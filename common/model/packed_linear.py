@@ -25,6 +25,11 @@ import torch
 import torch.nn.functional as F
 
 MAX_ROWS = 64  # rows a call may have and still use the packed weight, unless measured otherwise
+# A call with more rows than MAX_ROWS (a prefill's) runs on rows padded to a multiple of this.
+# oneDNN builds (JIT-compiles) a kernel for every new input shape and keeps about a thousand, so
+# prompts of every length kept a serving worker compiling; padded, a few dozen shapes cover the
+# lengths of a model's context, for at most ROW_GRAIN - 1 rows of extra work a call.
+ROW_GRAIN = 16
 ROWS_HINT = 8  # the batch oneDNN picks its blocking for
 PROBE_ROWS = 256  # a prefill-sized call, for deciding which layout serves many rows
 
@@ -46,8 +51,9 @@ class PackedLinear:
     and ``x`` has at most ``max_rows`` rows (None: any number)."""
 
     def __init__(self, weights: Iterable[torch.Tensor], max_rows: int | None = MAX_ROWS,
-                 rows_hint: int = ROWS_HINT) -> None:
+                 rows_hint: int = ROWS_HINT, row_grain: int = ROW_GRAIN) -> None:
         self.max_rows = max_rows
+        self.row_grain = row_grain  # calls of more than MAX_ROWS rows run on a multiple of it
         # keyed by the weight's identity; the weight itself is kept so the key is never reused
         self._packed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         with torch.inference_mode():
@@ -56,6 +62,15 @@ class PackedLinear:
                     self._packed[id(w)] = (w, torch.ops.mkldnn._reorder_linear_weight(w, rows_hint))
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+        if rows > MAX_ROWS and rows % self.row_grain:
+            grown = x.new_empty(-(-rows // self.row_grain) * self.row_grain, x.shape[-1])
+            grown[:rows] = x.reshape(rows, x.shape[-1])
+            grown[rows:].zero_()
+            return self._call(grown, w, b)[:rows].reshape(*x.shape[:-1], w.shape[0])
+        return self._call(x, w, b)
+
+    def _call(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         entry = self._packed.get(id(w))
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         if entry is None or rows == 0 or (self.max_rows is not None and rows > self.max_rows):

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common.model.packed_linear import MAX_ROWS, PackedLinear, packed_linear_supported, prefill_rows_packed
+from common.model.packed_linear import MAX_ROWS, ROW_GRAIN, PackedLinear, packed_linear_supported, prefill_rows_packed
 
 pytestmark = pytest.mark.skipif(not packed_linear_supported(torch.device("cpu"), torch.float32),
                                 reason="this torch build has no oneDNN linear")
@@ -61,3 +61,24 @@ def test_the_probe_of_many_rows_times_both_layouts_and_answers():
     x = torch.randn(128, 64, generator=gen)
     torch.testing.assert_close(PackedLinear(weights, max_rows=None)(x, weights[0]), F.linear(x, weights[0]),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [MAX_ROWS + 1, 100, 3 * ROW_GRAIN, 401])
+@pytest.mark.parametrize("max_rows", [None, MAX_ROWS])
+def test_prefill_sized_calls_run_on_whole_grains_of_rows_and_return_their_own(rows, max_rows, monkeypatch):
+    """What oneDNN is handed has a multiple of ROW_GRAIN rows (a kernel is compiled per shape), and
+    the caller gets its own rows' products, packed or plain, whatever the padding held."""
+    gen = torch.Generator().manual_seed(rows)
+    w, b = torch.randn(80, 48, generator=gen), torch.randn(80, generator=gen)
+    x = torch.randn(1, rows, 48, generator=gen)
+    linear = PackedLinear([w], max_rows=max_rows)
+    seen: list[int] = []
+    inner = linear._call
+    monkeypatch.setattr(linear, "_call", lambda x_, w_, b_: seen.append(x_.numel() // x_.shape[-1]) or inner(x_, w_, b_))
+    got = linear(x, w, b)
+    assert seen == [-(-rows // ROW_GRAIN) * ROW_GRAIN]
+    assert got.shape == (1, rows, 80)
+    torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+    seen.clear()
+    linear(torch.randn(MAX_ROWS - 3, 48, generator=gen), w, b)  # a decode step's rows: as they are
+    assert seen == [MAX_ROWS - 3]
