@@ -18,12 +18,12 @@ Last line: ``{"variants": {"padded": {...}, "unpadded": {...}}, "speedup_random_
 from __future__ import annotations
 
 import argparse
-import json
+import multiprocessing
 import random
 import statistics
-import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,7 +33,7 @@ from bench.common import device_name, emit, progress  # noqa: E402
 VARIANTS = ("padded", "unpadded")
 
 
-def measure(args: argparse.Namespace) -> dict:
+def measure(args: argparse.Namespace, variant: str) -> dict:
     """One variant, in this process: per-token seconds of fixed and random-length prompts."""
     from common.worker.cpu_plan import apply_to_this_process, plan_cores
 
@@ -47,7 +47,7 @@ def measure(args: argparse.Namespace) -> dict:
 
     engine = LLMEngine(EngineConfig(model=args.model, preset=args.preset, dtype=args.dtype, device="cpu",
                                     enable_prefix_caching=False, max_num_tokens=max(2048, args.max_len)))
-    if args.variant == "unpadded":
+    if variant == "unpadded":
         prefill_attention.SHAPE_GRAIN = 1
         if isinstance(engine.model.linear, PackedLinear):
             engine.model.linear.row_grain = 1
@@ -69,7 +69,7 @@ def measure(args: argparse.Namespace) -> dict:
         fixed.append(forward_s(args.fixed_len))
         varied.append(forward_s(length))
         if (i + 1) % 50 == 0:
-            progress(f"  {args.variant}: {i + 1}/{len(lengths)} prompts")
+            progress(f"  {variant}: {i + 1}/{len(lengths)} prompts")
     return {"prompts": len(lengths), "fixed_len": args.fixed_len, "lengths": [args.min_len, args.max_len],
             "fixed_us_per_token": statistics.median(fixed) * 1e6,
             "random_us_per_token": statistics.median(varied) * 1e6,
@@ -88,22 +88,15 @@ def main() -> None:
     parser.add_argument("--min-len", type=int, default=300)
     parser.add_argument("--max-len", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--variant", choices=VARIANTS, default=None, help=argparse.SUPPRESS)  # one child's
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    if args.variant:
-        print(json.dumps(measure(args)), flush=True)
-        return
-    passed = ["--preset", args.preset, "--dtype", args.dtype, "--prompts", str(args.prompts), "--fixed-len",
-              str(args.fixed_len), "--min-len", str(args.min_len), "--max-len", str(args.max_len), "--seed",
-              str(args.seed)] + (["--model", args.model] if args.model else [])
     variants = {}
     for variant in VARIANTS:
         progress(f"{variant}: {args.prompts} prompts of {args.min_len}-{args.max_len} tokens between prompts of "
                  f"{args.fixed_len} ...")
-        out = subprocess.run([sys.executable, __file__, *passed, "--variant", variant], check=True,
-                             stdout=subprocess.PIPE, text=True)
-        variants[variant] = json.loads(out.stdout.strip().splitlines()[-1])
+        # a fresh process per variant: oneDNN's cache of compiled kernels is the process's
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+            variants[variant] = child.submit(measure, args, variant).result()
         v = variants[variant]
         progress(f"{variant}: fixed {v['fixed_us_per_token']:.1f} us/token, random lengths "
                  f"{v['random_us_per_token']:.1f} ({v['random_over_fixed']:.3f}x)")

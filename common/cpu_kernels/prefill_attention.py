@@ -5,13 +5,14 @@ from __future__ import annotations
 import torch
 
 from common.cpu_kernels import build
+from common.model.packed_linear import ROW_GRAIN
 
 # The query rows of a block: 256 bytes of scores per key and query head (128 rows in bfloat16, 64 in
 # float32): on a 2-core AVX-512 host the fastest blocks of both, one thread or two.
 QUERY_BLOCK_BYTES = 256
 # The GEMM dimensions that vary with a prompt's length are padded to multiples of this (1: none):
-# oneDNN JIT-compiles a kernel for every new shape (see ``packed_linear.ROW_GRAIN``).
-SHAPE_GRAIN = 16
+# oneDNN JIT-compiles a kernel for every new shape; the linears' grain (``packed_linear.ROW_GRAIN``).
+SHAPE_GRAIN = ROW_GRAIN
 
 
 def prefill_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:

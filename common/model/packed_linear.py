@@ -67,12 +67,11 @@ class PackedLinear:
             grown = x.new_empty(-(-rows // self.row_grain) * self.row_grain, x.shape[-1])
             grown[:rows] = x.reshape(rows, x.shape[-1])
             grown[rows:].zero_()
-            return self._call(grown, w, b)[:rows].reshape(*x.shape[:-1], w.shape[0])
-        return self._call(x, w, b)
+            return self._call(grown, grown.shape[0], w, b)[:rows].reshape(*x.shape[:-1], w.shape[0])
+        return self._call(x, rows, w, b)
 
-    def _call(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    def _call(self, x: torch.Tensor, rows: int, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         entry = self._packed.get(id(w))
-        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         if entry is None or rows == 0 or (self.max_rows is not None and rows > self.max_rows):
             return F.linear(x, w, b)
         out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), entry[1], b, "none", [], "")

@@ -74,7 +74,8 @@ def test_prefill_sized_calls_run_on_whole_grains_of_rows_and_return_their_own(ro
     linear = PackedLinear([w], max_rows=max_rows)
     seen: list[int] = []
     inner = linear._call
-    monkeypatch.setattr(linear, "_call", lambda x_, w_, b_: seen.append(x_.numel() // x_.shape[-1]) or inner(x_, w_, b_))
+    monkeypatch.setattr(linear, "_call", lambda x_, rows_, w_, b_: seen.append(x_.numel() // x_.shape[-1]) or
+                        inner(x_, rows_, w_, b_))
     got = linear(x, w, b)
     assert seen == [-(-rows // ROW_GRAIN) * ROW_GRAIN]
     assert got.shape == (1, rows, 80)
