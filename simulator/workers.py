@@ -122,7 +122,7 @@ class SimPrefillWorker(SimWorker):
     role = "prefill"
 
     def forward_s(self, batch: ScheduledBatch) -> float:
-        return self.models.prefill.predict(batch.num_tokens)
+        return self.models.prefill.predict(batch.num_tokens, batch.attention_work)
 
 
 class Step(NamedTuple):

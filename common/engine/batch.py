@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.engine.sampling_params import SamplingParams
+from common.slo.cost_models import attention_work
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +36,9 @@ class ScheduledBatch:
     @property
     def num_tokens(self) -> int:
         return sum(len(s.token_ids) for s in self.seqs)
+
+    @property
+    def attention_work(self) -> int:
+        """The prompt tokens' attention work (``common.slo.cost_models.attention_work``): what the
+        prefill model's quadratic term counts."""
+        return sum(attention_work(len(s.token_ids), s.start_pos) for s in self.seqs if not s.is_decode)

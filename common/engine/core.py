@@ -156,13 +156,14 @@ class EngineCore:
             return self.config.max_num_tokens
         return forward_budget(self.cost_models.prefill, self.tightest_ttft.value(), self.config.max_num_tokens)
 
-    def forward_keeps(self, tokens: int, deadline: float, share: float = 1.0) -> bool:
-        """Whether a forward of ``tokens`` prompt tokens begun now is predicted (fitted model ×
-        this worker's calibration of its forwards) to end within ``share`` of the time left to
+    def forward_keeps(self, tokens: int, attention: int, deadline: float, share: float = 1.0) -> bool:
+        """Whether a forward of ``tokens`` prompt tokens of ``attention`` work
+        (``common.slo.cost_models.attention_work``) begun now is predicted (fitted model × this
+        worker's calibration of its forwards) to end within ``share`` of the time left to
         ``deadline`` (this engine's clock)."""
         if self.cost_models is None:
             return True
-        seconds = self.forward_calibration.scale(self.cost_models.prefill.predict(tokens))
+        seconds = self.forward_calibration.scale(self.cost_models.prefill.predict(tokens, attention))
         return seconds <= share * (deadline - self.clock())
 
     def _all_fit(self, batch: int, mean_len: float, tightest_slo_s: float) -> bool:
@@ -271,7 +272,7 @@ class EngineCore:
         self.steps_completed += 1
         self._observe_step(batch, ended - (self._last_step_end or started))
         if self.cost_models is not None and batch.seqs and not any(s.is_decode for s in batch.seqs):
-            predicted = self.cost_models.prefill.predict(sum(len(s.token_ids) for s in batch.seqs))
+            predicted = self.cost_models.prefill.predict(batch.num_tokens, batch.attention_work)
             self.forward_calibration.observe(predicted, ended - started)
             self.forward_ratios.observe(predicted, ended - started)
         outputs = self.scheduler.update_from_output(batch, sampled)

@@ -26,6 +26,7 @@ from common.engine.batch import ScheduledBatch, ScheduledSeq
 from common.engine.block_pool import BlockPool, blocks_for
 from common.engine.prefix_cache import chain_hashes
 from common.engine.request import FINISH_REASONS, Request, RequestOutput, RequestStatus
+from common.slo.cost_models import attention_work
 from common.slo.credit import CreditBatcher
 from common.slo.forward_budget import FORWARD_SHARE
 
@@ -73,10 +74,11 @@ class Scheduler:
         # engine under a TTFT guard once it has a cost model; None: max_num_tokens). Decodes
         # are not cut by it.
         self.prefill_cap: Callable[[], int] | None = None
-        # Whether a forward of this many prompt tokens, begun now, is predicted to end within a
-        # share of the time left to this deadline (set with ``prefill_cap``): a prompt with a later
-        # deadline joins a forward only if the requests in it keep that margin.
-        self.forward_keeps: Callable[[int, float, float], bool] | None = None
+        # Whether a forward of this many prompt tokens, of this attention work, begun now, is
+        # predicted to end within a share of the time left to this deadline (set with
+        # ``prefill_cap``): a prompt with a later deadline joins a forward only if the requests in
+        # it keep that margin.
+        self.forward_keeps: Callable[[int, int, float, float], bool] | None = None
         self.match_prefixes = pool.prefix_index is not None  # off while an engine profiles itself
 
     def add(self, request: Request) -> None:
@@ -199,6 +201,7 @@ class Scheduler:
         prompts = [s for s in seqs if not s.is_decode]
         started = bool(prompts)
         tokens = sum(len(s.token_ids) for s in prompts)
+        work = sum(attention_work(len(s.token_ids), s.start_pos) for s in prompts)
         earliest = min((self.requests[s.request_id].ttft_deadline for s in prompts), default=float("inf"))
         if self.config.ttft_guard and len(self.waiting) > 1:
             # Least slack first: the request whose TTFT deadline comes soonest is prefilled first.
@@ -208,7 +211,8 @@ class Scheduler:
             hit = self._attach_cached_prefix(request)
             n = min(request.num_tokens - request.num_computed_tokens, budget)
             chunk_after_others = whole_only and started and n < request.num_tokens - request.num_computed_tokens
-            if chunk_after_others or self._delays(tokens, n, earliest) or \
+            more = attention_work(n, request.num_computed_tokens)
+            if chunk_after_others or self._delays(tokens, work, n, more, earliest) or \
                     not self._grow_blocks(request, self._admission_tokens(request, n)):
                 if hit:
                     self._drop_blocks(request)
@@ -221,18 +225,19 @@ class Scheduler:
             self.running.append(request)
             seqs.append(self._scheduled(request, n))
             budget -= n
-            started, tokens, earliest = True, tokens + n, min(earliest, request.ttft_deadline)
+            started, tokens, work, earliest = True, tokens + n, work + more, min(earliest, request.ttft_deadline)
 
-    def _delays(self, tokens: int, more: int, deadline: float) -> bool:
-        """Whether ``more`` prompt tokens would make a forward of ``tokens`` end past ``FORWARD_SHARE``
+    def _delays(self, tokens: int, work: int, more: int, more_work: int, deadline: float) -> bool:
+        """Whether ``more`` prompt tokens (of ``more_work`` attention work) would make a forward of
+        ``tokens`` (of ``work``) end past ``FORWARD_SHARE``
         of the time left to ``deadline``, when the forward without them ends by it. The rest of
         that time is the first token's: the KV's hand-off and both hops follow the forward, and
         the gateway admitted the request on a prediction without these tokens."""
         if self.forward_keeps is None or not tokens or deadline == float("inf"):
             return False
-        if not self.forward_keeps(tokens, deadline, 1.0):
+        if not self.forward_keeps(tokens, work, deadline, 1.0):
             return False  # already late: it holds nobody back
-        return not self.forward_keeps(tokens + more, deadline, FORWARD_SHARE)
+        return not self.forward_keeps(tokens + more, work + more_work, deadline, FORWARD_SHARE)
 
     def _attach_cached_prefix(self, request: Request) -> int | None:
         """Shares the cached blocks of the request's longest cached prefix into it; returns how

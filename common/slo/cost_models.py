@@ -1,9 +1,13 @@
 """Fitted time models a worker uses to predict its own latency.
 
 - Prefill: time of a step against its batched prompt tokens ``n`` — constant below a
-  threshold (fixed costs dominate), linear above, plus attention's quadratic part:
-  ``t = c + k·max(0, n − n0) + q·n²``. ``n0`` is found by search over the measured sizes; the
-  largest measured size is kept (``max_tokens``): beyond it the model extrapolates, and says so.
+  threshold (fixed costs dominate), linear above, plus attention's part:
+  ``t = c + k·max(0, n − n0) + q·A``. ``A`` is the step's attention work (``attention_work``),
+  ``n²`` for one fresh prompt (what the profile measures) but the sum over its prompts for a
+  step of several: eight prompts of 256 tokens attend to 8·256², not 2048², and a fit applied
+  to the step's total as if it were one prompt predicted a batched forward at up to twice its
+  time. ``n0`` is found by search over the measured sizes; the largest measured size is kept
+  (``max_tokens``): beyond it the model extrapolates, and says so.
 - Decode: step time against batch size ``B`` and mean sequence length ``L``:
   ``t = α·B·L + β·max(0, B − B0) + γ·L + δ``. A GPU runs small batches in the time of one (the
   weights are read once per step whatever the batch) until its kernels saturate at ``B0``; a CPU
@@ -52,6 +56,14 @@ def worst_point_ratio(predicted: np.ndarray, measured: np.ndarray) -> float:
     return float(np.max(np.maximum(p / m, m / p))) if len(m) else float("inf")
 
 
+def attention_work(tokens: int, start: int = 0) -> int:
+    """Attention's work for ``tokens`` prompt tokens computed after ``start`` already in the cache,
+    in the unit of ``PrefillModel``'s quadratic term (a fresh prompt of ``n`` tokens: ``n²``):
+    ``(start + tokens)² − start²``, twice the causal (query, key) pairs less the diagonal. A prompt
+    run in chunks sums to its whole ``n²``: later chunks attend to the earlier ones."""
+    return tokens * (2 * start + tokens)
+
+
 @dataclass(frozen=True, slots=True)
 class PrefillModel:
     threshold: float
@@ -62,16 +74,24 @@ class PrefillModel:
     per_token2_s: float = 0.0  # q: attention's cost per squared token
     max_tokens: float = 0.0  # the largest step it was fitted on; 0: unknown (written by hand)
 
-    def predict(self, tokens: float) -> float:
-        return self.base_s + self.per_token_s * max(0.0, tokens - self.threshold) + self.per_token2_s * tokens * tokens
+    def predict(self, tokens: float, attention: float | None = None) -> float:
+        """A step of ``tokens`` prompt tokens whose attention work is ``attention`` (default: one
+        fresh prompt's, ``tokens²``)."""
+        work = tokens * tokens if attention is None else attention
+        return self.base_s + self.per_token_s * max(0.0, tokens - self.threshold) + self.per_token2_s * work
 
     def extrapolates(self, tokens: float) -> bool:
         """Whether a step of ``tokens`` lies beyond what the fit was measured on."""
         return 0 < self.max_tokens < tokens
 
-    def predict_forwards(self, tokens: int, budget: int) -> float:
+    def predict_forwards(self, tokens: int, budget: int, attention: float | None = None) -> float:
         """Time to compute ``tokens`` queued prompt tokens at ``budget`` tokens per forward
-        (0: all in one)."""
+        (0: all in one) whose attention work is ``attention`` in all (default: each forward's
+        as one fresh prompt's). A queue's work does not depend on how it is cut: a prompt split
+        over forwards attends to its earlier chunks from the later ones."""
+        if attention is not None:
+            linear = dataclasses.replace(self, per_token2_s=0.0).predict_forwards(tokens, budget)
+            return linear + self.per_token2_s * attention
         if budget <= 0 or tokens <= budget:
             return self.predict(tokens)
         full, rest = divmod(tokens, budget)

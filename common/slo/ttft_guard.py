@@ -184,22 +184,37 @@ class TtftGuard:
         class of ``ttft_s``, when ``calibrated``); None without a model."""
         if self.model is None:
             return None
-        return self._predict_tokens(self.queued_ahead(deadline) + prompt_tokens, calibrated,
+        return self._predict_tokens(self.queued_ahead(deadline), prompt_tokens, calibrated,
                                     self._scale(ttft_s) if calibrated else None)
 
-    def _predict_tokens(self, tokens: int, calibrated: bool = True,
-                        scale: tuple[float, float, float] | None = None, cut: int | None = None) -> float:
-        """``tokens`` through the model; ``scale``: (calibration ratio, overhead, headroom), and
-        ``cut``: ``forward_cut``, when the caller read them once for many predictions."""
+    def _predict_tokens(self, ahead: int, prompt_tokens: int = 0, calibrated: bool = True,
+                        scale: tuple[float, float, float] | None = None, cut: int | None = None,
+                        queued_len: float | None = None) -> float:
+        """``ahead`` queued tokens and a prompt of ``prompt_tokens`` through the model; ``scale``:
+        (calibration ratio, overhead, headroom), ``cut``: ``forward_cut``, and ``queued_len``:
+        ``_queued_len``, when the caller read them once for many predictions."""
         assert self.model is not None
         cut = self.forward_cut if cut is None else cut
+        tokens = ahead + prompt_tokens
         if self.model.extrapolates(min(tokens, cut or tokens)):
             self.extrapolations += 1
-        raw = self.model.predict_forwards(tokens, cut)
+        per_token = self._queued_len(cut) if queued_len is None else queued_len
+        raw = self.model.predict_forwards(tokens, cut, ahead * min(per_token or ahead, ahead) + prompt_tokens ** 2)
         if not calibrated:
             return raw
         ratio, overhead, margin = scale or self._scale()
         return (raw * ratio + overhead) * margin
+
+    def _queued_len(self, cut: int) -> float:
+        """The attention work per queued token: the mean length of this gateway's queued prompts
+        weighted by their tokens (Σn²/Σn), so that a queue's work is the sum of its prompts' (a
+        forward of eight 256-token prompts attends to 8·256², not 2048²); ``cut`` with nothing of
+        this gateway's queued (other gateways' tokens, whose prompts it does not know, count as one
+        prompt per forward)."""
+        tokens = sum(n for _, n, _ in self.queued.values())
+        if not tokens:
+            return float(cut)
+        return sum(n * n for _, n, _ in self.queued.values()) / tokens
 
     def ratio(self) -> float:
         """What predictions are scaled by: the calibration of calls sent with nothing ahead, or the
@@ -216,7 +231,7 @@ class TtftGuard:
         (``predict_s(calibrated=False)`` with the queue as it was); None without a model."""
         if self.model is None:
             return None
-        return self.model.predict_forwards(ahead_tokens + prompt_tokens, self.forward_cut)
+        return self._predict_tokens(ahead_tokens, prompt_tokens, calibrated=False)
 
     def pushes_queued_past(self, prompt_tokens: int, deadline: float, now: float) -> bool:
         """Whether sending a request with this deadline here would make a request already
@@ -240,14 +255,14 @@ class TtftGuard:
         if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead):
             return True, None
         ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)
-        return False, self._predict_tokens(ahead + prompt_tokens, scale=(ratio, overhead, self.headrooms.margin(ttft_s)),
+        return False, self._predict_tokens(ahead, prompt_tokens, scale=(ratio, overhead, self.headrooms.margin(ttft_s)),
                                            cut=cut)
 
     def _pushes(self, prompt_tokens: int, deadline: float, now: float, mine: list[Queued], cut: int, ratio: float,
                 overhead: float) -> bool:
         """``pushes_queued_past`` with the queue, ``forward_cut``, ``ratio()`` and the overhead read."""
         by_deadline = sorted(mine, key=lambda q: q[0])
-        total, earlier = sum(tokens for _, tokens, _ in mine), 0
+        total, earlier, per_token = sum(tokens for _, tokens, _ in mine), 0, self._queued_len(cut)
         # each queued request's own ``queued_ahead`` from running sums in deadline order: one pass,
         # not one over the queue per request (a gateway with hundreds queued spent its core here)
         classes: set[float] = set()  # the TTFT SLOs of the requests due at this deadline
@@ -262,8 +277,9 @@ class TtftGuard:
             ahead = self._ahead(mine, earlier, total - earlier, queued_deadline, cut)
             for margin in {self.headrooms.margin(t) for t in due}:  # each its own class's: the promise it was made
                 scale = ratio, overhead, margin
-                on_time_now = now + self._predict_tokens(ahead, scale=scale, cut=cut) <= queued_deadline
-                with_it = now + self._predict_tokens(ahead + prompt_tokens, scale=scale, cut=cut)
+                on_time_now = now + self._predict_tokens(ahead, scale=scale, cut=cut, queued_len=per_token) \
+                    <= queued_deadline
+                with_it = now + self._predict_tokens(ahead, prompt_tokens, scale=scale, cut=cut, queued_len=per_token)
                 if on_time_now and with_it > queued_deadline:
                     return True
         return False

@@ -117,7 +117,7 @@ def test_a_prompt_joins_a_forward_only_if_the_prompts_in_it_still_make_their_dea
     scheduler = _prefill_scheduler(None)
     seconds_per_token = 0.001
     now = 0.0
-    scheduler.forward_keeps = lambda tokens, deadline, share: tokens * seconds_per_token <= share * (deadline - now)
+    scheduler.forward_keeps = lambda tokens, work, deadline, share: tokens * seconds_per_token <= share * (deadline - now)
     tight = _prompt("tight", 200, 300.0)  # a 0.2 s forward alone, due at 0.3 s
     loose = _prompt("loose", 200, 1000.0)  # with it: 0.4 s, past tight's deadline
     small = _prompt("small", 50, 2000.0)
@@ -131,7 +131,7 @@ def test_a_prompt_joins_a_forward_only_if_the_prompts_in_it_still_make_their_dea
 def test_a_joiner_leaves_the_forwards_requests_half_their_time_for_the_first_token():
     def first_forward(tight_tokens: int, joiner_tokens: int) -> list[str]:
         scheduler = _prefill_scheduler(None)
-        scheduler.forward_keeps = lambda tokens, deadline, share: tokens * 0.001 <= share * deadline
+        scheduler.forward_keeps = lambda tokens, work, deadline, share: tokens * 0.001 <= share * deadline
         for request in (_prompt("tight", tight_tokens, 300.0), _prompt("joiner", joiner_tokens, 1000.0)):
             request.arrival_time = 0.0
             scheduler.add(request)
@@ -143,7 +143,7 @@ def test_a_joiner_leaves_the_forwards_requests_half_their_time_for_the_first_tok
 
 def test_a_prompt_may_join_the_forward_of_one_already_late():
     scheduler = _prefill_scheduler(None)
-    scheduler.forward_keeps = lambda tokens, deadline, share: tokens * 0.001 <= share * deadline
+    scheduler.forward_keeps = lambda tokens, work, deadline, share: tokens * 0.001 <= share * deadline
     late, loose = _prompt("late", 200, 100.0), _prompt("loose", 200, 1000.0)  # late: 0.2 s for 0.1 s
     for request in (late, loose):
         request.arrival_time = 0.0
@@ -157,3 +157,23 @@ def test_the_deadline_is_what_the_gateway_left_of_the_slo():
     assert request.ttft_deadline == pytest.approx(6.0)
     request.ttft_left_ms = 250.0  # the gateway spent 750 ms of it before sending
     assert request.ttft_deadline == pytest.approx(5.25)
+
+
+def test_a_joiner_is_weighed_with_the_attention_of_the_prompts_in_the_forward_not_their_total_squared():
+    quadratic = PrefillModel(threshold=0, base_s=0.0, per_token_s=0.0, per_token2_s=1e-5)  # attention alone
+    asked: list[tuple[int, int]] = []
+
+    def keeps(tokens: int, work: int, deadline: float, share: float) -> bool:
+        asked.append((tokens, work))
+        return quadratic.predict(tokens, work) <= share * deadline
+
+    scheduler = _prefill_scheduler(None)
+    scheduler.forward_keeps = keeps
+    for request in (_prompt("tight", 100, 300.0), _prompt("joiner", 50, 1000.0)):
+        request.arrival_time = 0.0
+        scheduler.add(request)
+    batch = scheduler.schedule()
+    # with the joiner: 100² + 50² of work, 0.125 s, within half of tight's 0.3 s; counted as one
+    # prompt of 150 tokens it was 0.225 s, and the joiner would have waited for another forward
+    assert asked == [(100, 100**2), (150, 100**2 + 50**2)]
+    assert [s.request_id for s in batch.seqs] == ["tight", "joiner"] and batch.attention_work == 100**2 + 50**2

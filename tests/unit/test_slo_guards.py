@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from common.slo.cost_models import DecodeModel, PrefillModel
+from common.slo.cost_models import DecodeModel, PrefillModel, attention_work
 from common.slo.credit import CreditBatcher, trp, virtual_batch_size
 from common.slo.tpot_guard import Decoding, admits, projected_tpots
 
@@ -311,3 +311,24 @@ def test_the_prefill_fit_finds_attention_quadratic_part_and_says_where_it_extrap
     assert fit.per_token2_s == pytest.approx(2e-9, rel=1e-3) and fit.threshold == 128
     assert fit.max_tokens == 4096 and not fit.extrapolates(4096) and fit.extrapolates(4097)
     assert not PrefillModel(0, 0.01, 1e-4).extrapolates(10**6)  # written by hand: range unknown
+
+
+@pytest.mark.parametrize("tokens,start", [(1, 0), (7, 0), (64, 0), (16, 48), (100, 3)])
+def test_attention_work_counts_the_causal_pairs_a_chunk_attends_to(tokens, start):
+    pairs = sum(1 for q in range(start, start + tokens) for k in range(start + tokens) if k <= q)  # brute force
+    assert attention_work(tokens, start) == 2 * pairs - tokens
+    # a prompt run in chunks does the work of the whole prompt
+    cuts = [0, 5, 33, 34, 90, 128]
+    assert sum(attention_work(b - a, a) for a, b in itertools.pairwise(cuts)) == attention_work(128)
+
+
+def test_a_forward_of_several_prompts_is_predicted_by_the_sum_of_their_attention():
+    model = PrefillModel(threshold=0, base_s=0.005, per_token_s=5e-5, per_token2_s=2e-8)
+    one = model.predict(2048)  # a single prompt of 2048 tokens: what the profile measures
+    eight = model.predict(2048, 8 * attention_work(256))
+    assert one == pytest.approx(0.005 + 5e-5 * 2048 + 2e-8 * 2048**2)
+    assert eight == pytest.approx(0.005 + 5e-5 * 2048 + 2e-8 * 8 * 256**2)
+    # a queue's work is its prompts', however it is cut into forwards; the fixed cost is per forward
+    assert model.predict_forwards(2048, 512, 8 * attention_work(256)) == pytest.approx(
+        4 * (0.005 + 5e-5 * 512) + 2e-8 * 8 * 256**2)
+    assert model.predict_forwards(2048, 512) == pytest.approx(4 * model.predict(512))  # each forward as one prompt

@@ -67,6 +67,21 @@ def test_a_long_queue_takes_one_forward_per_budget():
     assert guard.predict_s(40, calibrated=False) == pytest.approx(2 * (0.010 + 1e-4 * 156) + 0.010 + 1e-4 * 28)
 
 
+def test_a_queue_of_several_prompts_is_predicted_with_their_own_attention_not_their_total_squared():
+    quadratic = PrefillModel(threshold=0, base_s=0.005, per_token_s=5e-5, per_token2_s=2e-8)
+    guard = _guard(Clock(), quadratic, forward_tokens=4096)
+    for i in range(4):
+        guard.sent(f"q{i}", deadline=INF, tokens=250)
+    # one forward of 1,200 tokens whose attention is four prompts of 250 and this one of 200
+    expected = 0.005 + 5e-5 * 1200 + 2e-8 * (4 * 250**2 + 200**2)
+    assert guard.predict_s(200, calibrated=False) == pytest.approx(expected)
+    assert expected < 0.8 * quadratic.predict(1200)  # as one prompt of 1,200 tokens: 1.3x that
+    lone = _guard(Clock(), quadratic, forward_tokens=4096)
+    lone.sent("long", deadline=INF, tokens=3000)
+    # a long prompt queued alone is one prompt's work, in whatever forwards it is cut
+    assert lone.predict_s(0, calibrated=False) == pytest.approx(quadratic.predict(3000))
+
+
 def test_a_newcomer_that_would_make_a_queued_on_time_request_late_is_reported():
     clock = Clock()
     guard = _guard(clock)
