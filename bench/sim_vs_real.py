@@ -33,16 +33,24 @@ simulated ``fcfs`` near saturation where the real one is not).
 
     python bench/sim_vs_real.py [--duration-s 20] [--out bench/results/sim-vs-real-cpu.json] [--plot f.png]
 
+Each real point also reports the cores every process used while it ran (``real_cores_used``: the
+gateway, each worker, and the load tester): the simulator does not simulate the gateway and the
+load tester, which share the workers' two cores here.
+
 Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
-"sim_admitted_attainment"}, ...], ...}``.
+"sim_admitted_attainment", "real_cores_used"}, ...], ...}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -198,15 +206,42 @@ def _fields(config: SimConfig) -> dict:
     return {f: getattr(config, f) for f in config.__dataclass_fields__}
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far (Linux ``/proc``; nan elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cores_used(cluster: LocalCluster, run: Callable[[], dict]) -> tuple[dict, dict[str, float]]:
+    """``run()``'s result, and the cores each of the cluster's processes and the load tester (this
+    process's children) used on average while it ran: what the simulator does not simulate (the
+    gateway and the load tester share the workers' cores) shows here."""
+    pids = {"-".join(name.split("-")[:2]): cluster.pid(name) for name in cluster.processes}
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    result = run()
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = {name: (cpu_seconds(pid) - before[name]) / wall for name, pid in pids.items()}
+    used["load_tester"] = (after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime) / wall
+    return result, used
+
+
 def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: argparse.Namespace, slo_mix: str,
                work: Path) -> list[dict]:
     points = []
     for rate in rates:
-        points.append(point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix, work / policy,
-                                                              requests=requests(args))))
+        result, used = cores_used(cluster, lambda: bench_point(cluster.address, rate, args, slo_mix, work / policy,
+                                                                requests=requests(args)))
+        points.append({**point_summary(policy, rate, result), "cores_used": used})
         p = points[-1]
         progress(f"  real {policy} @ {rate:g} req/s: goodput {p['goodput']:.2f}, admitted attainment "
-                 f"{p['admitted_attainment']:.1%}, rejected {p['rejected']}")
+                 f"{p['admitted_attainment']:.1%}, rejected {p['rejected']}; cores used: "
+                 + ", ".join(f"{name} {cores:.2f}" for name, cores in used.items()))
     return points
 
 
@@ -217,7 +252,7 @@ def compare(real: list[dict], simulated: list[dict]) -> list[dict]:
         point = {"rate": r["rate"], "policy": r["policy"], "real_goodput": r["goodput"], "sim_goodput": s["goodput"],
                  "real_admitted_attainment": r["admitted_attainment"],
                  "sim_admitted_attainment": s["admitted_attainment"], "real_rejected": r["rejected"],
-                 "sim_rejected": s["rejected"]}
+                 "sim_rejected": s["rejected"], "real_cores_used": r["cores_used"]}
         point["goodput_within_15pct"] = abs(s["goodput"] - r["goodput"]) <= 0.15 * max(r["goodput"], 1e-9)
         point["attainment_within_15pct"] = abs(s["admitted_attainment"] - r["admitted_attainment"]) <= \
             0.15 * max(r["admitted_attainment"], 1e-9)
