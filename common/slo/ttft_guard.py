@@ -198,12 +198,18 @@ class TtftGuard:
         tokens = ahead + prompt_tokens
         if self.model.extrapolates(min(tokens, cut or tokens)):
             self.extrapolations += 1
-        per_token = self._queued_len(cut) if queued_len is None else queued_len
-        raw = self.model.predict_forwards(tokens, cut, ahead * min(per_token or ahead, ahead) + prompt_tokens ** 2)
+        raw = self._raw(ahead, prompt_tokens, cut, self._queued_len(cut) if queued_len is None else queued_len)
         if not calibrated:
             return raw
         ratio, overhead, margin = scale or self._scale()
         return (raw * ratio + overhead) * margin
+
+    def _raw(self, ahead: int, prompt_tokens: int, cut: int, queued_len: float) -> float:
+        """The model's time for ``ahead`` queued tokens (of ``queued_len`` attention work a token)
+        and a prompt, in forwards of ``cut``."""
+        assert self.model is not None
+        attention = ahead * min(queued_len or ahead, ahead) + prompt_tokens ** 2
+        return self.model.predict_forwards(ahead + prompt_tokens, cut, attention)
 
     def _queued_len(self, cut: int) -> float:
         """The attention work per queued token: the mean length of this gateway's queued prompts
@@ -231,7 +237,8 @@ class TtftGuard:
         (``predict_s(calibrated=False)`` with the queue as it was); None without a model."""
         if self.model is None:
             return None
-        return self._predict_tokens(ahead_tokens, prompt_tokens, calibrated=False)
+        cut = self.forward_cut
+        return self._raw(ahead_tokens, prompt_tokens, cut, self._queued_len(cut))
 
     def pushes_queued_past(self, prompt_tokens: int, deadline: float, now: float) -> bool:
         """Whether sending a request with this deadline here would make a request already
