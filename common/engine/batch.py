@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from common.engine.sampling_params import SamplingParams
@@ -41,4 +42,9 @@ class ScheduledBatch:
     def attention_work(self) -> int:
         """The prompt tokens' attention work (``common.slo.cost_models.attention_work``): what the
         prefill model's quadratic term counts."""
-        return sum(attention_work(len(s.token_ids), s.start_pos) for s in self.seqs if not s.is_decode)
+        return prompt_attention_work(self.seqs)
+
+
+def prompt_attention_work(seqs: Iterable[ScheduledSeq]) -> int:
+    """The attention work of the prompt tokens (not the decodes) among ``seqs``."""
+    return sum(attention_work(len(s.token_ids), s.start_pos) for s in seqs if not s.is_decode)

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common.engine.batch import ScheduledBatch, ScheduledSeq
+from common.engine.batch import ScheduledBatch, ScheduledSeq, prompt_attention_work
 from common.engine.block_pool import BlockPool, blocks_for
 from common.engine.prefix_cache import chain_hashes
 from common.engine.request import FINISH_REASONS, Request, RequestOutput, RequestStatus
@@ -201,7 +201,7 @@ class Scheduler:
         prompts = [s for s in seqs if not s.is_decode]
         started = bool(prompts)
         tokens = sum(len(s.token_ids) for s in prompts)
-        work = sum(attention_work(len(s.token_ids), s.start_pos) for s in prompts)
+        work = prompt_attention_work(prompts)
         earliest = min((self.requests[s.request_id].ttft_deadline for s in prompts), default=float("inf"))
         if self.config.ttft_guard and len(self.waiting) > 1:
             # Least slack first: the request whose TTFT deadline comes soonest is prefilled first.

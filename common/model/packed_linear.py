@@ -64,9 +64,7 @@ class PackedLinear:
     def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         if rows > MAX_ROWS and rows % self.row_grain:
-            grown = x.new_empty(-(-rows // self.row_grain) * self.row_grain, x.shape[-1])
-            grown[:rows] = x.reshape(rows, x.shape[-1])
-            grown[rows:].zero_()
+            grown = F.pad(x.reshape(rows, x.shape[-1]), (0, 0, 0, -rows % self.row_grain))  # zero rows
             return self._call(grown, grown.shape[0], w, b)[:rows].reshape(*x.shape[:-1], w.shape[0])
         return self._call(x, rows, w, b)
 

@@ -250,8 +250,9 @@ class TtftGuard:
         """
         if self.model is None:
             return False
-        return self._pushes(prompt_tokens, deadline, now, list(self.queued.values()), self.forward_cut,
-                            self.ratio(), self.overhead.value())
+        cut = self.forward_cut
+        return self._pushes(prompt_tokens, deadline, now, list(self.queued.values()), cut, self.ratio(),
+                            self.overhead.value(), self._queued_len(cut))
 
     def option(self, prompt_tokens: int, deadline: float, now: float, ttft_s: float = 0.0) -> tuple[bool, float | None]:
         """``(pushes_queued_past, predict_s)`` for one request, the worker's state read once for
@@ -259,17 +260,19 @@ class TtftGuard:
         if self.model is None:
             return False, None
         mine, cut, ratio, overhead = list(self.queued.values()), self.forward_cut, self.ratio(), self.overhead.value()
-        if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead):
+        per_token = self._queued_len(cut)
+        if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead, per_token):
             return True, None
         ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)
         return False, self._predict_tokens(ahead, prompt_tokens, scale=(ratio, overhead, self.headrooms.margin(ttft_s)),
-                                           cut=cut)
+                                           cut=cut, queued_len=per_token)
 
     def _pushes(self, prompt_tokens: int, deadline: float, now: float, mine: list[Queued], cut: int, ratio: float,
-                overhead: float) -> bool:
-        """``pushes_queued_past`` with the queue, ``forward_cut``, ``ratio()`` and the overhead read."""
+                overhead: float, per_token: float) -> bool:
+        """``pushes_queued_past`` with the queue, ``forward_cut``, ``ratio()``, the overhead and
+        ``_queued_len`` read."""
         by_deadline = sorted(mine, key=lambda q: q[0])
-        total, earlier, per_token = sum(tokens for _, tokens, _ in mine), 0, self._queued_len(cut)
+        total, earlier = sum(tokens for _, tokens, _ in mine), 0
         # each queued request's own ``queued_ahead`` from running sums in deadline order: one pass,
         # not one over the queue per request (a gateway with hundreds queued spent its core here)
         classes: set[float] = set()  # the TTFT SLOs of the requests due at this deadline
