@@ -33,12 +33,20 @@ simulated ``fcfs`` near saturation where the real one is not).
 
     python bench/sim_vs_real.py [--duration-s 20] [--out bench/results/sim-vs-real-cpu.json] [--plot f.png]
 
-Each real point also reports the cores every process used while it ran (``real_cores_used``: the
-gateway, each worker, and the load tester): the simulator does not simulate the gateway and the
-load tester, which share the workers' two cores here.
+The gateway and the load tester run on the workers' two cores here (``pdserve up`` pins one worker
+to each, the rest where the OS puts them), and take more of them the higher the load: a prefill
+forward's wall time grows with load while its CPU time does not. The simulated host charges that
+(``simulator.host``): the front end's cores, measured at the calibration load and at a heavier one
+(``--front-end-rate``, not compared either) and fitted in the logarithm of the rate, stretch the
+forwards of the workers whose cores they take. The truth above was measured with that share in it,
+so the simulated workers run at it divided by the stretch the simulated host charges at the
+calibration load. Each point also shows the simulation without the host (``sim_own_cores_*``:
+every worker on cores of its own, the truth as measured) and the cores every process used while
+the real point ran (``real_cores_used``: gateway, each worker, load tester).
 
 Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
-"sim_admitted_attainment", "real_cores_used"}, ...], ...}``.
+"sim_admitted_attainment", "real_cores_used", "sim_stretch", "sim_own_cores_goodput",
+"sim_own_cores_admitted_attainment"}, ...], ...}``.
 """
 
 from __future__ import annotations
@@ -63,7 +71,9 @@ from client.bench.plan import build_plan  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
+from common.worker.cpu_plan import available_cores  # noqa: E402
 from simulator.config import SimConfig, call_overhead_from_histogram, factors_from_histogram  # noqa: E402
+from simulator.host import FrontEndCores  # noqa: E402
 from simulator.profile import this_machine  # noqa: E402
 from simulator.run import simulate  # noqa: E402
 
@@ -92,7 +102,7 @@ def sim_point(policy: str, rate: float, args: argparse.Namespace, slo_mix: str, 
     run = simulate(build_plan(bench_namespace(args, rate, slo_mix, n), rate), config, models, truth)
     result = summarize(run.records, run.duration, [99.0], ["ttft", "tpot"])
     result["per_class"] = {}
-    return point_summary(policy, rate, {**result, "num_prompts": len(run.records)})
+    return {**point_summary(policy, rate, {**result, "num_prompts": len(run.records)}), "stretch": run.stretch}
 
 
 def hop_seconds(address: str, calls: int = 50) -> float:
@@ -169,7 +179,8 @@ def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: Deco
                   overheads: tuple[float, ...], args: argparse.Namespace) -> tuple[CostModels, dict[str, float]]:
     """The cost of a worker inside this cluster, for the simulated workers to run at: prefill
     forwards at ``forward_ratio`` × the profile (the prefill worker's own mean under the
-    calibration load), decode steps at ``decode``'s one-request step over the profile's."""
+    calibration load), decode steps at ``decode``'s one-request step over the profile's (both as
+    measured there, the front end's share of the workers' cores at that load included)."""
     config = SimConfig()
     copy_s = config.transfer_s + config.transfer_s_per_token * args.prompt_len
     overhead_s = statistics.median(overheads) if overheads else 0.0
@@ -245,14 +256,17 @@ def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: arg
     return points
 
 
-def compare(real: list[dict], simulated: list[dict]) -> list[dict]:
+def compare(real: list[dict], simulated: list[dict], on_own_cores: list[dict]) -> list[dict]:
     out = []
     for r in real:
         s = next(p for p in simulated if p["policy"] == r["policy"] and p["rate"] == r["rate"])
+        own = next(p for p in on_own_cores if p["policy"] == r["policy"] and p["rate"] == r["rate"])
         point = {"rate": r["rate"], "policy": r["policy"], "real_goodput": r["goodput"], "sim_goodput": s["goodput"],
                  "real_admitted_attainment": r["admitted_attainment"],
                  "sim_admitted_attainment": s["admitted_attainment"], "real_rejected": r["rejected"],
-                 "sim_rejected": s["rejected"], "real_cores_used": r["cores_used"]}
+                 "sim_rejected": s["rejected"], "real_cores_used": r["cores_used"], "sim_stretch": s["stretch"],
+                 "sim_own_cores_goodput": own["goodput"],
+                 "sim_own_cores_admitted_attainment": own["admitted_attainment"]}
         point["goodput_within_15pct"] = abs(s["goodput"] - r["goodput"]) <= 0.15 * max(r["goodput"], 1e-9)
         point["attainment_within_15pct"] = abs(s["admitted_attainment"] - r["admitted_attainment"]) <= \
             0.15 * max(r["admitted_attainment"], 1e-9)
@@ -273,21 +287,33 @@ def plot(points: list[dict], out: Path) -> None:
             ps = [p for p in points if p["policy"] == policy]
             ax.plot([p["rate"] for p in ps], [p[f"real_{key}"] for p in ps], "o-", color=color, label=f"{policy} real")
             ax.plot([p["rate"] for p in ps], [p[f"sim_{key}"] for p in ps], "s--", color=color, label=f"{policy} sim")
+            if ps and f"sim_own_cores_{key}" in ps[0]:
+                ax.plot([p["rate"] for p in ps], [p[f"sim_own_cores_{key}"] for p in ps], "x:", color=color, alpha=0.6,
+                        label=f"{policy} sim, workers on cores of their own")
         ax.set(title=title, xlabel="request rate (req/s)")
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 
 
+def front_end(used: dict[str, float]) -> float:
+    """The cores the gateway and the load tester used."""
+    return used["gateway"] + used["load_tester"]
+
+
 def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: float, args: argparse.Namespace,
-              work: Path) -> tuple[CostModels, dict[str, float], SimConfig]:
+              work: Path, unloaded_front_end: float
+              ) -> tuple[CostModels, dict[str, float], SimConfig, SimConfig, CostModels]:
     """Runs the calibration load (not compared) and reads back what the simulated cluster takes
-    from it: the workers' truth, the figures shown, and the config (hop, call overheads, factors)."""
+    from it: the workers' truth, the figures shown, and the configs (hop, call overheads, factors;
+    the host's cores and the front end's use of them, and the first leaves them out) and the truth
+    the second runs at (the first runs at the first)."""
     before = overhead_buckets(cluster)
     ratios_before = {role: observed_ratios(cluster, role) for role in ("prefill", "decode")}
-    bench_point(cluster.address, args.calibration_rate, args, "", work / "calibration",
-                num_prompts=round(args.calibration_rate * args.calibration_s), requests=requests(args))
+    _, used = cores_used(cluster, lambda: bench_point(
+        cluster.address, args.calibration_rate, args, "", work / "calibration",
+        num_prompts=round(args.calibration_rate * args.calibration_s), requests=requests(args)))
     overheads = call_overheads(before, overhead_buckets(cluster), hop_s)
     forward_ratio, forward_factors = ratios_between(ratios_before["prefill"], observed_ratios(cluster, "prefill"))
     step_ratio, step_factors = ratios_between(ratios_before["decode"], observed_ratios(cluster, "decode"))
@@ -297,9 +323,29 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
         sorted(f)[int(0.99 * (len(f) - 1))] if f else 1.0 for f in (forward_factors, step_factors))
     progress(f"unloaded TTFT {unloaded['median_ttft_ms']:.1f} ms, TPOT {unloaded['median_tpot_ms']:.2f} ms; "
              + ", ".join(f"{k} {v:.4g}" for k, v in machine.items()))
-    config = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_step_factors=step_factors,
-                       prefill_forward_factors=forward_factors if args.prefill_spread == "drawn" else ())
-    return truth, machine, config
+    own_cores = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_step_factors=step_factors,
+                          prefill_forward_factors=forward_factors if args.prefill_spread == "drawn" else ())
+    _, heavier = cores_used(cluster, lambda: bench_point(
+        cluster.address, args.front_end_rate, args, "", work / "front-end",
+        num_prompts=round(args.front_end_rate * args.calibration_s / 2), requests=requests(args)))
+    fitted = FrontEndCores.fit([(args.calibration_rate, front_end(used)), (args.front_end_rate, front_end(heavier))])
+    shared = SimConfig(**{**_fields(own_cores), "host_cores": len(available_cores()),
+                          "front_end_cores": (fitted.base, fitted.per_log_rate)})
+    # the truth was measured with the front end on the workers' cores: the simulated host charges
+    # that itself, so the truth it runs is what the calibration load's stretch leaves
+    calibration = sim_point("scorpio", args.calibration_rate, argparse.Namespace(
+        **{**vars(args), "duration_s": args.calibration_s}), "", shared, models, truth)
+    stretch = calibration["stretch"]
+    alone = CostModels(truth.prefill.scaled(1 / stretch["prefill"]), truth.decode.scaled(1 / stretch["decode"]))
+    machine.update({"front_end_cores_unloaded": unloaded_front_end, "front_end_cores_calibration": front_end(used),
+                    "front_end_cores_heavier": front_end(heavier),
+                    "front_end_cores_base": fitted.base, "front_end_cores_per_e_fold": fitted.per_log_rate,
+                    "host_cores": shared.host_cores, "calibration_stretch_prefill": stretch["prefill"],
+                    "calibration_stretch_decode": stretch["decode"]})
+    progress(f"front end: {unloaded_front_end:.2f} cores at {args.base_rate:g} req/s, {front_end(used):.2f} at "
+             f"{args.calibration_rate:g}, {front_end(heavier):.2f} at {args.front_end_rate:g}; simulated stretch at the calibration load: prefill {stretch['prefill']:.3f}, "
+             f"decode {stretch['decode']:.3f}")
+    return truth, machine, own_cores, shared, alone
 
 
 def main() -> None:
@@ -312,6 +358,9 @@ def main() -> None:
     parser.add_argument("--base-prompts", type=int, default=40)
     parser.add_argument("--calibration-rate", type=float, default=6.0)
     parser.add_argument("--calibration-s", type=float, default=30.0)
+    parser.add_argument("--front-end-rate", type=float, default=18.0,
+                        help="a second, heavier load (not compared, --calibration-s/2 long) to fit the front end's "
+                             "cores by: through it and the calibration load")
     parser.add_argument("--decode-truth", choices=("profile", "refit"), default="profile",
                         help="simulated decode steps: the profile scaled by the in-cluster cost of a one-request step, "
                              "or the decode worker's own model refitted in the cluster")
@@ -332,11 +381,13 @@ def main() -> None:
         # other prompts than the unloaded run's: those must not be in the prefix cache
         bench_point(cluster.address, args.base_rate, args, "", work / "warm", num_prompts=args.base_prompts,
                     requests=requests(args), seed=WARM_SEED)
-        unloaded = bench_point(cluster.address, args.base_rate, args, "", work / "unloaded",
-                               num_prompts=args.base_prompts, requests=requests(args))
+        unloaded, used = cores_used(cluster, lambda: bench_point(
+            cluster.address, args.base_rate, args, "", work / "unloaded", num_prompts=args.base_prompts,
+            requests=requests(args)))
         slo_mix = slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
-        truth, machine, config = calibrate(cluster, models, unloaded, hop_s, args, work)
-        the_knee = knee(args, slo_mix, config, models, truth)
+        truth, machine, own_cores, config, alone = calibrate(cluster, models, unloaded, hop_s, args, work,
+                                                             front_end(used))
+        the_knee = knee(args, slo_mix, config, models, alone)
         rates = [round(the_knee * float(f), 2) for f in args.fractions.split(",")]
         progress(f"knee (simulated fcfs): {the_knee:g} req/s; rates {rates}")
         real += run_points(cluster, "scorpio", rates, args, slo_mix, work)
@@ -346,11 +397,15 @@ def main() -> None:
                     requests=requests(args), seed=WARM_SEED)
         real += run_points(cluster, "fcfs", rates, args, slo_mix, work)
     simulated = [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(config), "policy": policy}), models,
-                           truth) for policy in ("scorpio", "fcfs") for rate in rates]
-    points = compare(real, simulated)
+                           alone) for policy in ("scorpio", "fcfs") for rate in rates]
+    on_own_cores = [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(own_cores), "policy": policy}),
+                              models, truth) for policy in ("scorpio", "fcfs") for rate in rates]
+    points = compare(real, simulated, on_own_cores)
     for p in points:
-        progress(f"{p['policy']:8s} @ {p['rate']:5g}: goodput real {p['real_goodput']:.2f} sim {p['sim_goodput']:.2f}; "
-                 f"admitted attainment real {p['real_admitted_attainment']:.1%} sim {p['sim_admitted_attainment']:.1%}")
+        progress(f"{p['policy']:8s} @ {p['rate']:5g}: goodput real {p['real_goodput']:.2f} sim {p['sim_goodput']:.2f} "
+                 f"(own cores {p['sim_own_cores_goodput']:.2f}); admitted attainment real "
+                 f"{p['real_admitted_attainment']:.1%} sim {p['sim_admitted_attainment']:.1%} "
+                 f"(own cores {p['sim_own_cores_admitted_attainment']:.1%})")
     if args.plot:
         plot(points, args.plot)
     emit({"device": device_name(), "slo_classes": slo_mix, "unloaded": {k: unloaded[k] for k in (

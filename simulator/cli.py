@@ -52,6 +52,13 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
                          help="forwards take this x the profile's prediction (the guards start from the profile)")
     cluster.add_argument("--decode-scale", type=float, default=DEFAULTS.decode_scale)
     cluster.add_argument("--slo-target", type=float, default=DEFAULTS.slo_target)
+    cluster.add_argument("--host-cores", type=int, default=DEFAULTS.host_cores,
+                         help="the host's cores, where the gateway and its clients share the workers' cores "
+                              "(2 for `pdserve up`'s 1P1D on 2 cores); default 0: each worker has its own")
+    cluster.add_argument("--front-end-cores", type=_front_end, default=DEFAULTS.front_end_cores,
+                         metavar="BASE,PER_E_FOLD",
+                         help="the cores the gateway and its clients use: BASE at 1 req/s, PER_E_FOLD more each "
+                              "time the rate grows e-fold (`bench/sim_vs_real.py` measures them); with --host-cores")
     plan = p.add_argument_group("capacity planning")
     plan.add_argument("--plan", action="store_true", help="search prefill/decode splits for the cheapest that "
                       "keeps admitted attainment >= --slo-target and adherence >= --min-adherence at --request-rate")
@@ -69,13 +76,24 @@ def _milliseconds(text: str) -> tuple[float, ...]:
     return values
 
 
+def _front_end(text: str) -> tuple[float, float]:
+    try:
+        base, per_e_fold = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected BASE,PER_E_FOLD (cores), got {text!r}") from None
+    if per_e_fold < 0:
+        raise argparse.ArgumentTypeError("the front end's cores per e-fold of the rate must be >= 0")
+    return base, per_e_fold
+
+
 def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
     values = dict(prefill=args.prefill, decode=args.decode, policy=args.policy, max_batch_size=args.max_batch_size,
                   max_num_tokens=args.max_num_tokens, num_kv_blocks=args.num_kv_blocks,
                   max_model_len=args.max_model_len, hop_s=args.hop_ms / 1000, transfer_s=args.transfer_ms / 1000,
                   transfer_s_per_token=args.transfer_us_per_token / 1e6, step_noise=args.step_noise,
                   prefill_scale=args.prefill_scale, decode_scale=args.decode_scale,
-                  slo_target=args.slo_target, seed=args.seed,
+                  slo_target=args.slo_target, seed=args.seed, host_cores=args.host_cores,
+                  front_end_cores=args.front_end_cores,
                   call_overhead_s=tuple(ms / 1000 for ms in args.call_overhead_ms))
     values.update(overrides)
     return SimConfig(**values)  # type: ignore[arg-type]

@@ -42,6 +42,11 @@ class SimConfig:
     prefill_forward_factors: tuple[float, ...] = ()
     prefill_scale: float = 1.0  # the workers' forwards take this × what their cost model (which
     decode_scale: float = 1.0  # the guards start from) predicts: a profile that is off, a busy host
+    # the host's cores (0: the workers have theirs to themselves) and the cores the gateway and its
+    # clients use, (at 1 req/s, more per e-fold of the rate): where no core is spare for them,
+    # they stretch the forwards of the workers whose cores they run on (``simulator.host``)
+    host_cores: int = 0
+    front_end_cores: tuple[float, float] = (0.0, 0.0)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -57,12 +62,14 @@ class SimConfig:
             raise ValueError("decode step and prefill forward factors must be > 0")
         if min(self.prefill_scale, self.decode_scale) <= 0:
             raise ValueError("prefill_scale and decode_scale must be > 0")
+        if self.host_cores < 0 or self.front_end_cores[1] < 0:
+            raise ValueError("host cores and the front end's cores per e-fold of the rate must be >= 0")
 
     @property
     def exact(self) -> bool:
         """Every forward takes exactly what the cost model predicts."""
         return (self.step_noise == 0 and not self.decode_step_factors and not self.prefill_forward_factors
-                and self.prefill_scale == 1 and self.decode_scale == 1)
+                and self.prefill_scale == 1 and self.decode_scale == 1 and not self.host_cores)
 
     @property
     def engine_policy(self) -> str:

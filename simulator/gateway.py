@@ -30,6 +30,7 @@ from common.slo.ttft_guard import TtftGuard, last_useful_admission, new_guard, t
 from simulator.config import SimConfig
 from simulator.events import Simulation
 from simulator.flight import Flight, Waiter
+from simulator.host import HostCpu
 from simulator.workers import SimDecodeWorker, SimPrefillWorker
 
 Reserved = Callable[["Flight", "SimDecodeWorker | None", "Lease | None"], None]  # no worker: refused everywhere
@@ -42,6 +43,7 @@ class SimGateway:
     prefills: list[SimPrefillWorker]
     decodes: list[SimDecodeWorker]
     done: Callable[[Flight], None]  # a flight's record is complete (finished or refused)
+    host: HostCpu | None = None  # the cores the front end shares with the workers (None: not simulated)
     guards: dict[str, TtftGuard] = field(default_factory=dict)
     views: dict[str, DecodeView] = field(default_factory=dict)
     inflight: dict[str, int] = field(default_factory=dict)
@@ -71,6 +73,8 @@ class SimGateway:
     def send(self, flight: Flight) -> None:
         """The client sends the request now."""
         flight.record.start = self.sim.now
+        if self.host is not None:
+            self.host.sent(self.sim.now)
         self.sim.after(self.config.hop_s, self._arrive, flight)
 
     def _arrive(self, flight: Flight) -> None:

@@ -13,6 +13,7 @@ from simulator.config import SimConfig
 from simulator.events import Simulation
 from simulator.flight import Flight
 from simulator.gateway import SimGateway
+from simulator.host import FrontEndCores, HostCpu
 from simulator.workers import SimDecodeWorker, SimPrefillWorker
 
 
@@ -22,6 +23,7 @@ class SimRun:
     duration: float  # simulated seconds from the first send to the last answer
     wall_s: float  # seconds the simulation took
     margins: dict[str, float]  # each guard's margins at the end (ttft headroom / tpot epsilon, by worker and SLO class)
+    stretch: dict[str, float]  # by role: the workers' forwards over what they take alone (1: the host is not simulated)
 
 
 def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
@@ -30,8 +32,13 @@ def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
     (default: the profile scaled by ``config.prefill_scale``/``decode_scale``)."""
     started = time.perf_counter()
     sim = Simulation()
-    prefills = [SimPrefillWorker(sim, f"prefill-{i}", config, models, truth) for i in range(config.prefill)]
-    decodes = [SimDecodeWorker(sim, f"decode-{i}", config, models, truth) for i in range(config.decode)]
+    host = None
+    if config.host_cores:
+        roles = {f"{role}-{i}": role for role, n in (("prefill", config.prefill), ("decode", config.decode))
+                 for i in range(n)}
+        host = HostCpu(config.host_cores, roles, FrontEndCores(*config.front_end_cores))
+    prefills = [SimPrefillWorker(sim, f"prefill-{i}", config, models, truth, host) for i in range(config.prefill)]
+    decodes = [SimDecodeWorker(sim, f"decode-{i}", config, models, truth, host) for i in range(config.decode)]
     answered: list[Flight] = []
 
     def done(flight: Flight) -> None:
@@ -39,7 +46,7 @@ def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
         if len(answered) == len(plan):
             gateway.stopped = True
 
-    gateway = SimGateway(sim, config, prefills, decodes, done)
+    gateway = SimGateway(sim, config, prefills, decodes, done, host)
     flights = [Flight(item, _record(item)) for item in plan]
     for flight in flights:
         sim.at(flight.planned.send_at, gateway.send, flight)
@@ -49,7 +56,8 @@ def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
     last = max((r.token_times[-1] if r.token_times else r.start) for r in (f.record for f in flights))
     margins = {f"ttft_headroom/{wid}/{ms:g}ms": m for wid, g in gateway.guards.items() for ms, m in g.headrooms.items()}
     margins.update({f"tpot_epsilon/{wid}/{ms:g}ms": m for wid, v in gateway.views.items() for ms, m in v.epsilons.items()})
-    return SimRun([f.record for f in flights], last, time.perf_counter() - started, margins)
+    stretch = host.mean_stretch() if host is not None else {"prefill": 1.0, "decode": 1.0}
+    return SimRun([f.record for f in flights], last, time.perf_counter() - started, margins, stretch)
 
 
 def _record(item: PlannedRequest) -> RequestRecord:

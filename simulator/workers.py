@@ -27,6 +27,7 @@ from common.engine.request import RequestOutput
 from common.slo.cost_models import CostModels
 from simulator.config import SimConfig
 from simulator.events import Simulation
+from simulator.host import HostCpu
 
 OutputListener = Callable[[RequestOutput], None]
 MAX_RUN = 512  # steps a decode worker runs ahead at most
@@ -37,10 +38,12 @@ class SimWorker:
     role = ""  # "prefill" or "decode": which of the config's forward factors it draws
 
     def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels,
-                 truth: CostModels | None = None) -> None:
+                 truth: CostModels | None = None, host: HostCpu | None = None) -> None:
         """``models``: the profile the worker loads (its guard starts from it); ``truth``: what its
-        forwards really take (default: the profile scaled by the config's scales)."""
+        forwards really take (default: the profile scaled by the config's scales); ``host``: the
+        cores it shares with the front end (None: its own)."""
         self.sim = sim
+        self.host = host
         self.worker_id = worker_id
         # no prefix caching: simulated prompts are placeholders ([0] * n), equal where real ones are not
         engine = EngineConfig(policy=config.engine_policy, max_batch_size=config.max_batch_size,
@@ -84,7 +87,12 @@ class SimWorker:
         self._deliver(aborted)
         if batch.seqs:
             self._busy = True
-            self.sim.after(self.forward_s(batch) * self._noise(), self._step_done, batch, self.sim.now)
+            alone = self.forward_s(batch) * self._noise()
+            seconds = alone
+            if self.host is not None:
+                seconds *= self.host.stretch(self.worker_id, self.sim.now)
+                self.host.busy(self.worker_id, self.sim.now, self.sim.now + seconds, alone)
+            self.sim.after(seconds, self._step_done, batch, self.sim.now)
 
     def _step_done(self, batch: ScheduledBatch, started: float) -> None:
         outputs = self.core.finish_step(batch, {s.request_id: 0 for s in batch.seqs if s.sample}, started, self.sim.now)
@@ -137,8 +145,8 @@ class Step(NamedTuple):
 class SimDecodeWorker(SimWorker):
     role = "decode"
     def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels,
-                 truth: CostModels | None = None) -> None:
-        super().__init__(sim, worker_id, config, models, truth)
+                 truth: CostModels | None = None, host: HostCpu | None = None) -> None:
+        super().__init__(sim, worker_id, config, models, truth, host)
         self._produced: dict[str, int] = {}  # tokens of steps run ahead, not yet recorded in the engine
         self._steps = 0
         self._last_end = 0.0
@@ -149,6 +157,7 @@ class SimDecodeWorker(SimWorker):
         self._run_slos: dict[str, float] | None = None
         self._run_id = 0  # the event of a run cut short finds a newer id and does nothing
         self._run_length = FIRST_RUN
+        self._run_stretch = 1.0  # the front end's share of this worker's cores when the run began
 
     def forward_s(self, batch: ScheduledBatch) -> float:
         return self.models.decode.predict(len(batch.seqs), sum(s.start_pos + 1 for s in batch.seqs) / len(batch.seqs))
@@ -160,6 +169,8 @@ class SimDecodeWorker(SimWorker):
             super()._step()
             return
         self._busy, self._run = True, run
+        if self.host is not None:
+            self.host.busy(self.worker_id, self.sim.now, run[-1].ends, _seconds(run) / self._run_stretch)
         self._run_id += 1
         self.sim.at(run[-1].ends, self._run_done, self._run_id)
 
@@ -170,6 +181,7 @@ class SimDecodeWorker(SimWorker):
         running = scheduler.running
         if scheduler.waiting or scheduler.has_pending_aborts() or not running:
             return []
+        self._run_stretch = 1.0 if self.host is None else self.host.stretch(self.worker_id, self.sim.now)
         produced = self._produced
         left = {r.request_id: r.params.max_tokens - len(r.output_token_ids) - produced.get(r.request_id, 0)
                 for r in running}
@@ -178,7 +190,7 @@ class SimDecodeWorker(SimWorker):
         self._run_slos, self._run_credits = slos, scheduler.credit.credits()
         if slos is None:
             return self._all_run_ahead(tuple(left), min(left.values()) - 1, sum(length.values()))
-        ids, credit, predict, noise = tuple(left), scheduler.credit, self.models.decode.predict, self._noise
+        ids, credit, predict, noise = tuple(left), scheduler.credit, self.models.decode.predict, self._stretched_noise
         now, limit = self.sim.now, self._run_length
         steps: list[Step] = []
         while len(steps) < limit:
@@ -200,7 +212,7 @@ class SimDecodeWorker(SimWorker):
     def _all_run_ahead(self, ids: tuple[str, ...], safe: int, total_len: int) -> list[Step]:
         """The run ahead when every request runs in every step (no credit batching): each step
         adds one token to each, so the mean length grows by exactly one a step."""
-        predict, noise, n = self.models.decode.predict, self._noise, len(ids)
+        predict, noise, n = self.models.decode.predict, self._stretched_noise, len(ids)
         now = self.sim.now
         steps: list[Step] = []
         for _ in range(max(0, min(safe, self._run_length))):
@@ -210,6 +222,9 @@ class SimDecodeWorker(SimWorker):
             total_len += n
             steps.append(Step(now, ids, mean_len, seconds))
         return steps
+
+    def _stretched_noise(self) -> float:
+        return self._noise() * self._run_stretch
 
     def decoded_by_now(self) -> dict[str, int]:
         """Tokens after the first each running request has by now, the run ahead's ended steps included."""
@@ -231,6 +246,8 @@ class SimDecodeWorker(SimWorker):
         keep = next(i for i, step in enumerate(run) if step.ends > self.sim.now) + 1
         if keep < len(run):
             self._run_length = max(1, self._run_length // 2)
+            if self.host is not None:
+                self.host.cut(self.worker_id, run[keep - 1].ends, _seconds(run[keep:]) / self._run_stretch)
             self._run = run[:keep]
             credit = self.core.scheduler.credit
             credit.restore(self._run_credits)
@@ -265,6 +282,10 @@ class SimDecodeWorker(SimWorker):
         if self._steps:
             self.core.fast_forward(self._produced, self._steps, self._last_end)
             self._produced, self._steps = {}, 0
+
+
+def _seconds(steps: list[Step]) -> float:
+    return sum(step.seconds for step in steps)
 
 
 def _noise(cv: float, rng: random.Random) -> Callable[[], float]:

@@ -1,0 +1,128 @@
+"""The host's CPU cores, where the workers share them with the front end.
+
+On a host with no core to spare (``pdserve up`` on 2 cores: one worker per core, the gateway
+and the clients wherever the OS puts them) the front end runs on the workers' cores, and a
+forward takes longer by the share of its core the front end takes while it runs. Measured on
+such a host (README, The simulator): a prefill forward's thread CPU time stays at its cost
+model from 1 to 24 req/s while its wall time grows to 1.5x it, and the front end's cores grow
+with the logarithm of the request rate (its event loops handle more per wake-up as load grows).
+
+    front end:   F(r) = base + per_log_rate · ln(r) cores, r = requests sent in the last WINDOW_S
+    spare cores: the host's cores beyond the workers' (``plan_cores`` gives the gateway one of
+                 its own then) take F first; the rest, F', runs on the workers' cores
+    spread:      by idle capacity: worker i, k_i cores, busy u_i of the last WINDOW_S, takes
+                 f_i = F' · k_i(1 − u_i) / Σ_j k_j(1 − u_j)
+    stretch:     a forward (a decode worker's run ahead) starting now takes 1 / (1 − f_i / k_i)
+                 × its time, the share capped at MAX_SHARE
+
+With ``SimConfig.host_cores`` 0 (the default) none of this runs: the workers have their cores
+to themselves, as on a host with cores to spare for the front end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+WINDOW_S = 1.0
+MAX_SHARE = 0.8  # a worker keeps at least this much less than its cores: CFS shares a busy core
+
+
+@dataclass(frozen=True, slots=True)
+class FrontEndCores:
+    """The cores the gateway and its clients use at a request rate."""
+
+    base: float = 0.0  # at 1 req/s
+    per_log_rate: float = 0.0  # more per e-fold of the rate
+
+    def at(self, rate: float) -> float:
+        if rate <= 0:
+            return 0.0
+        return max(0.0, self.base + self.per_log_rate * math.log(rate))
+
+    @classmethod
+    def fit(cls, points: list[tuple[float, float]]) -> FrontEndCores:
+        """Least squares through measured ``(rate, cores)`` points (two or more rates); one point:
+        a constant."""
+        if not points:
+            raise ValueError("no measured front-end load to fit")
+        xs, ys = [math.log(r) for r, _ in points], [c for _, c in points]
+        n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+        spread = sum((x - mx) ** 2 for x in xs)
+        if n < 2 or spread == 0:
+            return cls(my, 0.0)
+        slope = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / spread)
+        return cls(my - slope * mx, slope)
+
+
+@dataclass(eq=False)
+class HostCpu:
+    """What the front end takes from each worker's cores, on the virtual clock."""
+
+    cores: int
+    workers: dict[str, str]  # worker id -> role ("prefill" / "decode")
+    front_end: FrontEndCores
+    _sent: deque[float] = field(default_factory=deque)
+    _busy: dict[str, deque[list[float]]] = field(default_factory=dict)  # worker -> [start, end] intervals
+    _charged: dict[str, list[float]] = field(default_factory=dict)  # role -> [seconds unstretched, stretched]
+
+    def __post_init__(self) -> None:
+        if self.cores < 1:
+            raise ValueError("a host has at least one core")
+        self._busy = {w: deque() for w in self.workers}
+        self._charged = {role: [0.0, 0.0] for role in set(self.workers.values())}
+        n = len(self.workers)
+        self.spare = 1 if self.cores > n else 0  # plan_cores: the gateway's own core
+        self.worker_cores = (self.cores - self.spare) / n
+
+    def sent(self, now: float) -> None:
+        """A client sent a request now."""
+        self._sent.append(now)
+
+    def front_end_cores(self, now: float) -> float:
+        sent = self._sent
+        while sent and sent[0] < now - WINDOW_S:
+            sent.popleft()
+        return self.front_end.at(len(sent) / WINDOW_S)
+
+    def utilization(self, worker: str, now: float) -> float:
+        """The share of the last WINDOW_S the worker was busy."""
+        intervals, start = self._busy[worker], now - WINDOW_S
+        while intervals and intervals[0][1] < start:
+            intervals.popleft()
+        busy = sum(max(0.0, min(end, now) - max(begin, start)) for begin, end in intervals)
+        return min(1.0, busy / WINDOW_S)
+
+    def share(self, worker: str, now: float) -> float:
+        """The share of the worker's cores the front end takes now."""
+        spill = max(0.0, self.front_end_cores(now) - self.spare)
+        if spill == 0:
+            return 0.0
+        k = self.worker_cores
+        idle = {w: k * (1 - self.utilization(w, now)) for w in self.workers}
+        total = sum(idle.values())
+        taken = spill * idle[worker] / total if total > 1e-9 else spill / len(self.workers)
+        return min(MAX_SHARE, taken / k)
+
+    def stretch(self, worker: str, now: float) -> float:
+        return 1.0 / (1.0 - self.share(worker, now))
+
+    def busy(self, worker: str, start: float, end: float, unstretched_s: float) -> None:
+        """The worker computes from ``start`` to ``end`` (``unstretched_s`` of it its own)."""
+        self._busy[worker].append([start, end])
+        charged = self._charged[self.workers[worker]]
+        charged[0] += unstretched_s
+        charged[1] += end - start
+
+    def cut(self, worker: str, end: float, unstretched_s: float) -> None:
+        """The worker's last busy interval ends at ``end`` instead (``unstretched_s`` of it its own)."""
+        interval = self._busy[worker][-1]
+        charged = self._charged[self.workers[worker]]
+        charged[0] -= unstretched_s
+        charged[1] -= interval[1] - end
+        interval[1] = end
+
+    def mean_stretch(self) -> dict[str, float]:
+        """By role: the time the workers computed over what it would have been alone."""
+        return {role: stretched / alone if alone else 1.0 for role, (alone, stretched) in self._charged.items()}

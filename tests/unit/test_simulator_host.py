@@ -1,0 +1,90 @@
+"""The simulated host: what the front end takes from the workers' cores, against hand computation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from client.bench.workload import PlannedRequest
+from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
+from simulator.config import SimConfig
+from simulator.host import MAX_SHARE, FrontEndCores, HostCpu
+from simulator.run import simulate
+
+FLAT = CostModels(PrefillModel(0, 0.010, 0.0), DecodeModel(0.0, 0.0, 0.0, 0.005))  # 10 ms forwards, 5 ms steps
+WORKERS = {"prefill-0": "prefill", "decode-0": "decode"}
+
+
+def test_the_front_end_fit_goes_through_two_measured_loads_and_is_never_negative():
+    fit = FrontEndCores.fit([(2.0, 0.20), (6.0, 0.30)])
+    assert fit.at(2.0) == pytest.approx(0.20) and fit.at(6.0) == pytest.approx(0.30)
+    assert fit.per_log_rate == pytest.approx(0.10 / math.log(3))
+    assert fit.at(48.0) == pytest.approx(0.20 + 0.10 * math.log(24) / math.log(3))
+    assert fit.at(0.0) == 0.0 and fit.at(1e-6) == 0.0  # far below the loads measured: none, not less
+    assert FrontEndCores.fit([(4.0, 0.3)]) == FrontEndCores(0.3, 0.0)
+    assert FrontEndCores.fit([(2.0, 0.3), (6.0, 0.2)]).per_log_rate == 0.0  # less at more load: noise, flat
+    with pytest.raises(ValueError):
+        FrontEndCores.fit([])
+
+
+def test_the_front_end_runs_on_idle_capacity_first_and_on_spare_cores_before_the_workers():
+    host = HostCpu(2, WORKERS, FrontEndCores(0.4, 0.0))
+    host.sent(0.0)
+    # both idle: 0.2 core each, a forward takes 1 / 0.8 of its time
+    assert host.share("prefill-0", 0.5) == pytest.approx(0.2)
+    assert host.stretch("prefill-0", 0.5) == pytest.approx(1 / 0.8)
+    # the decode worker busy the whole last second: all of it on the prefill worker's core
+    host.busy("decode-0", 0.0, 1.0, 1.0)
+    assert host.utilization("decode-0", 1.0) == pytest.approx(1.0)
+    assert host.share("prefill-0", 1.0) == pytest.approx(0.4) and host.share("decode-0", 1.0) == 0.0
+    # half busy: idle capacities 1 and 0.5 split it 2:1
+    host.cut("decode-0", 0.5, 0.5)
+    assert host.utilization("decode-0", 1.0) == pytest.approx(0.5)
+    assert host.share("prefill-0", 1.0) == pytest.approx(0.4 * 2 / 3)
+    # a third core is the gateway's own (plan_cores): the front end fits there, the workers keep theirs
+    spare = HostCpu(3, WORKERS, FrontEndCores(0.9, 0.0))
+    spare.sent(0.0)
+    assert spare.share("prefill-0", 0.1) == 0.0
+    # more than a core's worth on two busy workers: capped, CFS shares a busy core
+    busy = HostCpu(2, WORKERS, FrontEndCores(5.0, 0.0))
+    busy.sent(0.0)
+    assert busy.share("decode-0", 0.1) == MAX_SHARE
+
+
+def _one_request(config: SimConfig):  # type: ignore[no-untyped-def]
+    plan = [PlannedRequest(0, [0] * 100, 3, None, 0.0)]
+    return simulate(plan, SimConfig(hop_s=0.0, transfer_s=0.0, transfer_s_per_token=0.0, policy="fcfs",
+                                    **config), FLAT)  # type: ignore[arg-type]
+
+
+def test_a_forward_on_a_shared_core_takes_longer_by_the_front_ends_share_and_a_spare_core_changes_nothing():
+    alone = _one_request({})
+    # 0.5 core of front end, both workers idle when the prompt's forward starts: 0.25 of the prefill
+    # worker's core, so the 10 ms forward takes 10 / 0.75 ms
+    shared = _one_request({"host_cores": 2, "front_end_cores": (0.5, 0.0)})
+    assert alone.records[0].ttft == pytest.approx(0.010)
+    assert shared.records[0].ttft == pytest.approx(0.010 / 0.75)
+    assert shared.stretch["prefill"] == pytest.approx(1 / 0.75)
+    assert 1.0 < shared.stretch["decode"] <= 1 / (1 - MAX_SHARE)
+    assert shared.records[0].tpot > alone.records[0].tpot
+    spare = _one_request({"host_cores": 3, "front_end_cores": (0.5, 0.0)})
+    assert spare.records[0].token_times == pytest.approx(alone.records[0].token_times)
+    assert alone.stretch == {"prefill": 1.0, "decode": 1.0}
+    with pytest.raises(ValueError, match="host cores"):
+        SimConfig(host_cores=-1)
+
+
+def test_the_host_flags_reach_the_simulated_cluster_and_refuse_nonsense():
+    import argparse
+
+    from simulator.cli import add_simulate_args, sim_config
+
+    parser = argparse.ArgumentParser()
+    add_simulate_args(parser)
+    config = sim_config(parser.parse_args(["--host-cores", "2", "--front-end-cores", "0.1,0.12"]))
+    assert (config.host_cores, config.front_end_cores) == (2, (0.1, 0.12))
+    assert sim_config(parser.parse_args([])).host_cores == 0
+    for bad in ("0.1", "0.1,x", "0.1,-1"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--front-end-cores", bad])
