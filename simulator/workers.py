@@ -10,6 +10,9 @@ requests run in each of the next steps, up to the first step that could finish a
 schedules one event at their end. A call arriving before then cuts the run at the step in
 progress (the credit batcher is rewound to that step) and waits for that step's end; the tokens
 of the steps run are recorded in the engine in bulk (``EngineCore.fast_forward``).
+
+With a ``HostCpu`` (``SimConfig.host_cores``), a forward, or a run ahead, takes its time × the
+stretch the front end's share of the worker's cores gives at its start.
 """
 
 from __future__ import annotations
