@@ -73,7 +73,7 @@ from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
 from common.worker.cpu_plan import available_cores  # noqa: E402
 from simulator.config import SimConfig, call_overhead_from_histogram, factors_from_histogram  # noqa: E402
-from simulator.host import FrontEndCores  # noqa: E402
+from simulator.host import CoresAtRate  # noqa: E402
 from simulator.profile import this_machine  # noqa: E402
 from simulator.run import simulate  # noqa: E402
 
@@ -226,20 +226,46 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """CPU seconds each thread of the process has used so far (Linux ``/proc``; empty elsewhere)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    out = {}
+    for tid in tids:
+        try:
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
 def cores_used(cluster: LocalCluster, run: Callable[[], dict]) -> tuple[dict, dict[str, float]]:
     """``run()``'s result, and the cores each of the cluster's processes and the load tester (this
-    process's children) used on average while it ran: what the simulator does not simulate (the
-    gateway and the load tester share the workers' cores) shows here."""
+    process's children) used on average while it ran, and each worker's engine thread (its busiest:
+    ``<worker>/engine``): what the simulator charges the host for (the gateway and the load tester,
+    the workers' RPC threads beside their engines) shows here."""
     pids = {"-".join(name.split("-")[:2]): cluster.pid(name) for name in cluster.processes}
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    threads = {name: thread_cpu_seconds(pid) for name, pid in pids.items() if name != "gateway"}
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     result = run()
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     used = {name: (cpu_seconds(pid) - before[name]) / wall for name, pid in pids.items()}
+    for name, was in threads.items():
+        now = thread_cpu_seconds(pids[name])
+        used[f"{name}/engine"] = max((now[t] - was.get(t, 0.0) for t in now), default=0.0) / wall
     used["load_tester"] = (after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime) / wall
     return result, used
+
+
+def own_threads(used: dict[str, float], role: str) -> float:
+    """The cores a ``role`` worker's threads besides its engine used."""
+    return max(0.0, used[f"{role}-0"] - used[f"{role}-0/engine"])
 
 
 def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: argparse.Namespace, slo_mix: str,
@@ -328,9 +354,13 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     _, heavier = cores_used(cluster, lambda: bench_point(
         cluster.address, args.front_end_rate, args, "", work / "front-end",
         num_prompts=round(args.front_end_rate * args.calibration_s / 2), requests=requests(args)))
-    fitted = FrontEndCores.fit([(args.calibration_rate, front_end(used)), (args.front_end_rate, front_end(heavier))])
+    loads = (args.calibration_rate, used), (args.front_end_rate, heavier)
+    fitted = CoresAtRate.fit([(rate, front_end(u)) for rate, u in loads])
+    own = {role: CoresAtRate.fit([(rate, own_threads(u, role)) for rate, u in loads]) for role in ("prefill", "decode")}
     shared = SimConfig(**{**_fields(own_cores), "host_cores": len(available_cores()),
-                          "front_end_cores": (fitted.base, fitted.per_log_rate)})
+                          "front_end_cores": (fitted.base, fitted.per_log_rate),
+                          "prefill_own_cores": (own["prefill"].base, own["prefill"].per_log_rate),
+                          "decode_own_cores": (own["decode"].base, own["decode"].per_log_rate)})
     # the truth was measured with the front end on the workers' cores: the simulated host charges
     # that itself, so the truth it runs is what the calibration load's stretch leaves
     calibration = sim_point("scorpio", args.calibration_rate, argparse.Namespace(
@@ -341,9 +371,14 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
                     "front_end_cores_heavier": front_end(heavier),
                     "front_end_cores_base": fitted.base, "front_end_cores_per_e_fold": fitted.per_log_rate,
                     "host_cores": shared.host_cores, "calibration_stretch_prefill": stretch["prefill"],
+                    **{f"{role}_own_cores_{at}": own_threads(u, role) for role in ("prefill", "decode")
+                       for at, (_, u) in zip(("calibration", "heavier"), loads)},
                     "calibration_stretch_decode": stretch["decode"]})
     progress(f"front end: {unloaded_front_end:.2f} cores at {args.base_rate:g} req/s, {front_end(used):.2f} at "
-             f"{args.calibration_rate:g}, {front_end(heavier):.2f} at {args.front_end_rate:g}; simulated stretch at the calibration load: prefill {stretch['prefill']:.3f}, "
+             f"{args.calibration_rate:g}, {front_end(heavier):.2f} at {args.front_end_rate:g}; the workers' own "
+             f"threads: prefill {own_threads(used, 'prefill'):.2f} / {own_threads(heavier, 'prefill'):.2f}, decode "
+             f"{own_threads(used, 'decode'):.2f} / {own_threads(heavier, 'decode'):.2f}; simulated stretch at the "
+             f"calibration load: prefill {stretch['prefill']:.3f}, "
              f"decode {stretch['decode']:.3f}")
     return truth, machine, own_cores, shared, alone
 

@@ -55,10 +55,15 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
     cluster.add_argument("--host-cores", type=int, default=DEFAULTS.host_cores,
                          help="the host's cores, where the gateway and its clients share the workers' cores "
                               "(2 for `pdserve up`'s 1P1D on 2 cores); default 0: each worker has its own")
-    cluster.add_argument("--front-end-cores", type=_front_end, default=DEFAULTS.front_end_cores,
+    cluster.add_argument("--front-end-cores", type=_cores_at_rate, default=DEFAULTS.front_end_cores,
                          metavar="BASE,PER_E_FOLD",
                          help="the cores the gateway and its clients use: BASE at 1 req/s, PER_E_FOLD more each "
                               "time the rate grows e-fold (`bench/sim_vs_real.py` measures them); with --host-cores")
+    for role in ("prefill", "decode"):
+        cluster.add_argument(f"--{role}-own-cores", type=_cores_at_rate, default=getattr(DEFAULTS, f"{role}_own_cores"),
+                             metavar="BASE,PER_E_FOLD",
+                             help=f"the cores a {role} worker's own RPC threads use beside its engine, on its own "
+                                  "cores: BASE at 1 req/s to the worker, PER_E_FOLD more per e-fold; with --host-cores")
     plan = p.add_argument_group("capacity planning")
     plan.add_argument("--plan", action="store_true", help="search prefill/decode splits for the cheapest that "
                       "keeps admitted attainment >= --slo-target and adherence >= --min-adherence at --request-rate")
@@ -76,13 +81,13 @@ def _milliseconds(text: str) -> tuple[float, ...]:
     return values
 
 
-def _front_end(text: str) -> tuple[float, float]:
+def _cores_at_rate(text: str) -> tuple[float, float]:
     try:
         base, per_e_fold = (float(v) for v in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected BASE,PER_E_FOLD (cores), got {text!r}") from None
     if per_e_fold < 0:
-        raise argparse.ArgumentTypeError("the front end's cores per e-fold of the rate must be >= 0")
+        raise argparse.ArgumentTypeError("cores per e-fold of the rate must be >= 0")
     return base, per_e_fold
 
 
@@ -93,7 +98,8 @@ def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
                   transfer_s_per_token=args.transfer_us_per_token / 1e6, step_noise=args.step_noise,
                   prefill_scale=args.prefill_scale, decode_scale=args.decode_scale,
                   slo_target=args.slo_target, seed=args.seed, host_cores=args.host_cores,
-                  front_end_cores=args.front_end_cores,
+                  front_end_cores=args.front_end_cores, prefill_own_cores=args.prefill_own_cores,
+                  decode_own_cores=args.decode_own_cores,
                   call_overhead_s=tuple(ms / 1000 for ms in args.call_overhead_ms))
     values.update(overrides)
     return SimConfig(**values)  # type: ignore[arg-type]

@@ -47,6 +47,10 @@ class SimConfig:
     # they stretch the forwards of the workers whose cores they run on (``simulator.host``)
     host_cores: int = 0
     front_end_cores: tuple[float, float] = (0.0, 0.0)
+    # a worker's own RPC threads beside its engine (gRPC server, token streams, KV hand-offs), on
+    # its own cores: (at 1 req/s to the worker, more per e-fold); with host_cores
+    prefill_own_cores: tuple[float, float] = (0.0, 0.0)
+    decode_own_cores: tuple[float, float] = (0.0, 0.0)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -62,8 +66,8 @@ class SimConfig:
             raise ValueError("decode step and prefill forward factors must be > 0")
         if min(self.prefill_scale, self.decode_scale) <= 0:
             raise ValueError("prefill_scale and decode_scale must be > 0")
-        if self.host_cores < 0 or self.front_end_cores[1] < 0:
-            raise ValueError("host cores and the front end's cores per e-fold of the rate must be >= 0")
+        if self.host_cores < 0 or min(self.front_end_cores[1], self.prefill_own_cores[1], self.decode_own_cores[1]) < 0:
+            raise ValueError("host cores and the cores per e-fold of the rate must be >= 0")
 
     @property
     def exact(self) -> bool:

@@ -1,4 +1,4 @@
-"""The host's CPU cores, where the workers share them with the front end.
+"""The host's CPU cores, where the workers share them with the front end and their own RPC threads.
 
 On a host with no core to spare (``pdserve up`` on 2 cores: one worker per core, the gateway
 and the clients wherever the OS puts them) the front end runs on the workers' cores, and a
@@ -6,13 +6,17 @@ forward takes longer by the share of its core the front end takes while it runs.
 such a host (README, The simulator): a prefill forward's thread CPU time stays at its cost
 model from 1 to 24 req/s while its wall time grows to 1.5x it, and the front end's cores grow
 with the logarithm of the request rate (its event loops handle more per wake-up as load grows).
+A worker's own RPC threads run on its own cores (the process is pinned there) beside its engine
+thread, and take more of them as the load grows too.
 
     front end:   F(r) = base + per_log_rate · ln(r) cores, r = requests sent in the last WINDOW_S
+    own threads: a worker's RPC threads beside its engine (the gRPC server, token streams, KV
+                 hand-offs) use O_i(r / workers of its role) cores of its own cores, as F's law
     spare cores: the host's cores beyond the workers' (``plan_cores`` gives the gateway one of
                  its own then) take F first; the rest, F', runs on the workers' cores
-    spread:      by idle capacity: worker i, k_i cores, busy u_i of the last WINDOW_S, takes
-                 f_i = F' · k_i(1 − u_i) / Σ_j k_j(1 − u_j)
-    stretch:     a forward (a decode worker's run ahead) starting now takes 1 / (1 − f_i / k_i)
+    spread:      by idle capacity: worker i, k_i cores, busy u_i of the last WINDOW_S, has
+                 c_i = max(0, k_i(1 − u_i) − O_i) and takes f_i = F' · c_i / Σ_j c_j
+    stretch:     a forward (a decode worker's run ahead) starting now takes 1 / (1 − (O_i + f_i) / k_i)
                  × its time, the share capped at MAX_SHARE
 
 With ``SimConfig.host_cores`` 0 (the default) none of this runs: the workers have their cores
@@ -30,8 +34,9 @@ MAX_SHARE = 0.8  # a worker keeps at least this much less than its cores: CFS sh
 
 
 @dataclass(frozen=True, slots=True)
-class FrontEndCores:
-    """The cores the gateway and its clients use at a request rate."""
+class CoresAtRate:
+    """The cores some threads use at a request rate (the gateway and its clients; a worker's own
+    RPC threads)."""
 
     base: float = 0.0  # at 1 req/s
     per_log_rate: float = 0.0  # more per e-fold of the rate
@@ -42,7 +47,7 @@ class FrontEndCores:
         return max(0.0, self.base + self.per_log_rate * math.log(rate))
 
     @classmethod
-    def fit(cls, points: list[tuple[float, float]]) -> FrontEndCores:
+    def fit(cls, points: list[tuple[float, float]]) -> CoresAtRate:
         """Least squares through measured ``(rate, cores)`` points (two or more rates); one point:
         a constant."""
         if not points:
@@ -62,7 +67,8 @@ class HostCpu:
 
     cores: int
     workers: dict[str, str]  # worker id -> role ("prefill" / "decode")
-    front_end: FrontEndCores
+    front_end: CoresAtRate
+    own: dict[str, CoresAtRate] = field(default_factory=dict)  # by role: a worker's own RPC threads
     _sent: deque[float] = field(default_factory=deque)
     _busy: dict[str, deque[list[float]]] = field(default_factory=dict)  # worker -> [start, end] intervals
     _charged: dict[str, list[float]] = field(default_factory=dict)  # role -> [seconds unstretched, stretched]
@@ -75,16 +81,27 @@ class HostCpu:
         n = len(self.workers)
         self.spare = 1 if self.cores > n else 0  # plan_cores: the gateway's own core
         self.worker_cores = (self.cores - self.spare) / n
+        self._of_role = {role: sum(r == role for r in self.workers.values()) for role in self._charged}
 
     def sent(self, now: float) -> None:
         """A client sent a request now."""
         self._sent.append(now)
 
-    def front_end_cores(self, now: float) -> float:
+    def rate(self, now: float) -> float:
+        """Requests sent a second over the last WINDOW_S."""
         sent = self._sent
         while sent and sent[0] < now - WINDOW_S:
             sent.popleft()
-        return self.front_end.at(len(sent) / WINDOW_S)
+        return len(sent) / WINDOW_S
+
+    def front_end_cores(self, now: float) -> float:
+        return self.front_end.at(self.rate(now))
+
+    def own_cores(self, worker: str, now: float) -> float:
+        """The cores the worker's own RPC threads use now."""
+        role = self.workers[worker]
+        law = self.own.get(role)
+        return law.at(self.rate(now) / self._of_role[role]) if law is not None else 0.0
 
     def utilization(self, worker: str, now: float) -> float:
         """The share of the last WINDOW_S the worker was busy."""
@@ -95,15 +112,16 @@ class HostCpu:
         return min(1.0, busy / WINDOW_S)
 
     def share(self, worker: str, now: float) -> float:
-        """The share of the worker's cores the front end takes now."""
-        spill = max(0.0, self.front_end_cores(now) - self.spare)
-        if spill == 0:
-            return 0.0
+        """The share of the worker's cores its own RPC threads and the front end take now."""
         k = self.worker_cores
-        idle = {w: k * (1 - self.utilization(w, now)) for w in self.workers}
-        total = sum(idle.values())
-        taken = spill * idle[worker] / total if total > 1e-9 else spill / len(self.workers)
-        return min(MAX_SHARE, taken / k)
+        own = {w: self.own_cores(w, now) for w in self.workers}
+        spill = max(0.0, self.front_end_cores(now) - self.spare)
+        taken = 0.0
+        if spill > 0:
+            idle = {w: max(0.0, k * (1 - self.utilization(w, now)) - own[w]) for w in self.workers}
+            total = sum(idle.values())
+            taken = spill * idle[worker] / total if total > 1e-9 else spill / len(self.workers)
+        return min(MAX_SHARE, (own[worker] + taken) / k)
 
     def stretch(self, worker: str, now: float) -> float:
         return 1.0 / (1.0 - self.share(worker, now))

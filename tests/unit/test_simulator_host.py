@@ -9,7 +9,7 @@ import pytest
 from client.bench.workload import PlannedRequest
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 from simulator.config import SimConfig
-from simulator.host import MAX_SHARE, FrontEndCores, HostCpu
+from simulator.host import MAX_SHARE, CoresAtRate, HostCpu
 from simulator.run import simulate
 
 FLAT = CostModels(PrefillModel(0, 0.010, 0.0), DecodeModel(0.0, 0.0, 0.0, 0.005))  # 10 ms forwards, 5 ms steps
@@ -17,19 +17,19 @@ WORKERS = {"prefill-0": "prefill", "decode-0": "decode"}
 
 
 def test_the_front_end_fit_goes_through_two_measured_loads_and_is_never_negative():
-    fit = FrontEndCores.fit([(2.0, 0.20), (6.0, 0.30)])
+    fit = CoresAtRate.fit([(2.0, 0.20), (6.0, 0.30)])
     assert fit.at(2.0) == pytest.approx(0.20) and fit.at(6.0) == pytest.approx(0.30)
     assert fit.per_log_rate == pytest.approx(0.10 / math.log(3))
     assert fit.at(48.0) == pytest.approx(0.20 + 0.10 * math.log(24) / math.log(3))
     assert fit.at(0.0) == 0.0 and fit.at(1e-6) == 0.0  # far below the loads measured: none, not less
-    assert FrontEndCores.fit([(4.0, 0.3)]) == FrontEndCores(0.3, 0.0)
-    assert FrontEndCores.fit([(2.0, 0.3), (6.0, 0.2)]).per_log_rate == 0.0  # less at more load: noise, flat
+    assert CoresAtRate.fit([(4.0, 0.3)]) == CoresAtRate(0.3, 0.0)
+    assert CoresAtRate.fit([(2.0, 0.3), (6.0, 0.2)]).per_log_rate == 0.0  # less at more load: noise, flat
     with pytest.raises(ValueError):
-        FrontEndCores.fit([])
+        CoresAtRate.fit([])
 
 
 def test_the_front_end_runs_on_idle_capacity_first_and_on_spare_cores_before_the_workers():
-    host = HostCpu(2, WORKERS, FrontEndCores(0.4, 0.0))
+    host = HostCpu(2, WORKERS, CoresAtRate(0.4, 0.0))
     host.sent(0.0)
     # both idle: 0.2 core each, a forward takes 1 / 0.8 of its time
     assert host.share("prefill-0", 0.5) == pytest.approx(0.2)
@@ -43,13 +43,30 @@ def test_the_front_end_runs_on_idle_capacity_first_and_on_spare_cores_before_the
     assert host.utilization("decode-0", 1.0) == pytest.approx(0.5)
     assert host.share("prefill-0", 1.0) == pytest.approx(0.4 * 2 / 3)
     # a third core is the gateway's own (plan_cores): the front end fits there, the workers keep theirs
-    spare = HostCpu(3, WORKERS, FrontEndCores(0.9, 0.0))
+    spare = HostCpu(3, WORKERS, CoresAtRate(0.9, 0.0))
     spare.sent(0.0)
     assert spare.share("prefill-0", 0.1) == 0.0
     # more than a core's worth on two busy workers: capped, CFS shares a busy core
-    busy = HostCpu(2, WORKERS, FrontEndCores(5.0, 0.0))
+    busy = HostCpu(2, WORKERS, CoresAtRate(5.0, 0.0))
     busy.sent(0.0)
     assert busy.share("decode-0", 0.1) == MAX_SHARE
+
+
+def test_a_workers_own_threads_take_from_its_own_cores_and_leave_the_front_end_less_room_there():
+    own = {"decode": CoresAtRate(0.2, 0.0)}
+    alone = HostCpu(2, WORKERS, CoresAtRate(0.0, 0.0), own)
+    alone.sent(0.0)
+    assert alone.share("decode-0", 0.1) == pytest.approx(0.2) and alone.share("prefill-0", 0.1) == 0.0
+    host = HostCpu(2, WORKERS, CoresAtRate(0.4, 0.0), own)
+    host.sent(0.0)
+    # both idle: the decode worker's core has 0.8 left for the front end, the prefill worker's 1
+    assert host.share("prefill-0", 0.1) == pytest.approx(0.4 * 1 / 1.8)
+    assert host.share("decode-0", 0.1) == pytest.approx(0.2 + 0.4 * 0.8 / 1.8)
+    # two decode workers share the requests: each one's threads see half the rate
+    two = HostCpu(3, {**WORKERS, "decode-1": "decode"}, CoresAtRate(0.0, 0.0), {"decode": CoresAtRate(0.1, 0.1)})
+    for _ in range(4):
+        two.sent(0.0)
+    assert two.share("decode-1", 0.1) == pytest.approx(0.1 + 0.1 * math.log(2))
 
 
 def _one_request(config: SimConfig):  # type: ignore[no-untyped-def]
@@ -82,8 +99,10 @@ def test_the_host_flags_reach_the_simulated_cluster_and_refuse_nonsense():
 
     parser = argparse.ArgumentParser()
     add_simulate_args(parser)
-    config = sim_config(parser.parse_args(["--host-cores", "2", "--front-end-cores", "0.1,0.12"]))
+    config = sim_config(parser.parse_args(["--host-cores", "2", "--front-end-cores", "0.1,0.12",
+                                           "--decode-own-cores", "0.05,0.02"]))
     assert (config.host_cores, config.front_end_cores) == (2, (0.1, 0.12))
+    assert (config.decode_own_cores, config.prefill_own_cores) == ((0.05, 0.02), (0.0, 0.0))
     assert sim_config(parser.parse_args([])).host_cores == 0
     for bad in ("0.1", "0.1,x", "0.1,-1"):
         with pytest.raises(SystemExit):
