@@ -46,7 +46,10 @@ the real point ran (``real_cores_used``: gateway, each worker, load tester).
 
 Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
 "sim_admitted_attainment", "real_cores_used", "sim_stretch", "sim_own_cores_goodput",
-"sim_own_cores_admitted_attainment"}, ...], ...}``.
+"sim_own_cores_admitted_attainment", "real_refusals", "sim_refusals", "real_margins", "sim_margins"},
+...], ...}``: the refusals by the reason the gateway counts (``ttft_unattainable``: the TTFT guard;
+``decode_admission``: no decode place in time) and the guards' margins at the point's end, by kind
+and SLO, show where the real and the simulated guards part.
 """
 
 from __future__ import annotations
@@ -102,7 +105,27 @@ def sim_point(policy: str, rate: float, args: argparse.Namespace, slo_mix: str, 
     run = simulate(build_plan(bench_namespace(args, rate, slo_mix, n), rate), config, models, truth)
     result = summarize(run.records, run.duration, [99.0], ["ttft", "tpot"])
     result["per_class"] = {}
-    return {**point_summary(policy, rate, {**result, "num_prompts": len(run.records)}), "stretch": run.stretch}
+    margins = {"/".join((key.split("/")[0], key.split("/")[2])): m for key, m in run.margins.items()}
+    return {**point_summary(policy, rate, {**result, "num_prompts": len(run.records)}), "stretch": run.stretch,
+            "refusals": run.refusals, "margins": margins}
+
+
+def guards_now(cluster: LocalCluster) -> tuple[dict[str, float], dict[str, float]]:
+    """The gateway's refusals so far by reason (``pdserve:request_rejections``) and its guards' margins
+    now by kind and SLO (``pdserve:slo_guard_margin``; one worker of each role); empty without metrics."""
+    from tests.integration.conftest import scrape_metrics
+
+    if "gateway" not in cluster.metrics_ports:
+        return {}, {}
+    samples = scrape_metrics(cluster.metrics_ports["gateway"])
+
+    def label(key: str, name: str) -> str:
+        return key.split(f'{name}="')[1].split('"')[0]
+
+    refusals = {label(k, "reason"): v for k, v in samples.items() if k.startswith("pdserve:request_rejections_total{")}
+    margins = {f"{label(k, 'kind')}/{label(k, 'slo_ms')}ms": v for k, v in samples.items()
+               if k.startswith("pdserve:slo_guard_margin{")}
+    return refusals, margins
 
 
 def hop_seconds(address: str, calls: int = 50) -> float:
@@ -272,9 +295,13 @@ def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: arg
                work: Path) -> list[dict]:
     points = []
     for rate in rates:
+        refused_before, _ = guards_now(cluster)
         result, used = cores_used(cluster, lambda: bench_point(cluster.address, rate, args, slo_mix, work / policy,
                                                                 requests=requests(args)))
-        points.append({**point_summary(policy, rate, result), "cores_used": used})
+        refused, margins = guards_now(cluster)
+        refusals = {reason: round(n - refused_before.get(reason, 0.0)) for reason, n in refused.items()}
+        points.append({**point_summary(policy, rate, result), "cores_used": used,
+                       "refusals": {reason: n for reason, n in refusals.items() if n}, "margins": margins})
         p = points[-1]
         progress(f"  real {policy} @ {rate:g} req/s: goodput {p['goodput']:.2f}, admitted attainment "
                  f"{p['admitted_attainment']:.1%}, rejected {p['rejected']}; cores used: "
@@ -290,7 +317,9 @@ def compare(real: list[dict], simulated: list[dict], on_own_cores: list[dict]) -
         point = {"rate": r["rate"], "policy": r["policy"], "real_goodput": r["goodput"], "sim_goodput": s["goodput"],
                  "real_admitted_attainment": r["admitted_attainment"],
                  "sim_admitted_attainment": s["admitted_attainment"], "real_rejected": r["rejected"],
-                 "sim_rejected": s["rejected"], "real_cores_used": r["cores_used"], "sim_stretch": s["stretch"],
+                 "sim_rejected": s["rejected"], "real_refusals": r["refusals"], "sim_refusals": s["refusals"],
+                 "real_margins": r["margins"], "sim_margins": s["margins"],
+                 "real_cores_used": r["cores_used"], "sim_stretch": s["stretch"],
                  "sim_own_cores_goodput": own["goodput"],
                  "sim_own_cores_admitted_attainment": own["admitted_attainment"]}
         point["goodput_within_15pct"] = abs(s["goodput"] - r["goodput"]) <= 0.15 * max(r["goodput"], 1e-9)
@@ -440,7 +469,8 @@ def main() -> None:
         progress(f"{p['policy']:8s} @ {p['rate']:5g}: goodput real {p['real_goodput']:.2f} sim {p['sim_goodput']:.2f} "
                  f"(own cores {p['sim_own_cores_goodput']:.2f}); admitted attainment real "
                  f"{p['real_admitted_attainment']:.1%} sim {p['sim_admitted_attainment']:.1%} "
-                 f"(own cores {p['sim_own_cores_admitted_attainment']:.1%})")
+                 f"(own cores {p['sim_own_cores_admitted_attainment']:.1%})"
+                 + (f"; refused real {p['real_refusals']} sim {p['sim_refusals']}" if p["policy"] == "scorpio" else ""))
     if args.plot:
         plot(points, args.plot)
     emit({"device": device_name(), "slo_classes": slo_mix, "unloaded": {k: unloaded[k] for k in (

@@ -49,6 +49,8 @@ class SimGateway:
     inflight: dict[str, int] = field(default_factory=dict)
     waiters: list[Waiter] = field(default_factory=list)
     decoding: dict[str, dict[str, Flight]] = field(default_factory=dict)  # by decode worker: those with a TPOT SLO
+    # requests refused before any work, by the reason the gateway counts (``pdserve:request_rejections``)
+    refusals: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         target = self.config.slo_target
@@ -80,9 +82,9 @@ class SimGateway:
     def _arrive(self, flight: Flight) -> None:
         flight.arrived = self.sim.now
         if flight.tokens + flight.planned.output_len > self.config.max_model_len:
-            self._refuse(flight, "INVALID_ARGUMENT")
+            self._refuse(flight, "INVALID_ARGUMENT", "invalid_argument")
         elif not self._ttft_ok(flight):
-            self._refuse(flight)
+            self._refuse(flight, reason="ttft_unattainable")
         else:
             self._reserve(flight, self._reserved_or_wait)
 
@@ -92,8 +94,9 @@ class SimGateway:
         return ttft_refusal(list(self.guards.values()), flight.tokens, flight.ttft_s, flight.arrived,
                             self.sim.now) is None
 
-    def _refuse(self, flight: Flight, code: str = REJECTED) -> None:
+    def _refuse(self, flight: Flight, code: str = REJECTED, reason: str = "decode_admission") -> None:
         flight.record.error = code
+        self.refusals[reason] = self.refusals.get(reason, 0) + 1
         self.sim.after(self.config.hop_s, self.done, flight)
 
     # -- a decode reservation --
@@ -170,7 +173,7 @@ class SimGateway:
         self.views[worker.worker_id].routed[flight.request_id] = flight.tpot_s
         if not self._ttft_ok(flight):  # the wait, or the reservation itself, used up the slack
             self._give_back(flight)
-            self._refuse(flight)
+            self._refuse(flight, reason="ttft_unattainable")
             return
         self._prefill(flight)
 

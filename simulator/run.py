@@ -24,6 +24,7 @@ class SimRun:
     wall_s: float  # seconds the simulation took
     margins: dict[str, float]  # each guard's margins at the end (ttft headroom / tpot epsilon, by worker and SLO class)
     stretch: dict[str, float]  # by role: the workers' forwards over what they take alone (1: the host is not simulated)
+    refusals: dict[str, int]  # requests refused before any work, by reason (as ``pdserve:request_rejections``)
 
 
 def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
@@ -58,7 +59,8 @@ def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
     margins = {f"ttft_headroom/{wid}/{ms:g}ms": m for wid, g in gateway.guards.items() for ms, m in g.headrooms.items()}
     margins.update({f"tpot_epsilon/{wid}/{ms:g}ms": m for wid, v in gateway.views.items() for ms, m in v.epsilons.items()})
     stretch = host.mean_stretch() if host is not None else {"prefill": 1.0, "decode": 1.0}
-    return SimRun([f.record for f in flights], last, time.perf_counter() - started, margins, stretch)
+    return SimRun([f.record for f in flights], last, time.perf_counter() - started, margins, stretch,
+                  dict(gateway.refusals))
 
 
 def _record(item: PlannedRequest) -> RequestRecord:

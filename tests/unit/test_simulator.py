@@ -148,6 +148,7 @@ def test_the_ttft_guard_refuses_at_its_boundary_and_not_before():
     run = simulate([warm, late, on_time, exact], _config("scorpio"), FLAT)
     records = {r.slo_class or "warm": r for r in run.records}
     assert records["late"].error == "RESOURCE_EXHAUSTED"
+    assert run.refusals == {"ttft_unattainable": 1}  # counted under the reason the gateway's metric uses
     assert records["on_time"].ok and records["on_time"].ttft == pytest.approx(0.010)
     assert records["exact"].ok  # at the SLO (the headroom relaxed a hair after "on_time"): admitted
 
