@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions, Usage, WorkerInfo
+from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2
 
 _OPTIONAL_SAMPLING = ("max_tokens", "top_p", "seed")  # proto3 `optional`: set only when given
@@ -16,7 +17,7 @@ def generate_request(prompt: str | Sequence[int], options: SamplingOptions | Non
     request = gateway_pb2.GenerateRequest(request_id=request_id, tenant=tenant,
                                           sampling=sampling_params(options or SamplingOptions()))
     if slo is not None:
-        request.slo.CopyFrom(gateway_pb2.SLO(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms, name=slo.name))
+        request.slo.CopyFrom(slo_to_proto(slo.ttft_ms, slo.tpot_ms, slo.name))
     if isinstance(prompt, str):
         request.text = prompt
     else:

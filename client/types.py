@@ -24,8 +24,8 @@ class SamplingOptions:
 class SLO:
     """Latency targets for one request; 0 takes the named class's value, or the server's default."""
 
-    ttft_ms: int = 0
-    tpot_ms: int = 0
+    ttft_ms: float = 0  # milliseconds; fractions travel too (to the microsecond)
+    tpot_ms: float = 0
     name: str = ""  # an SLO class configured at the gateway (``--slo-class``)
 
 

@@ -18,6 +18,7 @@ from common.process.metrics import Metrics
 from common.rpc.convert import sampling_from_proto
 from common.slo.tpot_guard import TPOT_MARGIN
 from decode_worker.streams import StreamHub
+from wire.slo import slo_from_proto
 from wire.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,8 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no open stream {request.stream_id!r}")
         try:
             lease = await self.async_engine.reserve(request.request_id, request.prompt_tokens, request.max_tokens,
-                                                    request.tpot_ms, request.tpot_margin or TPOT_MARGIN,
+                                                    request.tpot_us / 1000 if request.tpot_us else request.tpot_ms,
+                                                    request.tpot_margin or TPOT_MARGIN,
                                                     list(request.prefix_hashes))
         except AdmissionError as exc:
             self.metrics.rejected("tpot_unattainable")
@@ -66,7 +68,7 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
         try:
             params = sampling_from_proto(request.sampling)
             await self.async_engine.commit(request.request_id, request.lease_id, list(request.prompt_token_ids),
-                                           request.first_token, params, request.slo.tpot_ms)
+                                           request.first_token, params, slo_from_proto(request.slo)[1])
         except (ValueError, LeaseError) as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         return worker_pb2.CommitResponse()

@@ -81,7 +81,8 @@ class DecodeReservations:
         for worker in candidates:
             reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
                                                 max_tokens=req.params.max_tokens, stream_id=self.stream_id,
-                                                tpot_ms=req.tpot_ms, tpot_margin=worker.view.epsilons.margin(req.tpot_ms / 1000),
+                                                tpot_ms=round(req.tpot_ms), tpot_us=round(req.tpot_ms * 1000),
+                                                tpot_margin=worker.view.epsilons.margin(req.tpot_ms / 1000),
                                                 prefix_hashes=prompt.cached_hashes(worker.prefix))
             # shielded: if the request ends while the reply is on its way, the reservation it
             # brings is released on arrival instead of waiting for its lease to run out

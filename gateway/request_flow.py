@@ -40,6 +40,7 @@ from gateway.text_stream import TextStream
 from gateway.ttft_guard import check_ttft
 from gateway.validation import ValidatedRequest
 from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, PREFILL_TIMEOUT_S, call_timeout, quietly
+from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2, worker_pb2
 
 log = logging.getLogger(__name__)
@@ -311,7 +312,7 @@ class RequestFlow:
 
 
 def _slo(req: ValidatedRequest) -> gateway_pb2.SLO:
-    return gateway_pb2.SLO(ttft_ms=req.ttft_ms, tpot_ms=req.tpot_ms)
+    return slo_to_proto(req.ttft_ms, req.tpot_ms)
 
 
 def _transport(prefill: WorkerRecord, decode: WorkerRecord) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from common.rpc.convert import sampling_from_proto
 from common.engine.sampling_params import SamplingParams
 from gateway.errors import invalid
+from wire.slo import slo_from_proto
 from wire.v1 import gateway_pb2
 
 
@@ -17,8 +18,8 @@ class ValidatedRequest:
     prompt_token_ids: list[int]
     params: SamplingParams
     stop: tuple[str, ...]
-    ttft_ms: int
-    tpot_ms: int
+    ttft_ms: float  # to the microsecond (wire.slo)
+    tpot_ms: float
     tenant: str
     slo_class: str = ""  # for metrics: the named class, "custom" for explicit values, "default", or ""
     received_at: float = 0.0  # perf_counter when the RPC reached the gateway: TTFT deadlines count from here
@@ -32,8 +33,8 @@ class ValidatedRequest:
 class ModelLimits:
     max_model_len: int
     vocab_size: int
-    default_slo: tuple[int, int] = (0, 0)  # (ttft_ms, tpot_ms) for requests that give none
-    named_slos: dict[str, tuple[int, int]] | None = None
+    default_slo: tuple[float, float] = (0, 0)  # (ttft_ms, tpot_ms) for requests that give none
+    named_slos: dict[str, tuple[float, float]] | None = None
     max_prompt_bytes: int = 0  # prompt text longer than this cannot fit the model: refused untokenized
 
 
@@ -82,15 +83,15 @@ def validate(request: gateway_pb2.GenerateRequest, text_ids: list[int] | None,
     )
 
 
-def _slo_class(slo: gateway_pb2.SLO, ttft_ms: int, tpot_ms: int) -> str:
+def _slo_class(slo: gateway_pb2.SLO, ttft_ms: float, tpot_ms: float) -> str:
     if slo.name:
         return slo.name
-    if slo.ttft_ms or slo.tpot_ms:
+    if any(slo_from_proto(slo)):
         return "custom"
     return "default" if ttft_ms or tpot_ms else ""
 
 
-def _slo(slo: gateway_pb2.SLO, limits: ModelLimits) -> tuple[int, int]:
+def _slo(slo: gateway_pb2.SLO, limits: ModelLimits) -> tuple[float, float]:
     """Explicit values win, then the named class, then the server default."""
     base = limits.default_slo
     if slo.name:
@@ -98,7 +99,8 @@ def _slo(slo: gateway_pb2.SLO, limits: ModelLimits) -> tuple[int, int]:
         if named is None:
             raise invalid(f"slo.name {slo.name!r} is not a class configured at the gateway")
         base = named
-    return slo.ttft_ms or base[0], slo.tpot_ms or base[1]
+    ttft_ms, tpot_ms = slo_from_proto(slo)
+    return ttft_ms or base[0], tpot_ms or base[1]
 
 
 def _prompt_ids(request: gateway_pb2.GenerateRequest, limits: ModelLimits) -> list[int]:

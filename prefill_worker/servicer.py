@@ -25,6 +25,7 @@ from common.rpc.convert import sampling_from_proto
 from common.rpc.metadata import FAILED_PEER_KEY
 from common.rpc.server import channel
 from common.engine.sampling_params import SamplingParams
+from wire.slo import slo_from_proto
 from wire.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,8 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         started = time.perf_counter()
         prompt = list(request.prompt_token_ids)
         try:
-            out = await self._prefill(request.request_id, prompt, params, request.slo.ttft_ms, request.ttft_left_ms,
-                                      context)
+            out = await self._prefill(request.request_id, prompt, params, slo_from_proto(request.slo)[0],
+                                      request.ttft_left_ms, context)
             prefill_ms = (time.perf_counter() - started) * 1000
             stats = TransferStats("none", 0, 0.0)
             if out.finish_reason == "prefilled":

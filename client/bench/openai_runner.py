@@ -92,7 +92,7 @@ def slo_headers(item: PlannedRequest) -> dict[str, str]:
     if cls is None:
         return {}
     # the figures, not the name: a class name means the gateway's own classes (--slo-classes)
-    return {"x-slo-ttft-ms": str(int(cls.ttft_ms)), "x-slo-tpot-ms": str(int(cls.tpot_ms))}
+    return {"x-slo-ttft-ms": f"{cls.ttft_ms:g}", "x-slo-tpot-ms": f"{cls.tpot_ms:g}"}
 
 
 async def run_plan_openai(target: OpenAITarget, plan: list[PlannedRequest], ignore_eos: bool,

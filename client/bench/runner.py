@@ -12,7 +12,8 @@ import grpc
 
 from client.async_client import auth_metadata
 from client.bench.metrics import RequestRecord
-from client.bench.workload import PlannedRequest
+from client.bench.workload import PlannedRequest, SloClass
+from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 Goodput = tuple[float | None, float | None]  # default TTFT and TPOT SLOs (ms) for requests without a class
@@ -58,6 +59,11 @@ async def run_plan(address: str, plan: list[PlannedRequest], ignore_eos: bool, m
         return await schedule(plan, max_concurrency, send, on_done)
 
 
+def slo_message(cls: SloClass | None) -> gateway_pb2.SLO:
+    """The class's SLOs as judged (5.7 ms stays 5.7 ms, not 5: ``wire.slo``); none without a class."""
+    return slo_to_proto(cls.ttft_ms, cls.tpot_ms) if cls is not None else gateway_pb2.SLO()
+
+
 async def send_one(stub: gateway_pb2_grpc.GatewayStub, item: PlannedRequest, ignore_eos: bool,
                 goodput: Goodput, started: float, timeout_s: float,
                 metadata: tuple[tuple[str, str], ...] | None) -> RequestRecord:
@@ -66,7 +72,7 @@ async def send_one(stub: gateway_pb2_grpc.GatewayStub, item: PlannedRequest, ign
     request = gateway_pb2.GenerateRequest(
         token_ids=gateway_pb2.TokenIds(ids=item.prompt),
         sampling=gateway_pb2.SamplingParams(max_tokens=item.output_len, ignore_eos=ignore_eos),
-        slo=gateway_pb2.SLO(ttft_ms=int(cls.ttft_ms) if cls else 0, tpot_ms=int(cls.tpot_ms) if cls else 0))
+        slo=slo_message(cls))
     try:
         async for message in stub.Generate(request, timeout=timeout_s, metadata=metadata):
             if message.token_ids:

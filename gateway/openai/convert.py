@@ -8,11 +8,13 @@ One request, one choice: ``n`` > 1, several prompts, log probabilities, penaltie
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 
 from gateway.errors import RequestError, invalid
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2
 
 def completion_request(body: CompletionRequest, headers: Mapping[str, str], request_id: str) -> gateway_pb2.GenerateRequest:
@@ -77,12 +79,14 @@ def _sampling(body: SamplingFields, max_tokens: int | None) -> gateway_pb2.Sampl
 
 def _slo(body: SamplingFields, headers: Mapping[str, str]) -> gateway_pb2.SLO:
     if body.slo is not None:
-        return gateway_pb2.SLO(ttft_ms=body.slo.ttft_ms, tpot_ms=body.slo.tpot_ms, name=body.slo.name)
+        return slo_to_proto(body.slo.ttft_ms, body.slo.tpot_ms, body.slo.name)
     try:
-        return gateway_pb2.SLO(ttft_ms=int(headers.get("x-slo-ttft-ms", 0)), tpot_ms=int(headers.get("x-slo-tpot-ms", 0)),
-                               name=headers.get("x-slo-class", ""))
+        ttft_ms, tpot_ms = float(headers.get("x-slo-ttft-ms", 0)), float(headers.get("x-slo-tpot-ms", 0))
+        if not (math.isfinite(ttft_ms) and math.isfinite(tpot_ms)):
+            raise ValueError
+        return slo_to_proto(ttft_ms, tpot_ms, headers.get("x-slo-class", ""))
     except ValueError:
-        raise invalid("x-slo-ttft-ms and x-slo-tpot-ms must be whole milliseconds") from None
+        raise invalid("x-slo-ttft-ms and x-slo-tpot-ms must be milliseconds >= 0") from None
 
 
 def _field_error(param: str, message: str) -> RequestError:

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class SloExtension(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    ttft_ms: int = Field(0, ge=0)
-    tpot_ms: int = Field(0, ge=0)
+    ttft_ms: float = Field(0, ge=0, allow_inf_nan=False)  # fractions travel to the microsecond
+    tpot_ms: float = Field(0, ge=0, allow_inf_nan=False)
     name: str = ""
 
 

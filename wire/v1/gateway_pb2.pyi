@@ -29,14 +29,18 @@ class SamplingParams(_message.Message):
     def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., min_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., stop: _Optional[_Iterable[str]] = ..., ignore_eos: _Optional[bool] = ...) -> None: ...
 
 class SLO(_message.Message):
-    __slots__ = ("ttft_ms", "tpot_ms", "name")
+    __slots__ = ("ttft_ms", "tpot_ms", "name", "ttft_us", "tpot_us")
     TTFT_MS_FIELD_NUMBER: _ClassVar[int]
     TPOT_MS_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    TTFT_US_FIELD_NUMBER: _ClassVar[int]
+    TPOT_US_FIELD_NUMBER: _ClassVar[int]
     ttft_ms: int
     tpot_ms: int
     name: str
-    def __init__(self, ttft_ms: _Optional[int] = ..., tpot_ms: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+    ttft_us: int
+    tpot_us: int
+    def __init__(self, ttft_ms: _Optional[int] = ..., tpot_ms: _Optional[int] = ..., name: _Optional[str] = ..., ttft_us: _Optional[int] = ..., tpot_us: _Optional[int] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)

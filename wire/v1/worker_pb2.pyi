@@ -224,7 +224,7 @@ class WorkerAbortResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ..., writes_done: _Optional[bool] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_tokens", "max_tokens", "stream_id", "tpot_ms", "tpot_margin", "prefix_hashes")
+    __slots__ = ("request_id", "prompt_tokens", "max_tokens", "stream_id", "tpot_ms", "tpot_margin", "prefix_hashes", "tpot_us")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +232,7 @@ class ReserveRequest(_message.Message):
     TPOT_MS_FIELD_NUMBER: _ClassVar[int]
     TPOT_MARGIN_FIELD_NUMBER: _ClassVar[int]
     PREFIX_HASHES_FIELD_NUMBER: _ClassVar[int]
+    TPOT_US_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_tokens: int
     max_tokens: int
@@ -239,7 +240,8 @@ class ReserveRequest(_message.Message):
     tpot_ms: int
     tpot_margin: float
     prefix_hashes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stream_id: _Optional[str] = ..., tpot_ms: _Optional[int] = ..., tpot_margin: _Optional[float] = ..., prefix_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+    tpot_us: int
+    def __init__(self, request_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stream_id: _Optional[str] = ..., tpot_ms: _Optional[int] = ..., tpot_margin: _Optional[float] = ..., prefix_hashes: _Optional[_Iterable[int]] = ..., tpot_us: _Optional[int] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
     __slots__ = ("block_ids", "lease_id", "lease_ms", "cached_blocks")
