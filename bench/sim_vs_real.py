@@ -55,18 +55,17 @@ and SLO, show where the real and the simulated guards part.
 from __future__ import annotations
 
 import argparse
-import os
-import resource
 import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit, progress  # noqa: E402
+from bench.cluster_readings import (call_overheads, guards_now, hop_seconds, in_cluster_decode,  # noqa: E402
+                                    observed_ratios, overhead_buckets, ratios_between)
+from bench.process_cores import cores_used, front_end, own_threads  # noqa: E402
 from bench.slo import bench_point, point_summary, slo_classes  # noqa: E402
 from client.bench.cli import add_bench_args  # noqa: E402
 from client.bench.metrics import summarize  # noqa: E402
@@ -75,7 +74,7 @@ from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
 from common.worker.cpu_plan import available_cores  # noqa: E402
-from simulator.config import SimConfig, call_overhead_from_histogram, factors_from_histogram  # noqa: E402
+from simulator.config import SimConfig  # noqa: E402
 from simulator.host import CoresAtRate  # noqa: E402
 from simulator.profile import this_machine  # noqa: E402
 from simulator.run import simulate  # noqa: E402
@@ -105,97 +104,15 @@ def sim_point(policy: str, rate: float, args: argparse.Namespace, slo_mix: str, 
     run = simulate(build_plan(bench_namespace(args, rate, slo_mix, n), rate), config, models, truth)
     result = summarize(run.records, run.duration, [99.0], ["ttft", "tpot"])
     result["per_class"] = {}
-    margins = {"/".join((key.split("/")[0], key.split("/")[2])): m for key, m in run.margins.items()}
+    margins = {_kind_and_slo(key): m for key, m in run.margins.items()}
     return {**point_summary(policy, rate, {**result, "num_prompts": len(run.records)}), "stretch": run.stretch,
             "refusals": run.refusals, "margins": margins}
 
 
-def guards_now(cluster: LocalCluster) -> tuple[dict[str, float], dict[str, float]]:
-    """The gateway's refusals so far by reason (``pdserve:request_rejections``) and its guards' margins
-    now by kind and SLO (``pdserve:slo_guard_margin``; one worker of each role); empty without metrics."""
-    from tests.integration.conftest import scrape_metrics
-
-    if "gateway" not in cluster.metrics_ports:
-        return {}, {}
-    samples = scrape_metrics(cluster.metrics_ports["gateway"])
-
-    def label(key: str, name: str) -> str:
-        return key.split(f'{name}="')[1].split('"')[0]
-
-    refusals = {label(k, "reason"): v for k, v in samples.items() if k.startswith("pdserve:request_rejections_total{")}
-    margins = {f"{label(k, 'kind')}/{label(k, 'slo_ms')}ms": v for k, v in samples.items()
-               if k.startswith("pdserve:slo_guard_margin{")}
-    return refusals, margins
-
-
-def hop_seconds(address: str, calls: int = 50) -> float:
-    """Half the median round trip of the gateway's cheapest RPC."""
-    import time
-
-    import grpc
-
-    from wire.v1 import gateway_pb2, gateway_pb2_grpc
-
-    with grpc.insecure_channel(address) as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
-        stub.Info(gateway_pb2.InfoRequest(), timeout=10)
-        trips = []
-        for _ in range(calls):
-            started = time.perf_counter()
-            stub.Info(gateway_pb2.InfoRequest(), timeout=10)
-            trips.append(time.perf_counter() - started)
-    return statistics.median(trips) / 2
-
-
-def observed_ratios(cluster: LocalCluster, role: str) -> dict[float, float]:
-    """The ``role`` worker's ``pdserve:cost_model_observed_ratio`` now (its decode steps or prefill
-    forwards): cumulative count by upper bound, and the sum of the ratios under the key ``-1``."""
-    from tests.integration.conftest import scrape_metrics
-
-    name = next(n for n in cluster.processes if n.startswith(role))
-    samples = scrape_metrics(cluster.metrics_ports[name])
-    mine = {k: v for k, v in samples.items() if f'model="{role}"' in k}
-    out = {float(k.split('le="')[1].split('"')[0]): v for k, v in mine.items()
-           if k.startswith("pdserve:cost_model_observed_ratio_bucket{")}
-    out[-1.0] = next(v for k, v in mine.items() if k.startswith("pdserve:cost_model_observed_ratio_sum{"))
-    return out
-
-
-def ratios_between(before: dict[float, float], after: dict[float, float]) -> tuple[float, tuple[float, ...]]:
-    """The steps (forwards) run between two readings of ``observed_ratios``: their mean ratio to the
-    model and their factors around that mean (``SimConfig.decode_step_factors`` or
-    ``prefill_forward_factors``)."""
-    buckets = [(le, after[le] - before.get(le, 0.0)) for le in after if le >= 0]
-    steps = max((n for _, n in buckets), default=0.0)
-    mean = (after[-1.0] - before.get(-1.0, 0.0)) / steps if steps else 1.0
-    return mean, factors_from_histogram(buckets)
-
-
-def in_cluster_decode(cluster: LocalCluster, ratio: float) -> DecodeModel:
-    """The decode model the decode worker uses now (refitted from the steps it ran), times ``ratio``."""
-    from tests.integration.conftest import scrape_metrics
-
-    name = next(n for n in cluster.processes if n.startswith("decode"))
-    samples = scrape_metrics(cluster.metrics_ports[name])
-    terms = {t: next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_coefficient{")
-                     and f'term="{t}"' in k) for t in ("alpha", "beta", "gamma", "delta", "knee")}
-    refits = next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_refits{"))
-    progress(f"  decode worker: {refits:g} refits, steps at {ratio:.2f}x its model")
-    return DecodeModel(**terms).scaled(ratio)
-
-
-def overhead_buckets(cluster: LocalCluster) -> dict[float, float]:
-    """The gateway's prefill-call overhead histogram now: cumulative count by upper bound."""
-    from tests.integration.conftest import scrape_metrics
-
-    samples = scrape_metrics(cluster.metrics_ports["gateway"])
-    prefix = "pdserve:prefill_call_overhead_seconds_bucket{"
-    return {float(k.split('le="')[1].split('"')[0]): v for k, v in samples.items() if k.startswith(prefix)}
-
-
-def call_overheads(before: dict[float, float], after: dict[float, float], hop_s: float) -> tuple[float, ...]:
-    """One draw per prefill call made between the two readings, beyond the two hops simulated."""
-    return call_overhead_from_histogram([(le, after[le] - before.get(le, 0.0)) for le in after], 2 * hop_s)
+def _kind_and_slo(margin_key: str) -> str:
+    """``SimRun.margins``' "kind/worker/SLO" as the gateway's metric reads with one worker of a role."""
+    kind, _, slo = margin_key.split("/")
+    return f"{kind}/{slo}"
 
 
 def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: DecodeModel, forward_ratio: float,
@@ -240,57 +157,6 @@ def _fields(config: SimConfig) -> dict:
     return {f: getattr(config, f) for f in config.__dataclass_fields__}
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) the process has used so far (Linux ``/proc``; nan elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def thread_cpu_seconds(pid: int) -> dict[int, float]:
-    """CPU seconds each thread of the process has used so far (Linux ``/proc``; empty elsewhere)."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return {}
-    out = {}
-    for tid in tids:
-        try:
-            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return out
-
-
-def cores_used(cluster: LocalCluster, run: Callable[[], dict]) -> tuple[dict, dict[str, float]]:
-    """``run()``'s result, and the cores each of the cluster's processes and the load tester (this
-    process's children) used on average while it ran, and each worker's engine thread (its busiest:
-    ``<worker>/engine``): what the simulator charges the host for (the gateway and the load tester,
-    the workers' RPC threads beside their engines) shows here."""
-    pids = {"-".join(name.split("-")[:2]): cluster.pid(name) for name in cluster.processes}
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    threads = {name: thread_cpu_seconds(pid) for name, pid in pids.items() if name != "gateway"}
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    result = run()
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    used = {name: (cpu_seconds(pid) - before[name]) / wall for name, pid in pids.items()}
-    for name, was in threads.items():
-        now = thread_cpu_seconds(pids[name])
-        used[f"{name}/engine"] = max((now[t] - was.get(t, 0.0) for t in now), default=0.0) / wall
-    used["load_tester"] = (after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime) / wall
-    return result, used
-
-
-def own_threads(used: dict[str, float], role: str) -> float:
-    """The cores a ``role`` worker's threads besides its engine used."""
-    return max(0.0, used[f"{role}-0"] - used[f"{role}-0/engine"])
-
-
 def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: argparse.Namespace, slo_mix: str,
                work: Path) -> list[dict]:
     points = []
@@ -329,6 +195,15 @@ def compare(real: list[dict], simulated: list[dict], on_own_cores: list[dict]) -
     return out
 
 
+def summary_line(p: dict) -> str:
+    """One compared point, real beside simulated (with the host and without)."""
+    return (f"{p['policy']:8s} @ {p['rate']:5g}: goodput real {p['real_goodput']:.2f} sim {p['sim_goodput']:.2f} "
+            f"(own cores {p['sim_own_cores_goodput']:.2f}); admitted attainment real "
+            f"{p['real_admitted_attainment']:.1%} sim {p['sim_admitted_attainment']:.1%} "
+            f"(own cores {p['sim_own_cores_admitted_attainment']:.1%})"
+            + (f"; refused real {p['real_refusals']} sim {p['sim_refusals']}" if p["policy"] == "scorpio" else ""))
+
+
 def plot(points: list[dict], out: Path) -> None:
     import matplotlib
 
@@ -350,11 +225,6 @@ def plot(points: list[dict], out: Path) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
-
-
-def front_end(used: dict[str, float]) -> float:
-    """The cores the gateway and the load tester used."""
-    return used["gateway"] + used["load_tester"]
 
 
 def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: float, args: argparse.Namespace,
@@ -412,7 +282,7 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     return truth, machine, own_cores, shared, alone
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--min-prompts", type=int, default=100)
@@ -433,7 +303,11 @@ def main() -> None:
     parser.add_argument("--fractions", default="0.5,1,2", help="rates as fractions of the knee")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     ensure_model("tiny")
     work = Path(tempfile.mkdtemp(prefix="pdserve-sim-vs-real-"))
     models = this_machine("tiny")
@@ -466,11 +340,7 @@ def main() -> None:
                               models, truth) for policy in ("scorpio", "fcfs") for rate in rates]
     points = compare(real, simulated, on_own_cores)
     for p in points:
-        progress(f"{p['policy']:8s} @ {p['rate']:5g}: goodput real {p['real_goodput']:.2f} sim {p['sim_goodput']:.2f} "
-                 f"(own cores {p['sim_own_cores_goodput']:.2f}); admitted attainment real "
-                 f"{p['real_admitted_attainment']:.1%} sim {p['sim_admitted_attainment']:.1%} "
-                 f"(own cores {p['sim_own_cores_admitted_attainment']:.1%})"
-                 + (f"; refused real {p['real_refusals']} sim {p['sim_refusals']}" if p["policy"] == "scorpio" else ""))
+        progress(summary_line(p))
     if args.plot:
         plot(points, args.plot)
     emit({"device": device_name(), "slo_classes": slo_mix, "unloaded": {k: unloaded[k] for k in (

@@ -18,7 +18,7 @@ from common.process.metrics import Metrics
 from common.rpc.convert import sampling_from_proto
 from common.slo.tpot_guard import TPOT_MARGIN
 from decode_worker.streams import StreamHub
-from wire.slo import slo_from_proto
+from wire.slo import from_wire, slo_from_proto
 from wire.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"no open stream {request.stream_id!r}")
         try:
             lease = await self.async_engine.reserve(request.request_id, request.prompt_tokens, request.max_tokens,
-                                                    request.tpot_us / 1000 if request.tpot_us else request.tpot_ms,
+                                                    from_wire(request.tpot_ms, request.tpot_us),
                                                     request.tpot_margin or TPOT_MARGIN,
                                                     list(request.prefix_hashes))
         except AdmissionError as exc:

@@ -24,6 +24,7 @@ from gateway.router import Router
 from gateway.ttft_guard import last_useful_moment
 from gateway.validation import ValidatedRequest
 from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, call_timeout, quietly
+from wire.slo import to_wire
 from wire.v1 import worker_pb2
 
 Reservation = tuple[WorkerRecord, worker_pb2.ReserveResponse]
@@ -78,10 +79,11 @@ class DecodeReservations:
         if not candidates:
             raise unavailable("no decode worker is available")
         last: grpc.aio.AioRpcError | None = None
+        tpot_ms, tpot_us = to_wire(req.tpot_ms)
         for worker in candidates:
             reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
                                                 max_tokens=req.params.max_tokens, stream_id=self.stream_id,
-                                                tpot_ms=round(req.tpot_ms), tpot_us=round(req.tpot_ms * 1000),
+                                                tpot_ms=tpot_ms, tpot_us=tpot_us,
                                                 tpot_margin=worker.view.epsilons.margin(req.tpot_ms / 1000),
                                                 prefix_hashes=prompt.cached_hashes(worker.prefix))
             # shielded: if the request ends while the reply is on its way, the reservation it

@@ -94,14 +94,11 @@ class HostCpu:
             sent.popleft()
         return len(sent) / WINDOW_S
 
-    def front_end_cores(self, now: float) -> float:
-        return self.front_end.at(self.rate(now))
-
-    def own_cores(self, worker: str, now: float) -> float:
-        """The cores the worker's own RPC threads use now."""
+    def own_cores(self, worker: str, rate: float) -> float:
+        """The cores the worker's own RPC threads use at ``rate`` (requests a second to the cluster)."""
         role = self.workers[worker]
         law = self.own.get(role)
-        return law.at(self.rate(now) / self._of_role[role]) if law is not None else 0.0
+        return law.at(rate / self._of_role[role]) if law is not None else 0.0
 
     def utilization(self, worker: str, now: float) -> float:
         """The share of the last WINDOW_S the worker was busy."""
@@ -113,9 +110,9 @@ class HostCpu:
 
     def share(self, worker: str, now: float) -> float:
         """The share of the worker's cores its own RPC threads and the front end take now."""
-        k = self.worker_cores
-        own = {w: self.own_cores(w, now) for w in self.workers}
-        spill = max(0.0, self.front_end_cores(now) - self.spare)
+        k, rate = self.worker_cores, self.rate(now)
+        own = {w: self.own_cores(w, rate) for w in self.workers}
+        spill = max(0.0, self.front_end.at(rate) - self.spare)
         taken = 0.0
         if spill > 0:
             idle = {w: max(0.0, k * (1 - self.utilization(w, now)) - own[w]) for w in self.workers}

@@ -7,15 +7,24 @@ from __future__ import annotations
 from wire.v1 import gateway_pb2
 
 
+def to_wire(ms: float) -> tuple[int, int]:
+    """``ms`` as the wire carries it: (rounded milliseconds, exact microseconds)."""
+    if ms < 0:
+        raise ValueError(f"SLOs must be >= 0 ms, got {ms}")
+    return round(ms), round(ms * 1000)
+
+
+def from_wire(ms: int, us: int) -> float:
+    """Milliseconds from a field pair: the microseconds where set, else the milliseconds; 0: not given."""
+    return us / 1000 if us else float(ms)
+
+
 def slo_to_proto(ttft_ms: float, tpot_ms: float, name: str = "") -> gateway_pb2.SLO:
     """Both precisions: the exact value in microseconds, rounded milliseconds beside it."""
-    if min(ttft_ms, tpot_ms) < 0:
-        raise ValueError(f"SLOs must be >= 0 ms, got ttft {ttft_ms} and tpot {tpot_ms}")
-    return gateway_pb2.SLO(ttft_ms=round(ttft_ms), tpot_ms=round(tpot_ms), ttft_us=round(ttft_ms * 1000),
-                           tpot_us=round(tpot_ms * 1000), name=name)
+    (ttft, ttft_us), (tpot, tpot_us) = to_wire(ttft_ms), to_wire(tpot_ms)
+    return gateway_pb2.SLO(ttft_ms=ttft, tpot_ms=tpot, ttft_us=ttft_us, tpot_us=tpot_us, name=name)
 
 
 def slo_from_proto(slo: gateway_pb2.SLO) -> tuple[float, float]:
-    """(ttft_ms, tpot_ms): each from its microseconds where set, else its milliseconds; 0: not given."""
-    return (slo.ttft_us / 1000 if slo.ttft_us else float(slo.ttft_ms),
-            slo.tpot_us / 1000 if slo.tpot_us else float(slo.tpot_ms))
+    """(ttft_ms, tpot_ms), each at the finer precision it was sent with; 0: not given."""
+    return from_wire(slo.ttft_ms, slo.ttft_us), from_wire(slo.tpot_ms, slo.tpot_us)

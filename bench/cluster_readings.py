@@ -1,0 +1,101 @@
+"""What a running cluster's metrics say, read back for the simulator: its RPC hop, its workers'
+forwards and steps against their models, its prefill calls' overhead at the gateway, and its
+guards' refusals and margins."""
+
+from __future__ import annotations
+
+import statistics
+
+from bench.common import progress
+from common.slo.cost_models import DecodeModel
+from pdserve.cluster import LocalCluster
+from simulator.config import call_overhead_from_histogram, factors_from_histogram
+
+
+def guards_now(cluster: LocalCluster) -> tuple[dict[str, float], dict[str, float]]:
+    """The gateway's refusals so far by reason (``pdserve:request_rejections``) and its guards' margins
+    now by kind and SLO (``pdserve:slo_guard_margin``; one worker of each role); empty without metrics."""
+    from tests.integration.conftest import scrape_metrics
+
+    if "gateway" not in cluster.metrics_ports:
+        return {}, {}
+    samples = scrape_metrics(cluster.metrics_ports["gateway"])
+    refusals = {_label(k, "reason"): v for k, v in samples.items() if k.startswith("pdserve:request_rejections_total{")}
+    margins = {f"{_label(k, 'kind')}/{_label(k, 'slo_ms')}ms": v for k, v in samples.items()
+               if k.startswith("pdserve:slo_guard_margin{")}
+    return refusals, margins
+
+
+def hop_seconds(address: str, calls: int = 50) -> float:
+    """Half the median round trip of the gateway's cheapest RPC."""
+    import time
+
+    import grpc
+
+    from wire.v1 import gateway_pb2, gateway_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        stub.Info(gateway_pb2.InfoRequest(), timeout=10)
+        trips = []
+        for _ in range(calls):
+            started = time.perf_counter()
+            stub.Info(gateway_pb2.InfoRequest(), timeout=10)
+            trips.append(time.perf_counter() - started)
+    return statistics.median(trips) / 2
+
+
+def _label(sample: str, name: str) -> str:
+    """The value of label ``name`` in a Prometheus sample's key (``metric{name="value",...}``)."""
+    return sample.split(f'{name}="')[1].split('"')[0]
+
+
+def observed_ratios(cluster: LocalCluster, role: str) -> dict[float, float]:
+    """The ``role`` worker's ``pdserve:cost_model_observed_ratio`` now (its decode steps or prefill
+    forwards): cumulative count by upper bound, and the sum of the ratios under the key ``-1``."""
+    from tests.integration.conftest import scrape_metrics
+
+    name = next(n for n in cluster.processes if n.startswith(role))
+    samples = scrape_metrics(cluster.metrics_ports[name])
+    mine = {k: v for k, v in samples.items() if f'model="{role}"' in k}
+    out = {float(_label(k, "le")): v for k, v in mine.items()
+           if k.startswith("pdserve:cost_model_observed_ratio_bucket{")}
+    out[-1.0] = next(v for k, v in mine.items() if k.startswith("pdserve:cost_model_observed_ratio_sum{"))
+    return out
+
+
+def ratios_between(before: dict[float, float], after: dict[float, float]) -> tuple[float, tuple[float, ...]]:
+    """The steps (forwards) run between two readings of ``observed_ratios``: their mean ratio to the
+    model and their factors around that mean (``SimConfig.decode_step_factors`` or
+    ``prefill_forward_factors``)."""
+    buckets = [(le, after[le] - before.get(le, 0.0)) for le in after if le >= 0]
+    steps = max((n for _, n in buckets), default=0.0)
+    mean = (after[-1.0] - before.get(-1.0, 0.0)) / steps if steps else 1.0
+    return mean, factors_from_histogram(buckets)
+
+
+def in_cluster_decode(cluster: LocalCluster, ratio: float) -> DecodeModel:
+    """The decode model the decode worker uses now (refitted from the steps it ran), times ``ratio``."""
+    from tests.integration.conftest import scrape_metrics
+
+    name = next(n for n in cluster.processes if n.startswith("decode"))
+    samples = scrape_metrics(cluster.metrics_ports[name])
+    terms = {t: next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_coefficient{")
+                     and f'term="{t}"' in k) for t in ("alpha", "beta", "gamma", "delta", "knee")}
+    refits = next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_refits{"))
+    progress(f"  decode worker: {refits:g} refits, steps at {ratio:.2f}x its model")
+    return DecodeModel(**terms).scaled(ratio)
+
+
+def overhead_buckets(cluster: LocalCluster) -> dict[float, float]:
+    """The gateway's prefill-call overhead histogram now: cumulative count by upper bound."""
+    from tests.integration.conftest import scrape_metrics
+
+    samples = scrape_metrics(cluster.metrics_ports["gateway"])
+    prefix = "pdserve:prefill_call_overhead_seconds_bucket{"
+    return {float(_label(k, "le")): v for k, v in samples.items() if k.startswith(prefix)}
+
+
+def call_overheads(before: dict[float, float], after: dict[float, float], hop_s: float) -> tuple[float, ...]:
+    """One draw per prefill call made between the two readings, beyond the two hops simulated."""
+    return call_overhead_from_histogram([(le, after[le] - before.get(le, 0.0)) for le in after], 2 * hop_s)
