@@ -41,12 +41,19 @@ forward's wall time grows with load while its CPU time does not. The simulated h
 forwards of the workers whose cores they take. The truth above was measured with that share in it,
 so the simulated workers run at it divided by the stretch the simulated host charges at the
 calibration load. Each point also shows the simulation without the host (``sim_own_cores_*``:
-every worker on cores of its own, the truth as measured) and the cores every process used while
-the real point ran (``real_cores_used``: gateway, each worker, load tester).
+every worker on cores of its own, the truth as measured), the host with the decode worker's core
+counted in use for only the share of its steps its engine computes (``sim_decode_by_cpu_*``:
+``SimConfig.decode_cpu_share``, the decode engine thread's CPU at the calibration load over the
+time the simulated decode worker computed there; a simulated step's time includes the waits on
+its own threads that leave the core to the front end), each with whether it is within 15%, and
+the cores every process used while the real point ran (``real_cores_used``: gateway, each worker,
+load tester). The variants run against the same real points: a paired comparison of host laws.
 
 Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
 "sim_admitted_attainment", "real_cores_used", "sim_stretch", "sim_own_cores_goodput",
-"sim_own_cores_admitted_attainment", "real_refusals", "sim_refusals", "real_margins", "sim_margins"},
+"sim_own_cores_admitted_attainment", "sim_own_cores_within_15pct", "sim_decode_by_cpu_goodput",
+"sim_decode_by_cpu_admitted_attainment", "sim_decode_by_cpu_stretch", "sim_decode_by_cpu_within_15pct",
+"real_refusals", "sim_refusals", "real_margins", "sim_margins"},
 ...], ...}``: the refusals by the reason the gateway counts (``ttft_unattainable``: the TTFT guard;
 ``decode_admission``: no decode place in time) and the guards' margins at the point's end, by kind
 and SLO, show where the real and the simulated guards part.
@@ -106,7 +113,7 @@ def sim_point(policy: str, rate: float, args: argparse.Namespace, slo_mix: str, 
     result["per_class"] = {}
     margins = {_kind_and_slo(key): m for key, m in run.margins.items()}
     return {**point_summary(policy, rate, {**result, "num_prompts": len(run.records)}), "stretch": run.stretch,
-            "refusals": run.refusals, "margins": margins}
+            "refusals": run.refusals, "margins": margins, "busy": run.busy}
 
 
 def _kind_and_slo(margin_key: str) -> str:
@@ -175,11 +182,17 @@ def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: arg
     return points
 
 
-def compare(real: list[dict], simulated: list[dict], on_own_cores: list[dict]) -> list[dict]:
+def _within(s: dict, r: dict) -> bool:
+    """Goodput and admitted attainment both within 15% of the real point's."""
+    return all(abs(s[k] - r[k]) <= 0.15 * max(r[k], 1e-9) for k in ("goodput", "admitted_attainment"))
+
+
+def compare(real: list[dict], simulated: list[dict], on_own_cores: list[dict], decode_by_cpu: list[dict]) -> list[dict]:
     out = []
     for r in real:
         s = next(p for p in simulated if p["policy"] == r["policy"] and p["rate"] == r["rate"])
         own = next(p for p in on_own_cores if p["policy"] == r["policy"] and p["rate"] == r["rate"])
+        cpu = next(p for p in decode_by_cpu if p["policy"] == r["policy"] and p["rate"] == r["rate"])
         point = {"rate": r["rate"], "policy": r["policy"], "real_goodput": r["goodput"], "sim_goodput": s["goodput"],
                  "real_admitted_attainment": r["admitted_attainment"],
                  "sim_admitted_attainment": s["admitted_attainment"], "real_rejected": r["rejected"],
@@ -187,7 +200,11 @@ def compare(real: list[dict], simulated: list[dict], on_own_cores: list[dict]) -
                  "real_margins": r["margins"], "sim_margins": s["margins"],
                  "real_cores_used": r["cores_used"], "sim_stretch": s["stretch"],
                  "sim_own_cores_goodput": own["goodput"],
-                 "sim_own_cores_admitted_attainment": own["admitted_attainment"]}
+                 "sim_own_cores_admitted_attainment": own["admitted_attainment"],
+                 "sim_decode_by_cpu_goodput": cpu["goodput"],
+                 "sim_decode_by_cpu_admitted_attainment": cpu["admitted_attainment"],
+                 "sim_decode_by_cpu_stretch": cpu["stretch"], "sim_decode_by_cpu_within_15pct": _within(cpu, r),
+                 "sim_own_cores_within_15pct": _within(own, r)}
         point["goodput_within_15pct"] = abs(s["goodput"] - r["goodput"]) <= 0.15 * max(r["goodput"], 1e-9)
         point["attainment_within_15pct"] = abs(s["admitted_attainment"] - r["admitted_attainment"]) <= \
             0.15 * max(r["admitted_attainment"], 1e-9)
@@ -198,7 +215,7 @@ def compare(real: list[dict], simulated: list[dict], on_own_cores: list[dict]) -
 def summary_line(p: dict) -> str:
     """One compared point, real beside simulated (with the host and without)."""
     return (f"{p['policy']:8s} @ {p['rate']:5g}: goodput real {p['real_goodput']:.2f} sim {p['sim_goodput']:.2f} "
-            f"(own cores {p['sim_own_cores_goodput']:.2f}); admitted attainment real "
+            f"(own cores {p['sim_own_cores_goodput']:.2f}, decode by CPU {p['sim_decode_by_cpu_goodput']:.2f}); admitted attainment real "
             f"{p['real_admitted_attainment']:.1%} sim {p['sim_admitted_attainment']:.1%} "
             f"(own cores {p['sim_own_cores_admitted_attainment']:.1%})"
             + (f"; refused real {p['real_refusals']} sim {p['sim_refusals']}" if p["policy"] == "scorpio" else ""))
@@ -217,9 +234,11 @@ def plot(points: list[dict], out: Path) -> None:
             ps = [p for p in points if p["policy"] == policy]
             ax.plot([p["rate"] for p in ps], [p[f"real_{key}"] for p in ps], "o-", color=color, label=f"{policy} real")
             ax.plot([p["rate"] for p in ps], [p[f"sim_{key}"] for p in ps], "s--", color=color, label=f"{policy} sim")
-            if ps and f"sim_own_cores_{key}" in ps[0]:
-                ax.plot([p["rate"] for p in ps], [p[f"sim_own_cores_{key}"] for p in ps], "x:", color=color, alpha=0.6,
-                        label=f"{policy} sim, workers on cores of their own")
+            for variant, marker, label in (("own_cores", "x:", "workers on cores of their own"),
+                                           ("decode_by_cpu", "^-.", "decode core by its engine's CPU")):
+                if ps and f"sim_{variant}_{key}" in ps[0]:
+                    ax.plot([p["rate"] for p in ps], [p[f"sim_{variant}_{key}"] for p in ps], marker, color=color,
+                            alpha=0.6, label=f"{policy} sim, {label}")
         ax.set(title=title, xlabel="request rate (req/s)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -229,7 +248,7 @@ def plot(points: list[dict], out: Path) -> None:
 
 def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: float, args: argparse.Namespace,
               work: Path, unloaded_front_end: float
-              ) -> tuple[CostModels, dict[str, float], SimConfig, SimConfig, CostModels]:
+              ) -> tuple[CostModels, dict[str, float], SimConfig, SimConfig, CostModels, tuple[SimConfig, CostModels]]:
     """Runs the calibration load (not compared) and reads back what the simulated cluster takes
     from it: the workers' truth, the figures shown, and the configs (hop, call overheads, factors;
     the host's cores and the front end's use of them, and the first leaves them out) and the truth
@@ -266,6 +285,17 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
         **{**vars(args), "duration_s": args.calibration_s}), "", shared, models, truth)
     stretch = calibration["stretch"]
     alone = CostModels(truth.prefill.scaled(1 / stretch["prefill"]), truth.decode.scaled(1 / stretch["decode"]))
+    # the decode engine's CPU over the time the simulated decode worker computed, at the calibration load
+    cpu_share = min(1.0, max(0.05, used["decode-0/engine"] / max(calibration["busy"].get("decode", 0.0), 1e-9)))
+    by_cpu = SimConfig(**{**_fields(shared), "decode_cpu_share": cpu_share})
+    stretch_by_cpu = sim_point("scorpio", args.calibration_rate, argparse.Namespace(
+        **{**vars(args), "duration_s": args.calibration_s}), "", by_cpu, models, truth)["stretch"]
+    alone_by_cpu = CostModels(truth.prefill.scaled(1 / stretch_by_cpu["prefill"]),
+                              truth.decode.scaled(1 / stretch_by_cpu["decode"]))
+    machine.update({"decode_engine_cores_calibration": used["decode-0/engine"],
+                    "simulated_decode_busy_calibration": calibration["busy"].get("decode", 0.0),
+                    "decode_cpu_share": cpu_share, "calibration_stretch_by_cpu_prefill": stretch_by_cpu["prefill"],
+                    "calibration_stretch_by_cpu_decode": stretch_by_cpu["decode"]})
     machine.update({"front_end_cores_unloaded": unloaded_front_end, "front_end_cores_calibration": front_end(used),
                     "front_end_cores_heavier": front_end(heavier),
                     "front_end_cores_base": fitted.base, "front_end_cores_per_e_fold": fitted.per_log_rate,
@@ -279,7 +309,7 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
              f"{own_threads(used, 'decode'):.2f} / {own_threads(heavier, 'decode'):.2f}; simulated stretch at the "
              f"calibration load: prefill {stretch['prefill']:.3f}, "
              f"decode {stretch['decode']:.3f}")
-    return truth, machine, own_cores, shared, alone
+    return truth, machine, own_cores, shared, alone, (by_cpu, alone_by_cpu)
 
 
 def parse_args() -> argparse.Namespace:
@@ -323,7 +353,7 @@ def main() -> None:
             cluster.address, args.base_rate, args, "", work / "unloaded", num_prompts=args.base_prompts,
             requests=requests(args)))
         slo_mix = slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
-        truth, machine, own_cores, config, alone = calibrate(cluster, models, unloaded, hop_s, args, work,
+        truth, machine, own_cores, config, alone, (by_cpu, alone_by_cpu) = calibrate(cluster, models, unloaded, hop_s, args, work,
                                                              front_end(used))
         the_knee = knee(args, slo_mix, config, models, alone)
         rates = [round(the_knee * float(f), 2) for f in args.fractions.split(",")]
@@ -338,7 +368,9 @@ def main() -> None:
                            alone) for policy in ("scorpio", "fcfs") for rate in rates]
     on_own_cores = [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(own_cores), "policy": policy}),
                               models, truth) for policy in ("scorpio", "fcfs") for rate in rates]
-    points = compare(real, simulated, on_own_cores)
+    decode_by_cpu = [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(by_cpu), "policy": policy}),
+                               models, alone_by_cpu) for policy in ("scorpio", "fcfs") for rate in rates]
+    points = compare(real, simulated, on_own_cores, decode_by_cpu)
     for p in points:
         progress(summary_line(p))
     if args.plot:

@@ -64,6 +64,9 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
                              metavar="BASE,PER_E_FOLD",
                              help=f"the cores a {role} worker's own RPC threads use beside its engine, on its own "
                                   "cores: BASE at 1 req/s to the worker, PER_E_FOLD more per e-fold; with --host-cores")
+    cluster.add_argument("--decode-cpu-share", type=float, default=DEFAULTS.decode_cpu_share,
+                         help="the share of a decode step's time its engine computes on its core (the rest is idle "
+                              "for the front end; `bench/sim_vs_real.py` measures it); with --host-cores")
     plan = p.add_argument_group("capacity planning")
     plan.add_argument("--plan", action="store_true", help="search prefill/decode splits for the cheapest that "
                       "keeps admitted attainment >= --slo-target and adherence >= --min-adherence at --request-rate")
@@ -99,7 +102,7 @@ def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
                   prefill_scale=args.prefill_scale, decode_scale=args.decode_scale,
                   slo_target=args.slo_target, seed=args.seed, host_cores=args.host_cores,
                   front_end_cores=args.front_end_cores, prefill_own_cores=args.prefill_own_cores,
-                  decode_own_cores=args.decode_own_cores,
+                  decode_own_cores=args.decode_own_cores, decode_cpu_share=args.decode_cpu_share,
                   call_overhead_s=tuple(ms / 1000 for ms in args.call_overhead_ms))
     values.update(overrides)
     return SimConfig(**values)  # type: ignore[arg-type]

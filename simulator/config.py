@@ -51,6 +51,10 @@ class SimConfig:
     # its own cores: (at 1 req/s to the worker, more per e-fold); with host_cores
     prefill_own_cores: tuple[float, float] = (0.0, 0.0)
     decode_own_cores: tuple[float, float] = (0.0, 0.0)
+    # the share of a decode step's time its engine computes on its core (the rest it waits on its
+    # own threads: token streams, the next batch's RPCs); the host counts the rest as idle for the
+    # front end to run in. 1: a decode worker's core is in use for its whole step
+    decode_cpu_share: float = 1.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -68,6 +72,8 @@ class SimConfig:
             raise ValueError("prefill_scale and decode_scale must be > 0")
         if self.host_cores < 0 or min(self.front_end_cores[1], self.prefill_own_cores[1], self.decode_own_cores[1]) < 0:
             raise ValueError("host cores and the cores per e-fold of the rate must be >= 0")
+        if not 0 < self.decode_cpu_share <= 1:
+            raise ValueError("decode_cpu_share must be in (0, 1]")
 
     @property
     def exact(self) -> bool:

@@ -14,8 +14,9 @@ thread, and take more of them as the load grows too.
                  hand-offs) use O_i(r / workers of its role) cores of its own cores, as F's law
     spare cores: the host's cores beyond the workers' (``plan_cores`` gives the gateway one of
                  its own then) take F first; the rest, F', runs on the workers' cores
-    spread:      by idle capacity: worker i, k_i cores, busy u_i of the last WINDOW_S, has
-                 c_i = max(0, k_i(1 − u_i) − O_i) and takes f_i = F' · c_i / Σ_j c_j
+    spread:      by idle capacity: worker i, k_i cores, busy u_i of the last WINDOW_S, its engine
+                 computing a share s_i of its busy time (``cpu_share``, by role; 1 unless told), has
+                 c_i = max(0, k_i(1 − s_i·u_i) − O_i) and takes f_i = F' · c_i / Σ_j c_j
     stretch:     a forward (a decode worker's run ahead) starting now takes 1 / (1 − (O_i + f_i) / k_i)
                  × its time, the share capped at MAX_SHARE
 
@@ -69,6 +70,7 @@ class HostCpu:
     workers: dict[str, str]  # worker id -> role ("prefill" / "decode")
     front_end: CoresAtRate
     own: dict[str, CoresAtRate] = field(default_factory=dict)  # by role: a worker's own RPC threads
+    cpu_share: dict[str, float] = field(default_factory=dict)  # by role: of its busy time, what its engine computes
     _sent: deque[float] = field(default_factory=deque)
     _busy: dict[str, deque[list[float]]] = field(default_factory=dict)  # worker -> [start, end] intervals
     _charged: dict[str, list[float]] = field(default_factory=dict)  # role -> [seconds unstretched, stretched]
@@ -115,7 +117,8 @@ class HostCpu:
         spill = max(0.0, self.front_end.at(rate) - self.spare)
         taken = 0.0
         if spill > 0:
-            idle = {w: max(0.0, k * (1 - self.utilization(w, now)) - own[w]) for w in self.workers}
+            idle = {w: max(0.0, k * (1 - self.cpu_share.get(role, 1.0) * self.utilization(w, now)) - own[w])
+                    for w, role in self.workers.items()}
             total = sum(idle.values())
             taken = spill * idle[worker] / total if total > 1e-9 else spill / len(self.workers)
         return min(MAX_SHARE, (own[worker] + taken) / k)
@@ -137,6 +140,10 @@ class HostCpu:
         charged[0] -= unstretched_s
         charged[1] -= interval[1] - end
         interval[1] = end
+
+    def busy_s(self) -> dict[str, float]:
+        """By role: the seconds its workers computed, all of them together (stretched as they ran)."""
+        return {role: stretched for role, (_, stretched) in self._charged.items()}
 
     def mean_stretch(self) -> dict[str, float]:
         """By role: the time the workers computed over what it would have been alone."""

@@ -25,6 +25,7 @@ class SimRun:
     margins: dict[str, float]  # each guard's margins at the end (ttft headroom / tpot epsilon, by worker and SLO class)
     stretch: dict[str, float]  # by role: the workers' forwards over what they take alone (1: the host is not simulated)
     refusals: dict[str, int]  # requests refused before any work, by reason (as ``pdserve:request_rejections``)
+    busy: dict[str, float]  # by role: the share of the run its workers computed (a mean over them; empty without a host)
 
 
 def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
@@ -38,7 +39,8 @@ def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
         roles = {f"{role}-{i}": role for role, n in (("prefill", config.prefill), ("decode", config.decode))
                  for i in range(n)}
         host = HostCpu(config.host_cores, roles, CoresAtRate(*config.front_end_cores),
-                       {"prefill": CoresAtRate(*config.prefill_own_cores), "decode": CoresAtRate(*config.decode_own_cores)})
+                       {"prefill": CoresAtRate(*config.prefill_own_cores), "decode": CoresAtRate(*config.decode_own_cores)},
+                       {"decode": config.decode_cpu_share})
     prefills = [SimPrefillWorker(sim, f"prefill-{i}", config, models, truth, host) for i in range(config.prefill)]
     decodes = [SimDecodeWorker(sim, f"decode-{i}", config, models, truth, host) for i in range(config.decode)]
     answered: list[Flight] = []
@@ -59,8 +61,12 @@ def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
     margins = {f"ttft_headroom/{wid}/{ms:g}ms": m for wid, g in gateway.guards.items() for ms, m in g.headrooms.items()}
     margins.update({f"tpot_epsilon/{wid}/{ms:g}ms": m for wid, v in gateway.views.items() for ms, m in v.epsilons.items()})
     stretch = host.mean_stretch() if host is not None else {"prefill": 1.0, "decode": 1.0}
+    first = min((f.planned.send_at for f in flights), default=0.0)
+    span = max(last - first, 1e-9)
+    workers = {"prefill": config.prefill, "decode": config.decode}
+    busy = {role: s / span / workers[role] for role, s in host.busy_s().items()} if host is not None else {}
     return SimRun([f.record for f in flights], last, time.perf_counter() - started, margins, stretch,
-                  dict(gateway.refusals))
+                  dict(gateway.refusals), busy)
 
 
 def _record(item: PlannedRequest) -> RequestRecord:

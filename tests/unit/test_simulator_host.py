@@ -69,6 +69,21 @@ def test_a_workers_own_threads_take_from_its_own_cores_and_leave_the_front_end_l
     assert two.share("decode-1", 0.1) == pytest.approx(0.1 + 0.1 * math.log(2))
 
 
+def test_a_decode_worker_that_computes_part_of_its_steps_leaves_the_rest_of_its_core_to_the_front_end():
+    host = HostCpu(2, WORKERS, CoresAtRate(0.4, 0.0), cpu_share={"decode": 0.5})
+    host.sent(0.0)
+    host.busy("decode-0", 0.0, 1.0, 1.0)
+    # stepping the whole last second, computing half of it: idle capacities 1 (prefill) and 0.5 split it 2:1
+    assert host.share("prefill-0", 1.0) == pytest.approx(0.4 * 2 / 3)
+    assert host.share("decode-0", 1.0) == pytest.approx(0.4 * 1 / 3)
+    # the prefill worker's busy time counts whole (no share told for its role)
+    host.busy("prefill-0", 0.0, 1.0, 1.0)
+    assert host.share("decode-0", 1.0) == pytest.approx(0.4)
+    assert host.busy_s() == {"prefill": pytest.approx(1.0), "decode": pytest.approx(1.0)}
+    with pytest.raises(ValueError, match="decode_cpu_share"):
+        SimConfig(decode_cpu_share=0.0)
+
+
 def _one_request(config: SimConfig):  # type: ignore[no-untyped-def]
     plan = [PlannedRequest(0, [0] * 100, 3, None, 0.0)]
     return simulate(plan, SimConfig(hop_s=0.0, transfer_s=0.0, transfer_s_per_token=0.0, policy="fcfs",
@@ -87,7 +102,10 @@ def test_a_forward_on_a_shared_core_takes_longer_by_the_front_ends_share_and_a_s
     assert shared.records[0].tpot > alone.records[0].tpot
     spare = _one_request({"host_cores": 3, "front_end_cores": (0.5, 0.0)})
     assert spare.records[0].token_times == pytest.approx(alone.records[0].token_times)
-    assert alone.stretch == {"prefill": 1.0, "decode": 1.0}
+    assert alone.stretch == {"prefill": 1.0, "decode": 1.0} and alone.busy == {}
+    # the share of the run each role computed: one 10/0.75 ms forward, then two stretched steps
+    assert shared.busy["prefill"] == pytest.approx(0.010 / 0.75 / shared.duration)
+    assert 0 < shared.busy["decode"] < 1
     with pytest.raises(ValueError, match="host cores"):
         SimConfig(host_cores=-1)
 
@@ -100,7 +118,8 @@ def test_the_host_flags_reach_the_simulated_cluster_and_refuse_nonsense():
     parser = argparse.ArgumentParser()
     add_simulate_args(parser)
     config = sim_config(parser.parse_args(["--host-cores", "2", "--front-end-cores", "0.1,0.12",
-                                           "--decode-own-cores", "0.05,0.02"]))
+                                           "--decode-own-cores", "0.05,0.02", "--decode-cpu-share", "0.7"]))
+    assert config.decode_cpu_share == 0.7
     assert (config.host_cores, config.front_end_cores) == (2, (0.1, 0.12))
     assert (config.decode_own_cores, config.prefill_own_cores) == ((0.05, 0.02), (0.0, 0.0))
     assert sim_config(parser.parse_args([])).host_cores == 0
