@@ -45,15 +45,17 @@ every worker on cores of its own, the truth as measured), the host with the deco
 counted in use for only the share of its steps its engine computes (``sim_decode_by_cpu_*``:
 ``SimConfig.decode_cpu_share``, the decode engine thread's CPU at the calibration load over the
 time the simulated decode worker computed there; a simulated step's time includes the waits on
-its own threads that leave the core to the front end), each with whether it is within 15%, and
-the cores every process used while the real point ran (``real_cores_used``: gateway, each worker,
-load tester). The variants run against the same real points: a paired comparison of host laws.
+its own threads that leave the core to the front end), and the host with the prefill worker's
+in-cluster cost as a fixed cost per forward (``sim_per_forward_*``: the profile plus what a
+calibration forward took beyond it, so that a loaded worker's batched forwards pay it once, where
+the compared simulation scales every forward by it), each with whether it is within 15%, and the
+cores every process used while the real point ran (``real_cores_used``: gateway, each worker,
+load tester). The variants run against the same real points: a paired comparison.
 
 Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
-"sim_admitted_attainment", "real_cores_used", "sim_stretch", "sim_own_cores_goodput",
-"sim_own_cores_admitted_attainment", "sim_own_cores_within_15pct", "sim_decode_by_cpu_goodput",
-"sim_decode_by_cpu_admitted_attainment", "sim_decode_by_cpu_stretch", "sim_decode_by_cpu_within_15pct",
-"real_refusals", "sim_refusals", "real_margins", "sim_margins"},
+"sim_admitted_attainment", "real_cores_used", "sim_stretch", "real_refusals", "sim_refusals",
+"real_margins", "sim_margins", and for each variant V "sim_V_goodput", "sim_V_admitted_attainment",
+"sim_V_stretch", "sim_V_refusals", "sim_V_within_15pct"},
 ...], ...}``: the refusals by the reason the gateway counts (``ttft_unattainable``: the TTFT guard;
 ``decode_admission``: no decode place in time) and the guards' margins at the point's end, by kind
 and SLO, show where the real and the simulated guards part.
@@ -62,6 +64,7 @@ and SLO, show where the real and the simulated guards part.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -79,7 +82,7 @@ from client.bench.metrics import summarize  # noqa: E402
 from client.bench.plan import build_plan  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
-from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
+from common.slo.cost_models import CostModels, DecodeModel, PrefillModel  # noqa: E402
 from common.worker.cpu_plan import available_cores  # noqa: E402
 from simulator.config import SimConfig  # noqa: E402
 from simulator.host import CoresAtRate  # noqa: E402
@@ -89,6 +92,9 @@ from simulator.run import simulate  # noqa: E402
 FIRST_TOKEN_HOPS = 6  # client → gateway → decode (reserve) → gateway → prefill → gateway → client
 WARM_SEED = 8  # the compared runs use seed 7
 GRID = (2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
+# what is simulated beside the compared simulation, against the same real points (module docstring)
+VARIANTS = {"own_cores": "workers on cores of their own", "decode_by_cpu": "decode core by its engine's CPU",
+            "per_forward": "in-cluster cost per forward"}
 
 
 def requests(args: argparse.Namespace) -> tuple[str, ...]:
@@ -120,6 +126,15 @@ def _kind_and_slo(margin_key: str) -> str:
     """``SimRun.margins``' "kind/worker/SLO" as the gateway's metric reads with one worker of a role."""
     kind, _, slo = margin_key.split("/")
     return f"{kind}/{slo}"
+
+
+def per_forward_cost(model: PrefillModel, ratio: float, tokens: int) -> PrefillModel:
+    """``model`` taking ``ratio`` × its time for a forward of ``tokens``, the difference a fixed cost
+    of every forward (what a forward costs inside the cluster beyond its profile, if it does not grow
+    with the forward's tokens); a ratio below one scales it."""
+    if ratio <= 1:
+        return model.scaled(ratio)
+    return dataclasses.replace(model, base_s=model.base_s + (ratio - 1) * model.predict(tokens))
 
 
 def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: DecodeModel, forward_ratio: float,
@@ -187,24 +202,25 @@ def _within(s: dict, r: dict) -> bool:
     return all(abs(s[k] - r[k]) <= 0.15 * max(r[k], 1e-9) for k in ("goodput", "admitted_attainment"))
 
 
-def compare(real: list[dict], simulated: list[dict], on_own_cores: list[dict], decode_by_cpu: list[dict]) -> list[dict]:
+def compare(real: list[dict], simulated: list[dict], beside: dict[str, list[dict]]) -> list[dict]:
+    """Each real point with the compared simulation's, and each variant's beside it (``sim_<variant>_*``)."""
     out = []
     for r in real:
-        s = next(p for p in simulated if p["policy"] == r["policy"] and p["rate"] == r["rate"])
-        own = next(p for p in on_own_cores if p["policy"] == r["policy"] and p["rate"] == r["rate"])
-        cpu = next(p for p in decode_by_cpu if p["policy"] == r["policy"] and p["rate"] == r["rate"])
+        def same(points: list[dict]) -> dict:
+            return next(p for p in points if p["policy"] == r["policy"] and p["rate"] == r["rate"])
+
+        s = same(simulated)
         point = {"rate": r["rate"], "policy": r["policy"], "real_goodput": r["goodput"], "sim_goodput": s["goodput"],
                  "real_admitted_attainment": r["admitted_attainment"],
                  "sim_admitted_attainment": s["admitted_attainment"], "real_rejected": r["rejected"],
                  "sim_rejected": s["rejected"], "real_refusals": r["refusals"], "sim_refusals": s["refusals"],
                  "real_margins": r["margins"], "sim_margins": s["margins"],
-                 "real_cores_used": r["cores_used"], "sim_stretch": s["stretch"],
-                 "sim_own_cores_goodput": own["goodput"],
-                 "sim_own_cores_admitted_attainment": own["admitted_attainment"],
-                 "sim_decode_by_cpu_goodput": cpu["goodput"],
-                 "sim_decode_by_cpu_admitted_attainment": cpu["admitted_attainment"],
-                 "sim_decode_by_cpu_stretch": cpu["stretch"], "sim_decode_by_cpu_within_15pct": _within(cpu, r),
-                 "sim_own_cores_within_15pct": _within(own, r)}
+                 "real_cores_used": r["cores_used"], "sim_stretch": s["stretch"]}
+        for name, points in beside.items():
+            v = same(points)
+            point.update({f"sim_{name}_goodput": v["goodput"], f"sim_{name}_admitted_attainment": v["admitted_attainment"],
+                          f"sim_{name}_stretch": v["stretch"], f"sim_{name}_refusals": v["refusals"],
+                          f"sim_{name}_within_15pct": _within(v, r)})
         point["goodput_within_15pct"] = abs(s["goodput"] - r["goodput"]) <= 0.15 * max(r["goodput"], 1e-9)
         point["attainment_within_15pct"] = abs(s["admitted_attainment"] - r["admitted_attainment"]) <= \
             0.15 * max(r["admitted_attainment"], 1e-9)
@@ -213,11 +229,14 @@ def compare(real: list[dict], simulated: list[dict], on_own_cores: list[dict], d
 
 
 def summary_line(p: dict) -> str:
-    """One compared point, real beside simulated (with the host and without)."""
+    """One compared point, real beside simulated (and each variant's in brackets)."""
+    def beside(key: str, form: str) -> str:
+        return ", ".join(f"{name} {p[f'sim_{name}_{key}']:{form}}" for name in VARIANTS)
+
     return (f"{p['policy']:8s} @ {p['rate']:5g}: goodput real {p['real_goodput']:.2f} sim {p['sim_goodput']:.2f} "
-            f"(own cores {p['sim_own_cores_goodput']:.2f}, decode by CPU {p['sim_decode_by_cpu_goodput']:.2f}); admitted attainment real "
+            f"({beside('goodput', '.2f')}); admitted attainment real "
             f"{p['real_admitted_attainment']:.1%} sim {p['sim_admitted_attainment']:.1%} "
-            f"(own cores {p['sim_own_cores_admitted_attainment']:.1%})"
+            f"({beside('admitted_attainment', '.1%')})"
             + (f"; refused real {p['real_refusals']} sim {p['sim_refusals']}" if p["policy"] == "scorpio" else ""))
 
 
@@ -234,8 +253,7 @@ def plot(points: list[dict], out: Path) -> None:
             ps = [p for p in points if p["policy"] == policy]
             ax.plot([p["rate"] for p in ps], [p[f"real_{key}"] for p in ps], "o-", color=color, label=f"{policy} real")
             ax.plot([p["rate"] for p in ps], [p[f"sim_{key}"] for p in ps], "s--", color=color, label=f"{policy} sim")
-            for variant, marker, label in (("own_cores", "x:", "workers on cores of their own"),
-                                           ("decode_by_cpu", "^-.", "decode core by its engine's CPU")):
+            for (variant, label), marker in zip(VARIANTS.items(), ("x:", "^-.", "v-.")):
                 if ps and f"sim_{variant}_{key}" in ps[0]:
                     ax.plot([p["rate"] for p in ps], [p[f"sim_{variant}_{key}"] for p in ps], marker, color=color,
                             alpha=0.6, label=f"{policy} sim, {label}")
@@ -248,11 +266,11 @@ def plot(points: list[dict], out: Path) -> None:
 
 def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: float, args: argparse.Namespace,
               work: Path, unloaded_front_end: float
-              ) -> tuple[CostModels, dict[str, float], SimConfig, SimConfig, CostModels, tuple[SimConfig, CostModels]]:
+              ) -> tuple[CostModels, dict[str, float], SimConfig, CostModels, dict[str, tuple[SimConfig, CostModels]]]:
     """Runs the calibration load (not compared) and reads back what the simulated cluster takes
-    from it: the workers' truth, the figures shown, and the configs (hop, call overheads, factors;
-    the host's cores and the front end's use of them, and the first leaves them out) and the truth
-    the second runs at (the first runs at the first)."""
+    from it: the workers' truth, the figures shown, the config the compared simulation runs (hop,
+    call overheads, factors, the host's cores and the front end's use of them) and the truth it runs
+    at, and the variants simulated beside it (``VARIANTS``), each a config and a truth."""
     before = overhead_buckets(cluster)
     ratios_before = {role: observed_ratios(cluster, role) for role in ("prefill", "decode")}
     _, used = cores_used(cluster, lambda: bench_point(
@@ -292,6 +310,9 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
         **{**vars(args), "duration_s": args.calibration_s}), "", by_cpu, models, truth)["stretch"]
     alone_by_cpu = CostModels(truth.prefill.scaled(1 / stretch_by_cpu["prefill"]),
                               truth.decode.scaled(1 / stretch_by_cpu["decode"]))
+    # the same in-cluster cost as a fixed one per forward: a loaded worker's batched forwards pay it once
+    alone_per_forward = CostModels(per_forward_cost(models.prefill, forward_ratio / stretch["prefill"], args.prompt_len),
+                                   alone.decode)
     machine.update({"decode_engine_cores_calibration": used["decode-0/engine"],
                     "simulated_decode_busy_calibration": calibration["busy"].get("decode", 0.0),
                     "decode_cpu_share": cpu_share, "calibration_stretch_by_cpu_prefill": stretch_by_cpu["prefill"],
@@ -309,7 +330,9 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
              f"{own_threads(used, 'decode'):.2f} / {own_threads(heavier, 'decode'):.2f}; simulated stretch at the "
              f"calibration load: prefill {stretch['prefill']:.3f}, "
              f"decode {stretch['decode']:.3f}")
-    return truth, machine, own_cores, shared, alone, (by_cpu, alone_by_cpu)
+    variants = {"own_cores": (own_cores, truth), "decode_by_cpu": (by_cpu, alone_by_cpu),
+                "per_forward": (shared, alone_per_forward)}
+    return truth, machine, shared, alone, variants
 
 
 def parse_args() -> argparse.Namespace:
@@ -353,7 +376,7 @@ def main() -> None:
             cluster.address, args.base_rate, args, "", work / "unloaded", num_prompts=args.base_prompts,
             requests=requests(args)))
         slo_mix = slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
-        truth, machine, own_cores, config, alone, (by_cpu, alone_by_cpu) = calibrate(cluster, models, unloaded, hop_s, args, work,
+        truth, machine, config, alone, variants = calibrate(cluster, models, unloaded, hop_s, args, work,
                                                              front_end(used))
         the_knee = knee(args, slo_mix, config, models, alone)
         rates = [round(the_knee * float(f), 2) for f in args.fractions.split(",")]
@@ -366,11 +389,10 @@ def main() -> None:
         real += run_points(cluster, "fcfs", rates, args, slo_mix, work)
     simulated = [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(config), "policy": policy}), models,
                            alone) for policy in ("scorpio", "fcfs") for rate in rates]
-    on_own_cores = [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(own_cores), "policy": policy}),
-                              models, truth) for policy in ("scorpio", "fcfs") for rate in rates]
-    decode_by_cpu = [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(by_cpu), "policy": policy}),
-                               models, alone_by_cpu) for policy in ("scorpio", "fcfs") for rate in rates]
-    points = compare(real, simulated, on_own_cores, decode_by_cpu)
+    beside = {name: [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(variant), "policy": policy}),
+                               models, variant_truth) for policy in ("scorpio", "fcfs") for rate in rates]
+              for name, (variant, variant_truth) in variants.items()}
+    points = compare(real, simulated, beside)
     for p in points:
         progress(summary_line(p))
     if args.plot:

@@ -1,0 +1,42 @@
+"""``bench/sim_vs_real.py``'s own arithmetic: the in-cluster cost as a fixed cost per forward, and a
+real point set beside the compared simulation and each variant."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.sim_vs_real import compare, per_forward_cost
+from common.slo.cost_models import PrefillModel
+
+PROFILE = PrefillModel(0, 0.001, 0.00005)  # 1 ms + 50 us a token
+
+
+def test_the_in_cluster_cost_is_paid_once_per_forward_however_many_prompts_it_holds():
+    model = per_forward_cost(PROFILE, 1.5, 200)
+    assert model.predict(200) == pytest.approx(1.5 * PROFILE.predict(200))  # the calibration forward's ratio
+    extra = 0.5 * PROFILE.predict(200)
+    # four prompts in one forward pay it once; in four forwards, four times
+    assert model.predict_forwards(800, 0) == pytest.approx(PROFILE.predict_forwards(800, 0) + extra)
+    assert model.predict_forwards(800, 200) == pytest.approx(4 * (PROFILE.predict(200) + extra))
+    assert per_forward_cost(PROFILE, 1.5, 800).predict(200) > model.predict(200)  # measured on larger forwards
+    # faster than the profile: nothing to add, the profile scaled
+    assert per_forward_cost(PROFILE, 0.8, 200).predict(400) == pytest.approx(0.8 * PROFILE.predict(400))
+
+
+def _point(policy: str, rate: float, goodput: float, attainment: float) -> dict:
+    return {"policy": policy, "rate": rate, "goodput": goodput, "admitted_attainment": attainment, "rejected": 0,
+            "refusals": {}, "margins": {}, "cores_used": {}, "stretch": {"prefill": 1.0, "decode": 1.0}}
+
+
+def test_each_variant_is_set_beside_the_same_real_point_and_judged_on_both_figures():
+    real = [_point("scorpio", 16.0, 16.0, 1.0), _point("fcfs", 16.0, 10.0, 0.5)]
+    simulated = [_point("fcfs", 16.0, 11.4, 0.5), _point("scorpio", 16.0, 14.0, 1.0)]
+    beside = {"a": [_point("scorpio", 16.0, 16.5, 0.86), _point("fcfs", 16.0, 8.6, 0.56)],
+              "b": [_point("fcfs", 16.0, 12.0, 0.5), _point("scorpio", 16.0, 16.0, 0.84)]}
+    scorpio, fcfs = compare(real, simulated, beside)
+    assert (scorpio["sim_goodput"], fcfs["sim_goodput"]) == (14.0, 11.4)
+    assert scorpio["goodput_within_15pct"] and scorpio["attainment_within_15pct"]
+    assert fcfs["goodput_within_15pct"]  # 14% over
+    assert scorpio["sim_a_within_15pct"] and not scorpio["sim_b_within_15pct"]  # attainment 16% under
+    assert fcfs["sim_a_within_15pct"] and not fcfs["sim_b_within_15pct"]  # 12.0 is 20% over 10
+    assert fcfs["sim_b_goodput"] == 12.0 and scorpio["sim_a_admitted_attainment"] == 0.86
