@@ -249,12 +249,20 @@ class LocalCluster:
         self._log_offsets[name] = log.tell()
         self._logs.append(log)
         self._ended.discard(name)
-        # Pinned before exec, so every thread the process starts inherits it; workers also pin
-        # themselves (--cpu-cores) as they do when started alone.
-        cores = self.plan[name].cores if name in self.plan else ()
-        pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+        # Pinned and niced before exec, so every thread the process starts inherits both; workers
+        # also pin themselves (--cpu-cores) as they do when started alone.
+        planned = self.plan.get(name)
+        cores, nice = (planned.cores, planned.nice) if planned is not None else ((), 0)
+
+        def place() -> None:
+            if cores:
+                os.sched_setaffinity(0, cores)
+            if nice:
+                os.nice(nice)
+
         self.processes[name] = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
-                                                env=env, start_new_session=True, preexec_fn=pin)
+                                                env=env, start_new_session=True,
+                                                preexec_fn=place if cores or nice else None)
 
     def _gateway_listening(self, timeout_s: float) -> bool:
         """Waits until the gateway has bound its ports (True) or exited (False)."""

@@ -5,6 +5,7 @@ by the steps really run instead of closing the guard for good."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -52,6 +53,11 @@ def test_every_start_of_the_default_cluster_fits_its_decode_model_and_serves_a_t
             cores = [c for a in workers for c in a.cores]
             if len(available_cores()) >= len(workers):
                 assert len(cores) == len(set(cores)), f"workers share a core: {cluster.plan}"
+            # the gateway runs at the plan's priority: below the workers' where it shares their cores
+            niceness = os.getpriority(os.PRIO_PROCESS, cluster.pid("gateway")) - os.getpriority(os.PRIO_PROCESS, 0)
+            assert niceness == cluster.plan["gateway"].nice, f"gateway niced {niceness}, planned {cluster.plan['gateway']}"
+            assert all(os.getpriority(os.PRIO_PROCESS, cluster.pid(name)) == os.getpriority(os.PRIO_PROCESS, 0)
+                       for name in cluster.plan if name != "gateway")
             worst = _gauge(_decode_metrics(cluster), "pdserve:cost_model_fit_worst_ratio", "decode")
             assert 1.0 <= worst <= 1.5, f"start {start}: the decode fit misses one of its points by {worst:.2f}x"
             ttft_ms, tpot_ms = _timed(cluster.address, ttft_ms=500, tpot_ms=30)

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from common.worker.cpu_plan import format_cores, parse_cores, plan_cores
+from common.worker.cpu_plan import SHARED_GATEWAY_NICE, format_cores, parse_cores, plan_cores
 from common.worker.config import WorkerConfig
 
 
@@ -31,14 +31,16 @@ def test_workers_never_share_a_core_or_run_more_threads_than_cores_when_there_ar
     if cores > workers:
         assert gateway.cores and not set(gateway.cores) & set(used), "the gateway should be off the workers' cores"
         assert len(used) + len(gateway.cores) == cores
-    else:
-        assert gateway.cores == ()
+        assert gateway.nice == 0  # its own core: nothing to yield
+    else:  # on the workers' cores: it yields to their forwards
+        assert gateway.cores == () and gateway.nice == SHARED_GATEWAY_NICE > 0
+    assert all(a.nice == 0 for a in assigned)
 
 
 def test_two_workers_on_two_cores_get_one_core_and_one_thread_each():
     gateway, prefill, decode = plan_cores(["prefill-0", "decode-0"], (0, 1))
     assert (prefill.cores, prefill.threads, decode.cores, decode.threads) == ((0,), 1, (1,), 1)
-    assert gateway.describe() == "gateway: any core"
+    assert gateway.describe() == f"gateway: any core, nice {SHARED_GATEWAY_NICE}"
     assert prefill.describe() == "prefill-0: cores 0, 1 thread"
 
 
