@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import grpc
@@ -51,6 +51,7 @@ class ClusterSpec:
     # process may use. ``threads`` overrides the compute threads per worker (0: one per core).
     cpu_cores: tuple[int, ...] = ()
     threads: int = 0
+    gateway_nice: int = 0  # added to the gateway's CPU priority (nice) as it starts
     # The workers' --device ("": as worker_args say, else the engine's default, cpu). Workers on
     # one GPU each size their KV pool from their share of it (--device-workers); ``mps`` runs
     # them under a CUDA MPS daemon of the cluster's own (``pdserve.mps``).
@@ -136,6 +137,8 @@ class LocalCluster:
         workers = [f"{role}-{i}-{tag}" for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode))
                    for i in range(count)]
         planned = plan_cores(workers, self.spec.cpu_cores or None, self.spec.threads or None)
+        if self.spec.gateway_nice:
+            planned[0] = replace(planned[0], nice=self.spec.gateway_nice)
         return {a.name: a for a in planned}
 
     def start_worker(self, role: str, worker_id: str) -> None:

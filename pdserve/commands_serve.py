@@ -52,6 +52,11 @@ def register(sub: Any) -> None:
                     "there are more cores than workers")
     up.add_argument("--threads", type=int, default=defaults.threads,
                     help="torch compute threads per worker (default 0: one per core it is given)")
+    up.add_argument("--gateway-nice", type=_niceness, default=defaults.gateway_nice,
+                    help="added to the gateway's CPU priority (nice, 0 to 19; default 0): where it shares the "
+                         "workers' cores, it then runs in the gaps their forwards leave instead of in the middle "
+                         "of them, and its token relay waits while they compute (measure with "
+                         "bench/gateway_priority.py)")
     up.add_argument("--gateway-arg", action="append", default=[], metavar="FLAG",
                     help="extra gateway flag, repeatable: --gateway-arg=--slo-classes=tight:200:20")
     up.add_argument("--log-dir", type=Path, default=None)
@@ -69,6 +74,17 @@ def _run_process(args: argparse.Namespace) -> int:
     return mains[args.process](args)
 
 
+def _niceness(text: str) -> int:
+    """A CPU priority offset an unprivileged process may add to itself: 0 to 19."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= 19:
+        raise argparse.ArgumentTypeError(f"{value} is outside 0..19 (a lower priority than the workers', or the same)")
+    return value
+
+
 def _up(args: argparse.Namespace) -> int:
     if args.model is None:
         ensure_model(args.preset)
@@ -76,7 +92,7 @@ def _up(args: argparse.Namespace) -> int:
                        preset=args.preset, kv_transport=args.kv_transport, worker_args=tuple(args.worker_arg),
                        policy=args.policy, gateway_args=tuple(args.gateway_arg),
                        cpu_cores=parse_cores(args.cpu_cores) if args.cpu_cores else (), threads=args.threads,
-                       device=args.device, mps=args.mps, http_port=args.http_port)
+                       gateway_nice=args.gateway_nice, device=args.device, mps=args.mps, http_port=args.http_port)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="pdserve-up-"))
     cluster = LocalCluster(spec, log_dir)
     print(f"starting gateway + {spec.prefill} prefill + {spec.decode} decode (logs in {log_dir}) ...",

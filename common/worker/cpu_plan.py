@@ -11,15 +11,14 @@ wrong. The plan divides the cores instead:
     └─────────┴──────────────┴──────────────┘   its own, the rest are split in runs
     ┌──────────────┬──────────────┐
     │  prefill-0   │   decode-0   │             n == workers: one core each; the gateway
-    └──────────────┴──────────────┘             (no compute threads) runs where the OS puts it,
-                                                at a lower CPU priority (SHARED_GATEWAY_NICE)
+    └──────────────┴──────────────┘             (no compute threads) runs where the OS puts it
 
 A gateway sharing the workers' cores at their priority takes its turn in the middle of their
-forwards: on two cores at the knee the gateway and its clients need half a core, and a prefill
-forward's wall time grew to 1.5-1.8x its CPU time, the spread the TTFT guard has to allow for.
-Niced, it runs in the gaps the engines leave (a decode worker waits for its streams, a prefill
-worker for its next call) and the workers' forwards keep their own pace; the guards see the
-gateway's own delays in the calls they time.
+forwards (on two cores at the knee a prefill forward's wall time grew to 1.5-1.8x its CPU time).
+``CoreAssignment.nice`` (``pdserve up --gateway-nice``) lowers its priority so it runs in the
+gaps the engines leave instead; the plan leaves it at theirs: measured on two cores, niced by 10
+the gateway served more good requests in some runs and fewer in others (its token relay then
+waits when both cores compute, and tight TPOT classes miss; README, Cores and threads by plan).
 
 Invariant: with at least as many cores as workers, no two workers share a core and the
 threads of all workers add up to at most the cores planned. With fewer cores than workers,
@@ -30,8 +29,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-
-SHARED_GATEWAY_NICE = 10  # the gateway's CPU priority offset where it has no core of its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +52,7 @@ def plan_cores(workers: list[str], cores: tuple[int, ...] | None = None,
     if not workers:
         return [CoreAssignment("gateway", (), 0)]
     spare = len(available) > len(workers)
-    gateway = CoreAssignment("gateway", available[:1], 0) if spare else \
-        CoreAssignment("gateway", (), 0, SHARED_GATEWAY_NICE)
+    gateway = CoreAssignment("gateway", available[:1] if spare else (), 0)
     pool = available[1:] if spare else available
     runs = _split(pool, len(workers))
     return [gateway] + [CoreAssignment(name, run, threads or len(run)) for name, run in zip(workers, runs)]

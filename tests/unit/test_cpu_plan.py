@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from common.worker.cpu_plan import SHARED_GATEWAY_NICE, format_cores, parse_cores, plan_cores
+from common.worker.cpu_plan import format_cores, parse_cores, plan_cores
 from common.worker.config import WorkerConfig
 
 
@@ -31,16 +31,15 @@ def test_workers_never_share_a_core_or_run_more_threads_than_cores_when_there_ar
     if cores > workers:
         assert gateway.cores and not set(gateway.cores) & set(used), "the gateway should be off the workers' cores"
         assert len(used) + len(gateway.cores) == cores
-        assert gateway.nice == 0  # its own core: nothing to yield
-    else:  # on the workers' cores: it yields to their forwards
-        assert gateway.cores == () and gateway.nice == SHARED_GATEWAY_NICE > 0
-    assert all(a.nice == 0 for a in assigned)
+    else:
+        assert gateway.cores == ()
+    assert all(a.nice == 0 for a in plan)  # every process at the launcher's priority unless told
 
 
 def test_two_workers_on_two_cores_get_one_core_and_one_thread_each():
     gateway, prefill, decode = plan_cores(["prefill-0", "decode-0"], (0, 1))
     assert (prefill.cores, prefill.threads, decode.cores, decode.threads) == ((0,), 1, (1,), 1)
-    assert gateway.describe() == f"gateway: any core, nice {SHARED_GATEWAY_NICE}"
+    assert gateway.describe() == "gateway: any core"
     assert prefill.describe() == "prefill-0: cores 0, 1 thread"
 
 
@@ -71,3 +70,19 @@ def test_a_worker_started_alone_takes_its_share_of_the_plan_or_the_cores_given()
     for bad in ({"cpu_share": "2/2"}, {"cpu_share": "x"}, {"cpu_cores": "0", "cpu_share": "0/2"}, {"threads": -1}):
         with pytest.raises(ValueError):
             WorkerConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_the_gateways_priority_can_be_set_for_a_cluster_and_only_to_what_a_user_may_set(tmp_path):
+    from pdserve.cli import build_parser
+    from pdserve.cluster import ClusterSpec, LocalCluster
+
+    planned = plan_cores(["prefill-0-t", "decode-0-t"])[0]
+    assert LocalCluster(ClusterSpec(), tmp_path)._plan("t")["gateway"] == planned
+    niced = LocalCluster(ClusterSpec(gateway_nice=7), tmp_path)._plan("t")["gateway"]
+    assert (niced.nice, niced.cores) == (7, planned.cores) and niced.describe().endswith(", nice 7")
+    parser = build_parser()
+    assert parser.parse_args(["up"]).gateway_nice == 0
+    assert parser.parse_args(["up", "--gateway-nice", "5"]).gateway_nice == 5
+    for bad in ("-1", "20", "x"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["up", "--gateway-nice", bad])
