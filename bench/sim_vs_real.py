@@ -50,7 +50,8 @@ in-cluster cost as a fixed cost per forward (``sim_per_forward_*``: the profile 
 calibration forward took beyond it, so that a loaded worker's batched forwards pay it once, where
 the compared simulation scales every forward by it), each with whether it is within 15%, and the
 cores every process used while the real point ran (``real_cores_used``: gateway, each worker,
-load tester). The variants run against the same real points: a paired comparison.
+load tester). The variants (``bench/sim_variants.py``) run against the same real points: a paired
+comparison.
 
 Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
 "sim_admitted_attainment", "real_cores_used", "sim_stretch", "real_refusals", "sim_refusals",
@@ -64,7 +65,6 @@ and SLO, show where the real and the simulated guards part.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import sys
 import tempfile
@@ -76,13 +76,14 @@ from bench.common import device_name, emit, progress  # noqa: E402
 from bench.cluster_readings import (call_overheads, guards_now, hop_seconds, in_cluster_decode,  # noqa: E402
                                     observed_ratios, overhead_buckets, ratios_between)
 from bench.process_cores import cores_used, front_end, own_threads  # noqa: E402
+from bench.sim_variants import VARIANTS, alone_at, variants_beside  # noqa: E402
 from bench.slo import bench_point, point_summary, slo_classes  # noqa: E402
 from client.bench.cli import add_bench_args  # noqa: E402
 from client.bench.metrics import summarize  # noqa: E402
 from client.bench.plan import build_plan  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
-from common.slo.cost_models import CostModels, DecodeModel, PrefillModel  # noqa: E402
+from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
 from common.worker.cpu_plan import available_cores  # noqa: E402
 from simulator.config import SimConfig  # noqa: E402
 from simulator.host import CoresAtRate  # noqa: E402
@@ -92,9 +93,6 @@ from simulator.run import simulate  # noqa: E402
 FIRST_TOKEN_HOPS = 6  # client → gateway → decode (reserve) → gateway → prefill → gateway → client
 WARM_SEED = 8  # the compared runs use seed 7
 GRID = (2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
-# what is simulated beside the compared simulation, against the same real points (module docstring)
-VARIANTS = {"own_cores": "workers on cores of their own", "decode_by_cpu": "decode core by its engine's CPU",
-            "per_forward": "in-cluster cost per forward"}
 
 
 def requests(args: argparse.Namespace) -> tuple[str, ...]:
@@ -126,15 +124,6 @@ def _kind_and_slo(margin_key: str) -> str:
     """``SimRun.margins``' "kind/worker/SLO" as the gateway's metric reads with one worker of a role."""
     kind, _, slo = margin_key.split("/")
     return f"{kind}/{slo}"
-
-
-def per_forward_cost(model: PrefillModel, ratio: float, tokens: int) -> PrefillModel:
-    """``model`` taking ``ratio`` × its time for a forward of ``tokens``, the difference a fixed cost
-    of every forward (what a forward costs inside the cluster beyond its profile, if it does not grow
-    with the forward's tokens); a ratio below one scales it."""
-    if ratio <= 1:
-        return model.scaled(ratio)
-    return dataclasses.replace(model, base_s=model.base_s + (ratio - 1) * model.predict(tokens))
 
 
 def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: DecodeModel, forward_ratio: float,
@@ -299,24 +288,16 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
                           "decode_own_cores": (own["decode"].base, own["decode"].per_log_rate)})
     # the truth was measured with the front end on the workers' cores: the simulated host charges
     # that itself, so the truth it runs is what the calibration load's stretch leaves
-    calibration = sim_point("scorpio", args.calibration_rate, argparse.Namespace(
-        **{**vars(args), "duration_s": args.calibration_s}), "", shared, models, truth)
+    def at_calibration(config: SimConfig) -> dict:
+        return sim_point("scorpio", args.calibration_rate, argparse.Namespace(
+            **{**vars(args), "duration_s": args.calibration_s}), "", config, models, truth)
+
+    calibration = at_calibration(shared)
     stretch = calibration["stretch"]
-    alone = CostModels(truth.prefill.scaled(1 / stretch["prefill"]), truth.decode.scaled(1 / stretch["decode"]))
-    # the decode engine's CPU over the time the simulated decode worker computed, at the calibration load
-    cpu_share = min(1.0, max(0.05, used["decode-0/engine"] / max(calibration["busy"].get("decode", 0.0), 1e-9)))
-    by_cpu = SimConfig(**{**_fields(shared), "decode_cpu_share": cpu_share})
-    stretch_by_cpu = sim_point("scorpio", args.calibration_rate, argparse.Namespace(
-        **{**vars(args), "duration_s": args.calibration_s}), "", by_cpu, models, truth)["stretch"]
-    alone_by_cpu = CostModels(truth.prefill.scaled(1 / stretch_by_cpu["prefill"]),
-                              truth.decode.scaled(1 / stretch_by_cpu["decode"]))
-    # the same in-cluster cost as a fixed one per forward: a loaded worker's batched forwards pay it once
-    alone_per_forward = CostModels(per_forward_cost(models.prefill, forward_ratio / stretch["prefill"], args.prompt_len),
-                                   alone.decode)
-    machine.update({"decode_engine_cores_calibration": used["decode-0/engine"],
-                    "simulated_decode_busy_calibration": calibration["busy"].get("decode", 0.0),
-                    "decode_cpu_share": cpu_share, "calibration_stretch_by_cpu_prefill": stretch_by_cpu["prefill"],
-                    "calibration_stretch_by_cpu_decode": stretch_by_cpu["decode"]})
+    variants, figures = variants_beside(models, truth, own_cores, shared, stretch, forward_ratio, args.prompt_len,
+                                        used["decode-0/engine"], calibration["busy"].get("decode", 0.0),
+                                        lambda config: at_calibration(config)["stretch"])
+    machine.update(figures)
     machine.update({"front_end_cores_unloaded": unloaded_front_end, "front_end_cores_calibration": front_end(used),
                     "front_end_cores_heavier": front_end(heavier),
                     "front_end_cores_base": fitted.base, "front_end_cores_per_e_fold": fitted.per_log_rate,
@@ -330,9 +311,7 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
              f"{own_threads(used, 'decode'):.2f} / {own_threads(heavier, 'decode'):.2f}; simulated stretch at the "
              f"calibration load: prefill {stretch['prefill']:.3f}, "
              f"decode {stretch['decode']:.3f}")
-    variants = {"own_cores": (own_cores, truth), "decode_by_cpu": (by_cpu, alone_by_cpu),
-                "per_forward": (shared, alone_per_forward)}
-    return truth, machine, shared, alone, variants
+    return truth, machine, shared, alone_at(truth, stretch), variants
 
 
 def parse_args() -> argparse.Namespace:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sim_vs_real import compare, per_forward_cost
+from bench.sim_variants import per_forward_cost
+from bench.sim_vs_real import compare
 from common.slo.cost_models import PrefillModel
 
 PROFILE = PrefillModel(0, 0.001, 0.00005)  # 1 ms + 50 us a token

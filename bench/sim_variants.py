@@ -1,0 +1,58 @@
+"""What ``bench/sim_vs_real.py`` simulates beside its compared simulation, against the same real
+points: candidate laws for what the simulated cluster lacks, each a config and a truth.
+
+- ``own_cores``: every worker on cores of its own (no simulated host), at the truth as measured.
+- ``decode_by_cpu``: the host counting the decode worker's core in use for only the share of its
+  steps its engine computes (``SimConfig.decode_cpu_share``: the decode engine thread's CPU at the
+  calibration load over the time the simulated decode worker computed there).
+- ``per_forward``: the prefill worker's in-cluster cost as a fixed cost per forward rather than a
+  factor on every forward (a loaded worker's batched forwards pay it once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from common.slo.cost_models import CostModels, PrefillModel
+from simulator.config import SimConfig
+
+VARIANTS = {"own_cores": "workers on cores of their own", "decode_by_cpu": "decode core by its engine's CPU",
+            "per_forward": "in-cluster cost per forward"}
+
+
+def per_forward_cost(model: PrefillModel, ratio: float, tokens: int) -> PrefillModel:
+    """``model`` taking ``ratio`` × its time for a forward of ``tokens``, the difference a fixed cost
+    of every forward (what a forward costs inside the cluster beyond its profile, if it does not grow
+    with the forward's tokens); a ratio below one scales it."""
+    if ratio <= 1:
+        return model.scaled(ratio)
+    return dataclasses.replace(model, base_s=model.base_s + (ratio - 1) * model.predict(tokens))
+
+
+def alone_at(truth: CostModels, stretch: dict[str, float]) -> CostModels:
+    """The truth a simulated host runs its workers at: what was measured under the host's stretch,
+    less the stretch it charges itself."""
+    return CostModels(truth.prefill.scaled(1 / stretch["prefill"]), truth.decode.scaled(1 / stretch["decode"]))
+
+
+def variants_beside(models: CostModels, truth: CostModels, own_cores: SimConfig, shared: SimConfig,
+                    stretch: dict[str, float], forward_ratio: float, prompt_len: int, decode_engine_cores: float,
+                    decode_busy: float, stretch_of: Callable[[SimConfig], dict[str, float]]
+                    ) -> tuple[dict[str, tuple[SimConfig, CostModels]], dict[str, float]]:
+    """The variants (``VARIANTS``), and the figures they were made from. ``stretch``: what the
+    compared host charges at the calibration load; ``decode_engine_cores`` and ``decode_busy``: the
+    real decode engine thread's cores and the simulated decode worker's busy share there;
+    ``stretch_of``: a config's stretch at the calibration load, simulated."""
+    cpu_share = min(1.0, max(0.05, decode_engine_cores / max(decode_busy, 1e-9)))
+    by_cpu = SimConfig(**{**{f: getattr(shared, f) for f in shared.__dataclass_fields__}, "decode_cpu_share": cpu_share})
+    stretch_by_cpu = stretch_of(by_cpu)
+    alone = alone_at(truth, stretch)
+    per_forward = CostModels(per_forward_cost(models.prefill, forward_ratio / stretch["prefill"], prompt_len),
+                             alone.decode)
+    variants = {"own_cores": (own_cores, truth), "decode_by_cpu": (by_cpu, alone_at(truth, stretch_by_cpu)),
+                "per_forward": (shared, per_forward)}
+    figures = {"decode_engine_cores_calibration": decode_engine_cores, "simulated_decode_busy_calibration": decode_busy,
+               "decode_cpu_share": cpu_share, "calibration_stretch_by_cpu_prefill": stretch_by_cpu["prefill"],
+               "calibration_stretch_by_cpu_decode": stretch_by_cpu["decode"]}
+    return variants, figures
