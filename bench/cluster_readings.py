@@ -10,13 +10,12 @@ from bench.common import progress
 from common.slo.cost_models import DecodeModel
 from pdserve.cluster import LocalCluster
 from simulator.config import call_overhead_from_histogram, factors_from_histogram
+from tests.integration.conftest import scrape_metrics
 
 
 def guards_now(cluster: LocalCluster) -> tuple[dict[str, float], dict[str, float]]:
     """The gateway's refusals so far by reason (``pdserve:request_rejections``) and its guards' margins
     now by kind and SLO (``pdserve:slo_guard_margin``; one worker of each role); empty without metrics."""
-    from tests.integration.conftest import scrape_metrics
-
     if "gateway" not in cluster.metrics_ports:
         return {}, {}
     samples = scrape_metrics(cluster.metrics_ports["gateway"])
@@ -53,8 +52,6 @@ def _label(sample: str, name: str) -> str:
 def observed_ratios(cluster: LocalCluster, role: str) -> dict[float, float]:
     """The ``role`` worker's ``pdserve:cost_model_observed_ratio`` now (its decode steps or prefill
     forwards): cumulative count by upper bound, and the sum of the ratios under the key ``-1``."""
-    from tests.integration.conftest import scrape_metrics
-
     name = next(n for n in cluster.processes if n.startswith(role))
     samples = scrape_metrics(cluster.metrics_ports[name])
     mine = {k: v for k, v in samples.items() if f'model="{role}"' in k}
@@ -76,8 +73,6 @@ def ratios_between(before: dict[float, float], after: dict[float, float]) -> tup
 
 def in_cluster_decode(cluster: LocalCluster, ratio: float) -> DecodeModel:
     """The decode model the decode worker uses now (refitted from the steps it ran), times ``ratio``."""
-    from tests.integration.conftest import scrape_metrics
-
     name = next(n for n in cluster.processes if n.startswith("decode"))
     samples = scrape_metrics(cluster.metrics_ports[name])
     terms = {t: next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_coefficient{")
@@ -89,8 +84,6 @@ def in_cluster_decode(cluster: LocalCluster, ratio: float) -> DecodeModel:
 
 def overhead_buckets(cluster: LocalCluster) -> dict[float, float]:
     """The gateway's prefill-call overhead histogram now: cumulative count by upper bound."""
-    from tests.integration.conftest import scrape_metrics
-
     samples = scrape_metrics(cluster.metrics_ports["gateway"])
     prefix = "pdserve:prefill_call_overhead_seconds_bucket{"
     return {float(_label(k, "le")): v for k, v in samples.items() if k.startswith(prefix)}

@@ -31,18 +31,17 @@ from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 SAME = 0  # the workers' own priority
 
 
-def run_cluster(policy: str, nice: int, args: argparse.Namespace, slo_mix: str, work: Path) -> tuple[list[dict], str, int]:
-    """One fresh cluster, its gateway niced by ``nice``, through every rate; its points, the SLO mix
-    (scaled to its unloaded run when none is given yet) and the gateway's niceness it ran at."""
+def run_cluster(policy: str, nice: int, args: argparse.Namespace, slo_mix: str, work: Path) -> tuple[list[dict], str]:
+    """One fresh cluster, its gateway niced by ``nice``, through every rate; its points and the SLO
+    mix (scaled to its unloaded run when none is given yet)."""
     spec = ClusterSpec(port=0, policy=policy, preset=args.preset, gateway_nice=nice)
     with LocalCluster(spec, work / "logs").start() as cluster:
-        used = cluster.plan["gateway"].nice
         unloaded = bench_point(cluster.address, 2.0, args, "", work / "unloaded", num_prompts=40, requests=RANDOM)
         slo_mix = slo_mix or slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
         points = [point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix, work / "points",
                                                           requests=RANDOM, seed=point_seed(rate)))
                   for rate in args.rates]
-    return points, slo_mix, used
+    return points, slo_mix
 
 
 def ratios(points: list[dict]) -> list[dict]:
@@ -101,10 +100,10 @@ def main() -> None:
             for nice in (args.nice, SAME):
                 progress(f"[{policy} round {round_ + 1}/{args.rounds}] gateway "
                          + (f"niced by {nice}" if nice else "at the workers' priority") + " ...")
-                got, slo_mix, used = run_cluster(policy, nice, args, slo_mix, work / f"{policy}-{round_}-{nice}")
+                got, slo_mix = run_cluster(policy, nice, args, slo_mix, work / f"{policy}-{round_}-{nice}")
                 for p in got:
-                    points.append({**p, "gateway_nice": used, "round": round_})
-                    progress(f"  nice {used} @ {p['rate']:g} req/s: goodput {p['goodput']:.2f}, admitted meeting "
+                    points.append({**p, "gateway_nice": nice, "round": round_})
+                    progress(f"  nice {nice} @ {p['rate']:g} req/s: goodput {p['goodput']:.2f}, admitted meeting "
                              f"both {p['admitted_attainment']:.1%}, rejected {p['rejected']}, p99 TPOT "
                              f"{p['p99_tpot_ms']:.1f} ms")
     summary = ratios(points)

@@ -45,7 +45,7 @@ def variants_beside(models: CostModels, truth: CostModels, own_cores: SimConfig,
     real decode engine thread's cores and the simulated decode worker's busy share there;
     ``stretch_of``: a config's stretch at the calibration load, simulated."""
     cpu_share = min(1.0, max(0.05, decode_engine_cores / max(decode_busy, 1e-9)))
-    by_cpu = SimConfig(**{**{f: getattr(shared, f) for f in shared.__dataclass_fields__}, "decode_cpu_share": cpu_share})
+    by_cpu = dataclasses.replace(shared, decode_cpu_share=cpu_share)
     stretch_by_cpu = stretch_of(by_cpu)
     alone = alone_at(truth, stretch)
     per_forward = CostModels(per_forward_cost(models.prefill, forward_ratio / stretch["prefill"], prompt_len),

@@ -68,6 +68,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -156,16 +157,12 @@ def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: Deco
 
 def knee(args: argparse.Namespace, slo_mix: str, config: SimConfig, models, truth) -> float:  # type: ignore[no-untyped-def]
     for rate in GRID:
-        point = sim_point("fcfs", rate, args, slo_mix, SimConfig(**{**_fields(config), "policy": "fcfs"}), models,
+        point = sim_point("fcfs", rate, args, slo_mix, replace(config, policy="fcfs"), models,
                           truth)
         progress(f"  simulated fcfs @ {rate:g} req/s: adherence {point['adherence']:.0%}")
         if point["adherence"] < 0.9:
             return float(rate)
     return float(GRID[-1])
-
-
-def _fields(config: SimConfig) -> dict:
-    return {f: getattr(config, f) for f in config.__dataclass_fields__}
 
 
 def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: argparse.Namespace, slo_mix: str,
@@ -282,10 +279,9 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     loads = (args.calibration_rate, used), (args.front_end_rate, heavier)
     fitted = CoresAtRate.fit([(rate, front_end(u)) for rate, u in loads])
     own = {role: CoresAtRate.fit([(rate, own_threads(u, role)) for rate, u in loads]) for role in ("prefill", "decode")}
-    shared = SimConfig(**{**_fields(own_cores), "host_cores": len(available_cores()),
-                          "front_end_cores": (fitted.base, fitted.per_log_rate),
-                          "prefill_own_cores": (own["prefill"].base, own["prefill"].per_log_rate),
-                          "decode_own_cores": (own["decode"].base, own["decode"].per_log_rate)})
+    shared = replace(own_cores, host_cores=len(available_cores()), front_end_cores=(fitted.base, fitted.per_log_rate),
+                     prefill_own_cores=(own["prefill"].base, own["prefill"].per_log_rate),
+                     decode_own_cores=(own["decode"].base, own["decode"].per_log_rate))
     # the truth was measured with the front end on the workers' cores: the simulated host charges
     # that itself, so the truth it runs is what the calibration load's stretch leaves
     def at_calibration(config: SimConfig) -> dict:
@@ -366,9 +362,9 @@ def main() -> None:
         bench_point(cluster.address, args.base_rate, args, "", work / "warm-fcfs", num_prompts=args.base_prompts,
                     requests=requests(args), seed=WARM_SEED)
         real += run_points(cluster, "fcfs", rates, args, slo_mix, work)
-    simulated = [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(config), "policy": policy}), models,
+    simulated = [sim_point(policy, rate, args, slo_mix, replace(config, policy=policy), models,
                            alone) for policy in ("scorpio", "fcfs") for rate in rates]
-    beside = {name: [sim_point(policy, rate, args, slo_mix, SimConfig(**{**_fields(variant), "policy": policy}),
+    beside = {name: [sim_point(policy, rate, args, slo_mix, replace(variant, policy=policy),
                                models, variant_truth) for policy in ("scorpio", "fcfs") for rate in rates]
               for name, (variant, variant_truth) in variants.items()}
     points = compare(real, simulated, beside)

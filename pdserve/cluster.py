@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -136,9 +136,7 @@ class LocalCluster:
     def _plan(self, tag: str) -> dict[str, CoreAssignment]:
         workers = [f"{role}-{i}-{tag}" for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode))
                    for i in range(count)]
-        planned = plan_cores(workers, self.spec.cpu_cores or None, self.spec.threads or None)
-        if self.spec.gateway_nice:
-            planned[0] = replace(planned[0], nice=self.spec.gateway_nice)
+        planned = plan_cores(workers, self.spec.cpu_cores or None, self.spec.threads or None, self.spec.gateway_nice)
         return {a.name: a for a in planned}
 
     def start_worker(self, role: str, worker_id: str) -> None:

@@ -45,14 +45,15 @@ class CoreAssignment:
 
 
 def plan_cores(workers: list[str], cores: tuple[int, ...] | None = None,
-               threads: int | None = None) -> list[CoreAssignment]:
+               threads: int | None = None, gateway_nice: int = 0) -> list[CoreAssignment]:
     """Assignments for the gateway and ``workers`` (names, in order) on ``cores`` (default: the
-    cores this process may run on). ``threads`` overrides each worker's thread count."""
+    cores this process may run on). ``threads`` overrides each worker's thread count;
+    ``gateway_nice`` lowers the gateway's CPU priority."""
     available = tuple(sorted(set(cores))) if cores else available_cores()
     if not workers:
-        return [CoreAssignment("gateway", (), 0)]
+        return [CoreAssignment("gateway", (), 0, gateway_nice)]
     spare = len(available) > len(workers)
-    gateway = CoreAssignment("gateway", available[:1] if spare else (), 0)
+    gateway = CoreAssignment("gateway", available[:1] if spare else (), 0, gateway_nice)
     pool = available[1:] if spare else available
     runs = _split(pool, len(workers))
     return [gateway] + [CoreAssignment(name, run, threads or len(run)) for name, run in zip(workers, runs)]
