@@ -52,6 +52,7 @@ class ClusterSpec:
     cpu_cores: tuple[int, ...] = ()
     threads: int = 0
     gateway_nice: int = 0  # added to the gateway's CPU priority (nice) as it starts
+    gateway_cores: str = "any"  # where a gateway without a core of its own runs (cpu_plan.GATEWAY_PLACES)
     # The workers' --device ("": as worker_args say, else the engine's default, cpu). Workers on
     # one GPU each size their KV pool from their share of it (--device-workers); ``mps`` runs
     # them under a CUDA MPS daemon of the cluster's own (``pdserve.mps``).
@@ -136,7 +137,8 @@ class LocalCluster:
     def _plan(self, tag: str) -> dict[str, CoreAssignment]:
         workers = [f"{role}-{i}-{tag}" for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode))
                    for i in range(count)]
-        planned = plan_cores(workers, self.spec.cpu_cores or None, self.spec.threads or None, self.spec.gateway_nice)
+        planned = plan_cores(workers, self.spec.cpu_cores or None, self.spec.threads or None, self.spec.gateway_nice,
+                             self.spec.gateway_cores)
         return {a.name: a for a in planned}
 
     def start_worker(self, role: str, worker_id: str) -> None:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.worker.cpu_plan import parse_cores
+from common.worker.cpu_plan import GATEWAY_PLACES, parse_cores
 from common.model.location import ensure_model
 from common.model.presets import DEFAULT_PRESET, MODEL_NAMES
 from common.worker.config import KV_TRANSPORTS
@@ -57,6 +57,11 @@ def register(sub: Any) -> None:
                          "workers' cores, it then runs in the gaps their forwards leave instead of in the middle "
                          "of them, and its token relay waits while they compute (measure with "
                          "bench/gateway_priority.py)")
+    up.add_argument("--gateway-cores", choices=GATEWAY_PLACES, default=defaults.gateway_cores,
+                    help="where the gateway runs when it gets no core of its own (fewer cores than workers + 1): "
+                         "any (default: where the OS puts it) or decode (the decode workers' own cores, so prefill "
+                         "forwards, and TTFTs, are not slowed by it; decode steps are instead; measure with "
+                         "bench/gateway_priority.py --cores decode)")
     up.add_argument("--gateway-arg", action="append", default=[], metavar="FLAG",
                     help="extra gateway flag, repeatable: --gateway-arg=--slo-classes=tight:200:20")
     up.add_argument("--log-dir", type=Path, default=None)
@@ -92,7 +97,8 @@ def _up(args: argparse.Namespace) -> int:
                        preset=args.preset, kv_transport=args.kv_transport, worker_args=tuple(args.worker_arg),
                        policy=args.policy, gateway_args=tuple(args.gateway_arg),
                        cpu_cores=parse_cores(args.cpu_cores) if args.cpu_cores else (), threads=args.threads,
-                       gateway_nice=args.gateway_nice, device=args.device, mps=args.mps, http_port=args.http_port)
+                       gateway_nice=args.gateway_nice,
+                       gateway_cores=args.gateway_cores, device=args.device, mps=args.mps, http_port=args.http_port)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="pdserve-up-"))
     cluster = LocalCluster(spec, log_dir)
     print(f"starting gateway + {spec.prefill} prefill + {spec.decode} decode (logs in {log_dir}) ...",

@@ -19,6 +19,10 @@ forwards (on two cores at the knee a prefill forward's wall time grew to 1.5-1.8
 gaps the engines leave instead; the plan leaves it at theirs: measured on two cores, niced by 10
 the gateway served more good requests in some runs and fewer in others (its token relay then
 waits when both cores compute, and tight TPOT classes miss; README, Cores and threads by plan).
+``gateway_cores="decode"`` (``pdserve up --gateway-cores decode``) pins it, where it has no core of
+its own, to the cores of decode workers that no prefill worker uses: a prefill forward's wall
+time then adds nothing of the gateway's to a TTFT, and the gateway's time lands on decode steps
+instead. It trades one SLO for the other (measured on two cores, README), so it is not the plan.
 
 Invariant: with at least as many cores as workers, no two workers share a core and the
 threads of all workers add up to at most the cores planned. With fewer cores than workers,
@@ -44,19 +48,38 @@ class CoreAssignment:
                 + (f", nice {self.nice}" if self.nice else ""))
 
 
+GATEWAY_PLACES = ("any", "decode")  # where a gateway without a core of its own runs
+
+
 def plan_cores(workers: list[str], cores: tuple[int, ...] | None = None,
-               threads: int | None = None, gateway_nice: int = 0) -> list[CoreAssignment]:
-    """Assignments for the gateway and ``workers`` (names, in order) on ``cores`` (default: the
-    cores this process may run on). ``threads`` overrides each worker's thread count;
-    ``gateway_nice`` lowers the gateway's CPU priority."""
+               threads: int | None = None, gateway_nice: int = 0, gateway_cores: str = "any") -> list[CoreAssignment]:
+    """Assignments for the gateway and ``workers`` (names, in order; a decode worker's starts with
+    ``decode``) on ``cores`` (default: the cores this process may run on). ``threads`` overrides
+    each worker's thread count; ``gateway_nice`` lowers the gateway's CPU priority;
+    ``gateway_cores`` (``GATEWAY_PLACES``) places a gateway that gets no core of its own."""
+    if gateway_cores not in GATEWAY_PLACES:
+        raise ValueError(f"gateway cores: {gateway_cores!r} is not one of {', '.join(GATEWAY_PLACES)}")
     available = tuple(sorted(set(cores))) if cores else available_cores()
     if not workers:
         return [CoreAssignment("gateway", (), 0, gateway_nice)]
     spare = len(available) > len(workers)
-    gateway = CoreAssignment("gateway", available[:1] if spare else (), 0, gateway_nice)
     pool = available[1:] if spare else available
     runs = _split(pool, len(workers))
+    if spare:
+        placed = available[:1]
+    elif gateway_cores == "decode":
+        placed = _decode_only_cores(workers, runs)
+    else:
+        placed = ()
+    gateway = CoreAssignment("gateway", placed, 0, gateway_nice)
     return [gateway] + [CoreAssignment(name, run, threads or len(run)) for name, run in zip(workers, runs)]
+
+
+def _decode_only_cores(workers: list[str], runs: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The cores of decode workers that no other worker uses; empty (anywhere) when there are none."""
+    decode = {c for name, run in zip(workers, runs) if name.startswith("decode") for c in run}
+    others = {c for name, run in zip(workers, runs) if not name.startswith("decode") for c in run}
+    return tuple(sorted(decode - others))
 
 
 def _split(cores: tuple[int, ...], parts: int) -> list[tuple[int, ...]]:

@@ -69,10 +69,15 @@ def _niceness(cluster: LocalCluster) -> dict[str, int]:
     return {name: os.getpriority(os.PRIO_PROCESS, cluster.pid(name)) - ours for name in cluster.plan}
 
 
-def test_a_niced_gateway_runs_below_the_workers_priority_and_serves(tmp_path: Path):
-    cluster = start_cluster(tmp_path, gateway_nice=5)
+def test_a_niced_gateway_on_the_decode_cores_runs_there_below_the_workers_priority_and_serves(tmp_path: Path):
+    cluster = start_cluster(tmp_path, gateway_nice=5, gateway_cores="decode")
     try:
         assert _niceness(cluster) == {name: 5 if name == "gateway" else 0 for name in cluster.plan}
+        # on two cores the decode worker's core; with a spare one, its own; never the prefill worker's
+        placed = set(cluster.plan["gateway"].cores) or set(os.sched_getaffinity(0))
+        assert os.sched_getaffinity(cluster.pid("gateway")) == placed
+        prefill = next(a for name, a in cluster.plan.items() if name.startswith("prefill"))
+        assert not (len(os.sched_getaffinity(0)) >= 2 and placed & set(prefill.cores))
         ttft_ms, tpot_ms = _timed(cluster.address, ttft_ms=2000, tpot_ms=200)
         assert ttft_ms <= 2000 and tpot_ms <= 200
     finally:

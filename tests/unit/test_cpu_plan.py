@@ -86,3 +86,27 @@ def test_the_gateways_priority_can_be_set_for_a_cluster_and_only_to_what_a_user_
     for bad in ("-1", "20", "x"):
         with pytest.raises(SystemExit):
             parser.parse_args(["up", "--gateway-nice", bad])
+
+
+def test_a_gateway_placed_with_the_decode_workers_gets_the_cores_only_decode_workers_use(tmp_path):
+    from pdserve.cli import build_parser
+    from pdserve.cluster import ClusterSpec, LocalCluster
+
+    def gateway(workers: list[str], cores: int) -> tuple[int, ...]:
+        return plan_cores(workers, tuple(range(cores)), gateway_cores="decode")[0].cores
+
+    assert gateway(["prefill-0", "decode-0"], 2) == (1,)
+    assert gateway(["prefill-0", "decode-0", "decode-1"], 2) == (1,)  # decode-1 shares core 0 with prefill-0
+    assert gateway(["prefill-0", "decode-0"], 1) == ()  # no core is the decode worker's alone: anywhere
+    assert gateway(["prefill-0", "prefill-1", "decode-0", "decode-1"], 2) == ()
+    for cores in (3, 16):  # a core of its own wins over any placement
+        assert gateway(["prefill-0", "decode-0"], cores) == plan_cores(["prefill-0", "decode-0"], tuple(range(cores)))[0].cores
+    with pytest.raises(ValueError, match="gateway cores"):
+        plan_cores(["prefill-0", "decode-0"], (0, 1), gateway_cores="prefill")
+    placed = LocalCluster(ClusterSpec(gateway_cores="decode"), tmp_path)._plan("t")
+    assert placed["gateway"].cores == plan_cores(["prefill-0-t", "decode-0-t"], gateway_cores="decode")[0].cores
+    parser = build_parser()
+    assert parser.parse_args(["up"]).gateway_cores == "any"
+    assert parser.parse_args(["up", "--gateway-cores", "decode"]).gateway_cores == "decode"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["up", "--gateway-cores", "prefill"])
