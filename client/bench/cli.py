@@ -12,7 +12,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from client.bench import metrics, plots
+from client.bench import metrics
 from client.bench.openai_runner import BACKENDS, OpenAITarget, run_plan_openai, served_model
 from client.bench.plan import build_plan
 from client.bench.sessions import plan_sessions, run_sessions
@@ -157,6 +157,8 @@ def run(args: argparse.Namespace, execute: Execute | None = None, prefix: str = 
     out_dir = Path(args.result_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     points = []
+    if args.plot:
+        from client.bench import plots  # matplotlib only when asked for: it doubles the start-up time
     for rate in rates:
         result, records = run_point(args, rate, execute)
         points.append(result)
