@@ -139,9 +139,8 @@ def main() -> None:
                 for p in got:
                     points.append({**p, "gateway_nice": nice, "gateway_cores": cores, "round": round_})
                     progress(f"  nice {nice}, {cores} cores @ {p['rate']:g} req/s: goodput {p['goodput']:.2f}, "
-                             f"admitted meeting "
-                             f"both {p['admitted_attainment']:.1%}, rejected {p['rejected']}, p99 TPOT "
-                             f"{p['p99_tpot_ms']:.1f} ms")
+                             f"admitted meeting both {p['admitted_attainment']:.1%}, rejected {p['rejected']}, "
+                             f"p99 TPOT {p['p99_tpot_ms']:.1f} ms")
     summary = ratios(points)
     for r in summary:
         progress(f"{r['policy']} @ {r['rate']:g} req/s: goodput with the gateway {describe(arm)}: "
