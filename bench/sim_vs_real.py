@@ -183,9 +183,14 @@ def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: arg
     return points
 
 
+def _close(s: dict, r: dict, key: str) -> bool:
+    """The simulated figure within 15% of the real point's."""
+    return abs(s[key] - r[key]) <= 0.15 * max(r[key], 1e-9)
+
+
 def _within(s: dict, r: dict) -> bool:
     """Goodput and admitted attainment both within 15% of the real point's."""
-    return all(abs(s[k] - r[k]) <= 0.15 * max(r[k], 1e-9) for k in ("goodput", "admitted_attainment"))
+    return _close(s, r, "goodput") and _close(s, r, "admitted_attainment")
 
 
 def compare(real: list[dict], simulated: list[dict], beside: dict[str, list[dict]]) -> list[dict]:
@@ -207,9 +212,8 @@ def compare(real: list[dict], simulated: list[dict], beside: dict[str, list[dict
             point.update({f"sim_{name}_goodput": v["goodput"], f"sim_{name}_admitted_attainment": v["admitted_attainment"],
                           f"sim_{name}_stretch": v["stretch"], f"sim_{name}_refusals": v["refusals"],
                           f"sim_{name}_within_15pct": _within(v, r)})
-        point["goodput_within_15pct"] = abs(s["goodput"] - r["goodput"]) <= 0.15 * max(r["goodput"], 1e-9)
-        point["attainment_within_15pct"] = abs(s["admitted_attainment"] - r["admitted_attainment"]) <= \
-            0.15 * max(r["admitted_attainment"], 1e-9)
+        point["goodput_within_15pct"] = _close(s, r, "goodput")
+        point["attainment_within_15pct"] = _close(s, r, "admitted_attainment")
         out.append(point)
     return out
 
