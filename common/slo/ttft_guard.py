@@ -24,7 +24,10 @@ the sample is what a new request's prediction cannot know either: later requests
 forward, forwards slowed by the cores' other work in a burst, the hops. (Learning only from calls
 no later send could have delayed left the overhead to the few calls of a quiet moment: under load
 64-84 of ~900 calls a run, their overhead 4-20 ms against a p99 of 215-389 ms over all calls, and
-admitted requests missed in bursts.) The calibration, a ratio to the model, learns only from
+admitted requests missed in bursts.) Calls sent with nothing ahead keep an overhead of their own
+(``idle_overhead``), which predictions carry while the worker has nothing queued: their forward
+starts at once, so no later request joins it, and the delays of calls that queued are no cost of
+theirs (charged them, a light load's 100 ms TTFT requests are refused). The calibration, a ratio to the model, learns only from
 calls sent with nothing ahead and undisturbed (its prediction is then the model of its own
 prompt, not of a queue partly computed already).
 
@@ -80,7 +83,8 @@ def new_guard(model: PrefillModel | None, forward_tokens: int, target: float = D
               clock: Callable[[], float] = time.monotonic) -> TtftGuard:
     """A prefill worker's guard as the gateway (or the simulator, on its virtual clock) makes it."""
     return TtftGuard(model, forward_tokens, prefill_calibration(clock),
-                     overhead=call_overhead(target, clock), headrooms=ttft_headrooms(target, clock),
+                     overhead=call_overhead(target, clock), idle_overhead=call_overhead(target, clock),
+                     headrooms=ttft_headrooms(target, clock),
                      tightest=TightestSlo(clock=clock))
 
 
@@ -91,6 +95,8 @@ class TtftGuard:
     calibration: Calibration = field(default_factory=prefill_calibration)
     # seconds a call adds to what the worker reports spending on it (RPC hops, the gateway's delays)
     overhead: WindowQuantile = field(default_factory=call_overhead)
+    # ... of calls sent with nothing ahead: no later request joins a forward that starts at once
+    idle_overhead: WindowQuantile = field(default_factory=call_overhead)
     # what this gateway sent and awaits, in sending order: request id -> (deadline, tokens, TTFT SLO);
     # deadlines are on the clock ``now`` is read from
     queued: dict[str, Queued] = field(default_factory=dict)
@@ -149,7 +155,8 @@ class TtftGuard:
         if alone and not disturbed:
             self.calibration.observe(predicted_s, observed_s if worker_s is None else worker_s)
         if worker_s is not None:
-            self.overhead.observe(max(0.0, observed_s - self.ratio() * (predicted_s + pushed_s)))
+            overhead = self.idle_overhead if alone else self.overhead
+            overhead.observe(max(0.0, observed_s - self.ratio() * (predicted_s + pushed_s)))
 
     def dropped(self, request_id: str) -> None:
         """The call ended without an answer (failed, cancelled): its tokens leave the queue and
@@ -251,7 +258,14 @@ class TtftGuard:
         return max(self.calibration.ratio, self.forward_ratio)
 
     def _scale(self, ttft_s: float = 0.0) -> tuple[float, float, float]:
-        return self.ratio(), self.overhead.value(), self.headrooms.margin(ttft_s)
+        return self.ratio(), self.overhead_now(), self.headrooms.margin(ttft_s)
+
+    def overhead_now(self) -> float:
+        """The overhead a request sent now is predicted to carry: that of calls sent with nothing
+        ahead when there is nothing (its forward starts at once: no later request joins it), else
+        that of calls sent behind a queue."""
+        idle = not self.queued and not self.others_tokens
+        return (self.idle_overhead if idle else self.overhead).value()
 
     def raw_for(self, ahead_tokens: int, prompt_tokens: int) -> float | None:
         """The uncalibrated prediction for a prompt of ``prompt_tokens`` behind ``ahead_tokens``
@@ -280,12 +294,13 @@ class TtftGuard:
         both (an admission round asks every worker this for every waiting request)."""
         if self.model is None:
             return False, None
-        mine, cut, ratio, overhead = list(self.queued.values()), self.forward_cut, self.ratio(), self.overhead.value()
+        mine, cut, ratio = list(self.queued.values()), self.forward_cut, self.ratio()
         per_token = self._queued_len(cut)
-        if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead, per_token):
+        if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, self.overhead.value(), per_token):
             return True, None
         ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)
-        return False, self._predict_tokens(ahead, prompt_tokens, scale=(ratio, overhead, self.headrooms.margin(ttft_s)),
+        scale = ratio, self.overhead_now(), self.headrooms.margin(ttft_s)
+        return False, self._predict_tokens(ahead, prompt_tokens, scale=scale,
                                            cut=cut, queued_len=per_token)
 
     def _pushes(self, prompt_tokens: int, deadline: float, now: float, mine: list[Queued], cut: int, ratio: float,

@@ -144,8 +144,9 @@ def test_the_overhead_a_prediction_adds_is_the_miss_budgets_quantile_of_recent_c
     for i in range(40):
         clock.now += 0.01
         raw = MODEL.predict_forwards(100, 0)
+        guard.sent(f"r{i}", deadline=INF, tokens=100)  # to an idle worker
         guard.answered(f"r{i}", observed_s=raw + (0.300 if i in (7, 29) else 0.010), predicted_s=raw, worker_s=raw)
-    assert guard.overhead.value() == pytest.approx(0.300)  # at p90 it was 0.010: the spikes unseen
+    assert guard.idle_overhead.value() == pytest.approx(0.300)  # at p90 it was 0.010: the spikes unseen
     assert guard.predict_s(100) == pytest.approx(raw + 0.300)
 
 
@@ -180,10 +181,10 @@ def test_the_one_pass_check_of_queued_requests_agrees_with_predicting_each_in_tu
 def test_every_call_teaches_the_overhead_against_what_later_sends_put_ahead_of_it():
     """A request sent later with an earlier deadline runs first: the call it overtook took longer
     for the load that followed it, no error of the model, and the overhead learns from that call
-    against its prediction plus the overtaker's prompt. A later request that joined its forward
-    (a later deadline) is what a new prediction cannot know either: it stays in the overhead. The
-    calibration, a ratio to the model of the call's own prompt, learns only from calls sent with
-    nothing ahead that nothing later disturbed."""
+    against its prediction plus the overtaker's prompt. A later request with a later deadline
+    cannot go first: what the call took beyond its prediction is learnt whole. The calibration, a
+    ratio to the model of the call's own prompt, learns only from calls sent with nothing ahead
+    that nothing later disturbed."""
     from common.slo.ttft_guard import new_guard
 
     clock = Clock()
@@ -195,12 +196,13 @@ def test_every_call_teaches_the_overhead_against_what_later_sends_put_ahead_of_i
     guard.answered("urgent", observed_s=raw + 0.001, predicted_s=2 * raw, worker_s=raw)
     guard.answered("overtaken", observed_s=raw + pushed + 0.004, predicted_s=raw, worker_s=raw + pushed)
     assert guard.calibration.num_samples == 0  # disturbed: not a ratio of its own prompt
-    assert sorted(v for _, v in guard.overhead._samples) == pytest.approx([0.0, 0.004])  # the overtaker not in it
+    assert [v for _, v in guard.overhead._samples] == pytest.approx([0.0])  # "urgent", sent behind a queue
+    assert [v for _, v in guard.idle_overhead._samples] == pytest.approx([0.004])  # the overtaker not in it
     guard.sent("first", deadline=2.0, tokens=300)
-    guard.sent("joiner", deadline=3.0, tokens=300)  # a later deadline: joins "first"'s forward
+    guard.sent("behind", deadline=3.0, tokens=300)  # a later deadline: after "first"
     guard.answered("first", observed_s=0.200, predicted_s=raw, worker_s=0.190)
-    assert guard.overhead.value() == pytest.approx(0.170)  # 200 ms against 30 predicted: all of it learnt
-    guard.dropped("joiner")
+    assert guard.idle_overhead.value() == pytest.approx(0.170)  # 200 ms against 30 predicted: all of it learnt
+    guard.dropped("behind")
     guard.sent("clean", deadline=4.0, tokens=300)
     guard.answered("clean", observed_s=0.046, predicted_s=raw, worker_s=0.045)
     assert guard.calibration.ratio == pytest.approx(1.5)  # 45 ms for 30 predicted
@@ -253,3 +255,28 @@ def test_a_refusal_the_class_headroom_alone_caused_relaxes_it_and_no_other():
     assert ttft_refusal([guard], 300, 0.025, arrived=0.0, now=0.0) is not None
     assert tighter.shut_out == 0
     assert ttft_refusal([guard], 300, 0.040, arrived=0.0, now=0.0) is None and predicted == pytest.approx(0.030)
+
+
+def test_a_request_sent_to_an_idle_worker_carries_the_overhead_of_calls_sent_to_one():
+    """A forward that starts at once takes in no later request, so a call sent with nothing ahead
+    carries only what such calls took beyond their prediction; one sent behind a queue carries
+    what calls sent behind one took (later requests that joined their forwards included)."""
+    from common.slo.ttft_guard import new_guard
+
+    clock = Clock()
+    guard = new_guard(MODEL, 0, clock=clock)
+    raw = MODEL.predict_forwards(300, 0)  # 30 ms
+    guard.sent("first", deadline=2.0, tokens=300)
+    guard.sent("queued", deadline=3.0, tokens=300)  # behind "first"
+    guard.answered("first", observed_s=raw + 0.005, predicted_s=raw, worker_s=raw)
+    guard.answered("queued", observed_s=2 * raw + 0.080, predicted_s=2 * raw, worker_s=2 * raw)
+    assert guard.idle_overhead.value() == pytest.approx(0.005) and guard.overhead.value() == pytest.approx(0.080)
+    assert guard.overhead_now() == pytest.approx(0.005)  # nothing queued
+    assert guard.predict_s(100) == pytest.approx(guard.ratio() * MODEL.predict_forwards(100, 0) + 0.005)
+    guard.sent("next", deadline=4.0, tokens=300)
+    assert guard.overhead_now() == pytest.approx(0.080)  # a newcomer would queue behind "next"
+    assert guard.predict_s(100, deadline=5.0) == pytest.approx(
+        guard.ratio() * MODEL.predict_forwards(400, 0, 300 * 300 + 100 * 100) + 0.080)
+    guard.answered("next", observed_s=raw, predicted_s=raw, worker_s=raw)
+    guard.heard(queued_tokens=500, running=1)  # another gateway's work is queued there
+    assert guard.overhead_now() == pytest.approx(0.080)
