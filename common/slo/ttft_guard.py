@@ -16,19 +16,12 @@ Its ``headrooms`` multiply every calibrated prediction, one per TTFT SLO class: 
 prediction carries its own class's; the closed loop (``common.slo.promise``) steers each from the
 TTFTs that class's admitted requests really got.
 
-Every answered call teaches the overhead, against its prediction in hindsight: what was ahead
-of it when it was sent plus what later sends put ahead of it (requests with an earlier deadline,
-which least slack first runs before it; ``pushed``). Those are no error of the model, and an
-overhead learnt from them made every later prediction carry the worst such delay. What stays in
-the sample is what a new request's prediction cannot know either: later requests joining its
-forward, forwards slowed by the cores' other work in a burst, the hops. (Learning only from calls
-no later send could have delayed left the overhead to the few calls of a quiet moment: under load
-64-84 of ~900 calls a run, their overhead 4-20 ms against a p99 of 215-389 ms over all calls, and
-admitted requests missed in bursts.) Calls sent with nothing ahead keep an overhead of their own
-(``idle_overhead``), which predictions carry while the worker has nothing queued: their forward
-starts at once, so no later request joins it, and the delays of calls that queued are no cost of
-theirs (charged them, a light load's 100 ms TTFT requests are refused). The calibration, a ratio to the model, learns only from
-calls sent with nothing ahead and undisturbed (its prediction is then the model of its own
+Only calls that no later send could have delayed teach the calibration and the overhead. A
+request sent while another is queued may join that one's forward or, with an earlier deadline,
+go before it: the queued call then takes longer than its prediction for a reason that is no
+error of the model and no cost of the hops (the load that followed it), and learning from it
+made every later prediction carry the worst such delay. The calibration, a ratio to the model,
+learns only from calls sent with nothing ahead (its prediction is then the model of its own
 prompt, not of a queue partly computed already).
 
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
@@ -83,8 +76,7 @@ def new_guard(model: PrefillModel | None, forward_tokens: int, target: float = D
               clock: Callable[[], float] = time.monotonic) -> TtftGuard:
     """A prefill worker's guard as the gateway (or the simulator, on its virtual clock) makes it."""
     return TtftGuard(model, forward_tokens, prefill_calibration(clock),
-                     overhead=call_overhead(target, clock), idle_overhead=call_overhead(target, clock),
-                     headrooms=ttft_headrooms(target, clock),
+                     overhead=call_overhead(target, clock), headrooms=ttft_headrooms(target, clock),
                      tightest=TightestSlo(clock=clock))
 
 
@@ -95,8 +87,6 @@ class TtftGuard:
     calibration: Calibration = field(default_factory=prefill_calibration)
     # seconds a call adds to what the worker reports spending on it (RPC hops, the gateway's delays)
     overhead: WindowQuantile = field(default_factory=call_overhead)
-    # ... of calls sent with nothing ahead: no later request joins a forward that starts at once
-    idle_overhead: WindowQuantile = field(default_factory=call_overhead)
     # what this gateway sent and awaits, in sending order: request id -> (deadline, tokens, TTFT SLO);
     # deadlines are on the clock ``now`` is read from
     queued: dict[str, Queued] = field(default_factory=dict)
@@ -109,8 +99,6 @@ class TtftGuard:
     # them), and those sent with nothing ahead; what their answers may teach (module docstring)
     disturbed: set[str] = field(default_factory=set)
     alone: set[str] = field(default_factory=set)
-    # of ``queued``: the model's seconds of the prompts sent since with an earlier deadline (ahead of it)
-    pushed: dict[str, float] = field(default_factory=dict)
     tightest: TightestSlo = field(default_factory=TightestSlo)  # of the requests sent there: its forwards' cut
     # the worker's own calibration of all its forwards, busy or not, as last reported (0: none)
     forward_ratio: float = 0.0
@@ -125,11 +113,6 @@ class TtftGuard:
     def sent(self, request_id: str, deadline: float, tokens: int, ttft_s: float = 0.0) -> None:
         """A request with this deadline (and TTFT SLO ``ttft_s``; 0: none) and prompt ``tokens`` to compute went there."""
         self.tightest.observe(ttft_s)
-        if self.model is not None and self.queued:
-            cost = self._pushed_s(tokens)
-            for queued_id, (queued_deadline, _, _) in self.queued.items():
-                if queued_deadline > deadline:
-                    self.pushed[queued_id] = self.pushed.get(queued_id, 0.0) + cost
         self.disturbed.update(self.queued)
         if not self.queued and not self.others_tokens:
             self.alone.add(request_id)
@@ -141,37 +124,26 @@ class TtftGuard:
         ``worker_s`` itself (None: not known): its tokens leave the queue, and, unless a later send
         may have delayed it, the call teaches the calibration (when it was sent with nothing
         ahead) what ``predicted_s`` (uncalibrated; None or 0: no prediction was made) really took
-        and the overhead what the rest cost beyond that prediction and what later sends put ahead
-        (``pushed``)."""
+        and the overhead what the rest cost."""
         self.queued.pop(request_id, None)
         if forward_ratio > 0:
             self.forward_ratio = forward_ratio
         disturbed, alone = request_id in self.disturbed, request_id in self.alone
-        pushed_s = self.pushed.pop(request_id, 0.0)
         self.disturbed.discard(request_id)
         self.alone.discard(request_id)
-        if not predicted_s:
+        if not predicted_s or disturbed:
             return
-        if alone and not disturbed:
+        if alone:
             self.calibration.observe(predicted_s, observed_s if worker_s is None else worker_s)
         if worker_s is not None:
-            overhead = self.idle_overhead if alone else self.overhead
-            overhead.observe(max(0.0, observed_s - self.ratio() * (predicted_s + pushed_s)))
+            self.overhead.observe(max(0.0, observed_s - self.ratio() * predicted_s))
 
     def dropped(self, request_id: str) -> None:
         """The call ended without an answer (failed, cancelled): its tokens leave the queue and
         nothing is learnt. Idempotent."""
         self.queued.pop(request_id, None)
-        self.pushed.pop(request_id, None)
         self.disturbed.discard(request_id)
         self.alone.discard(request_id)
-
-    def _pushed_s(self, tokens: int) -> float:
-        """What a prompt of ``tokens`` sent later adds to a queued call it goes ahead of: the
-        model's time for it less one forward's fixed cost (it may share a forward that ran
-        anyway). Counting less than it may add leaves the rest to the overhead: the safe side."""
-        assert self.model is not None
-        return max(0.0, self.model.predict_forwards(tokens, self.forward_cut, tokens * tokens) - self.model.base_s)
 
     def queued_ahead(self, deadline: float) -> int:
         """Prompt tokens the worker will compute before a request with this deadline.
@@ -258,14 +230,7 @@ class TtftGuard:
         return max(self.calibration.ratio, self.forward_ratio)
 
     def _scale(self, ttft_s: float = 0.0) -> tuple[float, float, float]:
-        return self.ratio(), self.overhead_now(), self.headrooms.margin(ttft_s)
-
-    def overhead_now(self) -> float:
-        """The overhead a request sent now is predicted to carry: that of calls sent with nothing
-        ahead when there is nothing (its forward starts at once: no later request joins it), else
-        that of calls sent behind a queue."""
-        idle = not self.queued and not self.others_tokens
-        return (self.idle_overhead if idle else self.overhead).value()
+        return self.ratio(), self.overhead.value(), self.headrooms.margin(ttft_s)
 
     def raw_for(self, ahead_tokens: int, prompt_tokens: int) -> float | None:
         """The uncalibrated prediction for a prompt of ``prompt_tokens`` behind ``ahead_tokens``
@@ -294,13 +259,12 @@ class TtftGuard:
         both (an admission round asks every worker this for every waiting request)."""
         if self.model is None:
             return False, None
-        mine, cut, ratio = list(self.queued.values()), self.forward_cut, self.ratio()
+        mine, cut, ratio, overhead = list(self.queued.values()), self.forward_cut, self.ratio(), self.overhead.value()
         per_token = self._queued_len(cut)
-        if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, self.overhead.value(), per_token):
+        if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead, per_token):
             return True, None
         ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)
-        scale = ratio, self.overhead_now(), self.headrooms.margin(ttft_s)
-        return False, self._predict_tokens(ahead, prompt_tokens, scale=scale,
+        return False, self._predict_tokens(ahead, prompt_tokens, scale=(ratio, overhead, self.headrooms.margin(ttft_s)),
                                            cut=cut, queued_len=per_token)
 
     def _pushes(self, prompt_tokens: int, deadline: float, now: float, mine: list[Queued], cut: int, ratio: float,
