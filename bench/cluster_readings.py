@@ -7,10 +7,10 @@ from __future__ import annotations
 import statistics
 
 from bench.common import progress
+from common.process.scrape import scrape_metrics
 from common.slo.cost_models import DecodeModel
 from pdserve.cluster import LocalCluster
 from simulator.config import call_overhead_from_histogram, factors_from_histogram
-from tests.integration.conftest import scrape_metrics
 
 
 def guards_now(cluster: LocalCluster) -> tuple[dict[str, float], dict[str, float]]:

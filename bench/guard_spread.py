@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import slo, vs_vllm  # noqa: E402
 from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
+from common.process.scrape import scrape_metrics  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
-from tests.integration.conftest import scrape_metrics  # noqa: E402
 
 WORKLOADS: dict[str, tuple[tuple[str, ...], str]] = {
     **vs_vllm.WORKLOADS,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,13 +20,6 @@ def start_cluster(tmp_path: Path, timeout_s: float = 120, **spec: object) -> Loc
     ensure_model(str(spec.get("preset", "tiny")))  # once, before several processes look for it
     spec = {"port": 0, "worker_args": WORKER_ARGS, **spec}  # cores and threads as `pdserve up` plans them
     return LocalCluster(ClusterSpec(**spec), tmp_path / "logs").start(timeout_s=timeout_s)  # type: ignore[arg-type]
-
-
-def scrape_metrics(port: int) -> dict[str, float]:
-    """Every sample of a process's Prometheus endpoint, by its name with labels."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return {name: float(value) for name, value in (line.rsplit(" ", 1) for line in text.splitlines()
-                                                   if line and not line.startswith("#"))}
 
 
 def assert_pools_whole(cluster: LocalCluster, timeout_s: float = 5.0) -> None:

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import grpc
 
+from common.process.scrape import scrape_metrics
 from common.worker.cpu_plan import available_cores
 from pdserve.cluster import LocalCluster
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, scrape_metrics, start_cluster
+from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, start_cluster
 
 STARTS = 5
 

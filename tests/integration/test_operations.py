@@ -14,9 +14,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
+from common.process.scrape import scrape_metrics
 from pdserve.cluster import LocalCluster
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, scrape_metrics, start_cluster
+from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, start_cluster
 from tests.integration.load import Load, Outcome
 
 # Short leases and quarantines, so that blocks a failure strands come back within the test.

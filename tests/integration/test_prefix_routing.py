@@ -12,9 +12,10 @@ import grpc
 import pytest
 
 from common.model.location import ensure_model
+from common.process.scrape import scrape_metrics
 from pdserve.cluster import LocalCluster
 from tests.checkpoints import random_prompts, reference_greedy
-from tests.integration.conftest import assert_pools_whole, scrape_metrics, start_cluster
+from tests.integration.conftest import assert_pools_whole, start_cluster
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 CONVERSATIONS = 4
