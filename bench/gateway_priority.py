@@ -34,6 +34,7 @@ from bench.vs_vllm import WORKLOADS as VS_VLLM_WORKLOADS  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from common.worker.cpu_plan import GATEWAY_PLACES  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
+from pdserve.commands_serve import niceness  # noqa: E402
 
 MIXED = VS_VLLM_WORKLOADS["mixed"]  # (load tester flags, SLO classes)
 DEFAULT = (0, "any")  # the plan's gateway: the workers' own priority, where the OS puts it
@@ -112,7 +113,7 @@ def plot(points: list[dict], tried: str, out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nice", type=int, default=10, help="the tried gateway's niceness (0 to 19)")
+    parser.add_argument("--nice", type=niceness, default=10, help="the tried gateway's niceness (0 to 19)")
     parser.add_argument("--cores", choices=GATEWAY_PLACES, default="any", help="where the tried gateway runs")
     parser.add_argument("--workload", choices=("scaled", "mixed"), default="scaled")
     parser.add_argument("--rates", type=lambda s: [float(r) for r in s.split(",")], default=[24.0, 32.0])
@@ -125,8 +126,8 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
     arm = (args.nice, args.cores)
-    if not 0 <= args.nice <= 19 or arm == DEFAULT:
-        parser.error("--nice must be 0 to 19, and with --cores any at least 1 (else nothing differs)")
+    if arm == DEFAULT:
+        parser.error("with --cores any, --nice must be at least 1 (else nothing differs)")
     ensure_model(args.preset)
     work = Path(tempfile.mkdtemp(prefix="pdserve-gateway-priority-"))
     slo_mix, points = "", []

@@ -52,7 +52,7 @@ def register(sub: Any) -> None:
                     "there are more cores than workers")
     up.add_argument("--threads", type=int, default=defaults.threads,
                     help="torch compute threads per worker (default 0: one per core it is given)")
-    up.add_argument("--gateway-nice", type=_niceness, default=defaults.gateway_nice,
+    up.add_argument("--gateway-nice", type=niceness, default=defaults.gateway_nice,
                     help="added to the gateway's CPU priority (nice, 0 to 19; default 0): where it shares the "
                          "workers' cores, it then runs in the gaps their forwards leave instead of in the middle "
                          "of them, and its token relay waits while they compute (measure with "
@@ -79,7 +79,7 @@ def _run_process(args: argparse.Namespace) -> int:
     return mains[args.process](args)
 
 
-def _niceness(text: str) -> int:
+def niceness(text: str) -> int:
     """A CPU priority offset an unprivileged process may add to itself: 0 to 19."""
     try:
         value = int(text)
