@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,12 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit, progress  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from pdserve.cluster import free_port  # noqa: E402
 
 
 def _status(pid: int) -> dict[str, int]:
@@ -40,7 +34,7 @@ def measure(source: Path, repeats: int) -> dict[str, object]:
     for i in range(repeats):
         with tempfile.TemporaryFile() as log:
             started = time.perf_counter()
-            proc = subprocess.Popen([sys.executable, "-m", "gateway", "--port", str(_free_port()), "--preset", "tiny"],
+            proc = subprocess.Popen([sys.executable, "-m", "gateway", "--port", str(free_port()), "--preset", "tiny"],
                                     cwd=source, stdout=log, stderr=subprocess.STDOUT,
                                     env={**os.environ, "PYTHONPATH": str(source)})
             try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -10,15 +9,9 @@ import urllib.request
 from pathlib import Path
 
 from bench.peer_runs import peer_env
-from pdserve.cluster import ClusterSpec, LocalCluster
+from pdserve.cluster import ClusterSpec, LocalCluster, free_port
 
 READY_TIMEOUT_S = 600.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for_models(base_url: str, timeout_s: float, alive: "subprocess.Popen[bytes] | None" = None) -> None:

@@ -114,12 +114,12 @@ class LocalCluster:
 
     def _start_gateway_on_a_free_port(self, timeout_s: float) -> None:
         for attempt in range(3):  # a port found free can be taken before the gateway binds it
-            port = self.spec.port or _free_port(self.spec.host)
+            port = self.spec.port or free_port(self.spec.host)
             self.address = f"{self.spec.host}:{port}"
-            self.registry_address = (f"{self.spec.host}:{_free_port(self.spec.host)}" if self.spec.registry_port
+            self.registry_address = (f"{self.spec.host}:{free_port(self.spec.host)}" if self.spec.registry_port
                                      else self.address)
             if self.spec.http_port is not None:
-                self.http_address = f"{self.spec.host}:{self.spec.http_port or _free_port(self.spec.host)}"
+                self.http_address = f"{self.spec.host}:{self.spec.http_port or free_port(self.spec.host)}"
             self.start_gateway()
             if self._gateway_listening(timeout_s) or self.spec.port or attempt == 2:
                 break
@@ -163,7 +163,7 @@ class LocalCluster:
     def _metrics_args(self, name: str) -> list[str]:
         if not self.spec.metrics:
             return []
-        self.metrics_ports.setdefault(name, _free_port(self.spec.host))
+        self.metrics_ports.setdefault(name, free_port(self.spec.host))
         return ["--metrics-port", str(self.metrics_ports[name]), "--metrics-host", self.spec.host]
 
     def pid(self, name: str) -> int:
@@ -302,7 +302,8 @@ def _ready_counts(info: gateway_pb2.InfoResponse | None) -> dict[str, int]:
     return counts
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now, on ``host``."""
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import socket
-
 from common.process.metrics import Metrics
 from common.process.scrape import scrape_metrics
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from pdserve.cluster import free_port
 
 
 def test_every_sample_is_read_back_by_its_name_with_labels():
     metrics = Metrics("gateway")
-    port = _free_port()
+    port = free_port()
     metrics.serve(port, host="127.0.0.1")
     try:
         for _ in range(3):
