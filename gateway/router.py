@@ -48,7 +48,7 @@ class LeastLoadedRouter:
                            deadline: float = float("inf"), ttft_s: float = 0.0) -> list[WorkerRecord]:
         workers = registry.routable("prefill")
         return _pick(workers, least_loaded_order([w.inflight for w in workers],
-                                                 [w.load.queued_tokens + prompt.uncached_tokens(w.prefix)
+                                                 [w.guard.queued_tokens + prompt.uncached_tokens(w.prefix)
                                                   for w in workers]))
 
     def decode_candidates(self, registry: WorkerRegistry, tpot_s: float,

@@ -291,7 +291,7 @@ class SimGateway:
                                   flight.deadline, self.sim.now, flight.ttft_s)
         else:
             order = least_loaded_order([self.inflight[w.worker_id] for w in workers],
-                                       [self.guards[w.worker_id].reported_tokens for w in workers])
+                                       [self.guards[w.worker_id].queued_tokens for w in workers])
         return [workers[i] for i in order]
 
     def _prefilled(self, flight: Flight, out: RequestOutput) -> None:

@@ -110,6 +110,14 @@ class TtftGuard:
         # ``queued`` (a report soon goes stale for what this gateway's answers already took off)
         self.others_tokens = max(0, queued_tokens - sum(tokens for _, tokens, _ in self.queued.values()))
 
+    @property
+    def queued_tokens(self) -> int:
+        """Prompt tokens queued on the worker as this gateway sees them now: what it sent and
+        still awaits, followed live, plus other gateways' as of the last report. (A report alone
+        goes on counting this gateway's answered calls until the next heartbeat: a conversation's
+        next turn, sent right after the last, was routed away from the worker holding its history.)"""
+        return self.others_tokens + sum(tokens for _, tokens, _ in self.queued.values())
+
     def sent(self, request_id: str, deadline: float, tokens: int, ttft_s: float = 0.0) -> None:
         """A request with this deadline (and TTFT SLO ``ttft_s``; 0: none) and prompt ``tokens`` to compute went there."""
         self.tightest.observe(ttft_s)

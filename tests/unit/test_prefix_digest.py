@@ -97,6 +97,28 @@ def test_both_routers_send_a_prompt_where_its_prefix_is_cached_and_round_robin_d
     assert [rr.prefill_candidates(registry, prompt)[0].worker_id for _ in range(4)] == ["p0", "p1", "p0", "p1"]
 
 
+def test_least_loaded_routing_counts_no_answered_call_a_heartbeat_still_reports():
+    from gateway.registry import WorkerRegistry
+    from gateway.router import router_for
+
+    history = list(range(300, 460))  # 10 blocks
+    registry = WorkerRegistry(1.5)
+    cold, warm = _prefill_record("p0", []), _prefill_record("p1", chain_hashes(history, B, SALT))
+    registry.workers = {"p0": cold, "p1": warm}
+    prompt = PromptBlocks(history + [1, 2, 3])
+    fcfs = router_for(False)
+    # the previous turn, 163 tokens, was queued on the warm worker when it last heartbeat
+    warm.guard.sent("turn-1", float("inf"), 163)
+    warm.load = worker_pb2.WorkerLoad(queued_tokens=163, running=1)
+    warm.guard.heard(163, 1)
+    assert [w.worker_id for w in fcfs.prefill_candidates(registry, prompt)] == ["p0", "p1"], "163 + 3 queued behind it"
+    warm.guard.answered("turn-1", 0.02, 0.02, 0.015)  # its answer came: the report now speaks of nothing queued
+    assert [w.worker_id for w in fcfs.prefill_candidates(registry, prompt)] == ["p1", "p0"]
+    # another gateway's queue, as reported, still counts
+    warm.guard.heard(5000, 1)
+    assert [w.worker_id for w in fcfs.prefill_candidates(registry, prompt)] == ["p0", "p1"]
+
+
 def test_a_decode_worker_holding_the_conversation_wins_where_load_ties():
     from common.slo.tpot_guard import DecodeView
     from gateway.registry import WorkerRecord, WorkerRegistry
