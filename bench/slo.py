@@ -21,6 +21,7 @@ wherever two rates send as many requests (``--min-prompts``), and the prefix cac
 the repeats.
 
     python bench/slo.py [--workload scaled --workload fixed] [--out bench/results/slo-cpu.json] [--plot slo.png]
+                        [--device cuda --preset 1b --mps]
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def run_policy(policy: str, rates: list[float], args: argparse.Namespace, worklo
     """Runs ``rates`` in order on one cluster (stopping after the first point under ``stop_below``
     adherence), after an unloaded run; returns the points and the SLO mix (scaled to that run when
     none is given)."""
-    spec = ClusterSpec(port=0, policy=policy, preset=args.preset, worker_args=("--device", args.device))
+    spec = ClusterSpec(port=0, policy=policy, preset=args.preset, device=args.device, mps=args.mps)
     points = []
     progress(f"[{workload.name}] starting a {policy} cluster ...")
     with LocalCluster(spec, work / f"logs-{policy}").start(progress=True) as cluster:
@@ -169,14 +170,18 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--preset", default="tiny", help="embedded model preset (tiny, small, 1b)")
     parser.add_argument("--device", default="cpu", help="the workers' device, e.g. cuda (both share it)")
+    parser.add_argument("--mps", action="store_true", help="run the workers under a CUDA MPS daemon, as `pdserve up "
+                        "--mps` does (with --device cuda: two workers on one GPU without it time-slice between them)")
     args = parser.parse_args()
+    if args.mps and not args.device.startswith("cuda"):
+        parser.error(f"--mps runs workers on a GPU under CUDA MPS; give --device cuda (not {args.device})")
     names = args.workload or ["scaled", "fixed"]
     names = list(WORKLOADS) if "all" in names else names
     ensure_model(args.preset)
     results = {name: run_workload(WORKLOADS[name], args) for name in names}
     if args.plot:
         plot(results, args.plot)
-    emit({"device": device_name(args.device), "cores": "pdserve up's plan", "worker_args": [],
+    emit({"device": device_name(args.device), "cores": "pdserve up's plan", "worker_args": [], "mps": args.mps,
           "duration_s": args.duration_s, "workloads": results}, args.out)
 
 
