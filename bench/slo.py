@@ -121,6 +121,10 @@ def run_workload(workload: Workload, args: argparse.Namespace) -> dict:
     grid = [float(r) for r in args.grid.split(",")]
     fcfs, slo_mix = run_policy("fcfs", grid, args, workload, workload.slo_mix, work / "knee", stop_below=0.9)
     knee = fcfs[-1]["rate"]
+    knee_found = fcfs[-1]["adherence"] < 0.9
+    if not knee_found:  # a fast device: "twice the knee" below is only twice the grid's last rate
+        progress(f"[{workload.name}] fcfs met {fcfs[-1]['adherence']:.0%} of SLOs at the grid's last rate ({knee:g} "
+                 "req/s): its knee lies beyond the grid (give --grid with higher rates)")
     rates = sorted({r for r in grid if r <= knee} | {knee * 1.5, knee * 2})
     fcfs += run_policy("fcfs", [r for r in rates if r > knee], args, workload, slo_mix, work)[0]
     scorpio = run_policy("scorpio", rates, args, workload, slo_mix, work)[0]
@@ -132,8 +136,8 @@ def run_workload(workload: Workload, args: argparse.Namespace) -> dict:
                "scorpio_admitted_attainment": s_top["admitted_attainment"]}
     progress(f"[{workload.name}] at twice the knee ({top:g} req/s): scorpio goodput {summary['goodput_ratio']:.1f}x "
              f"fcfs, {summary['scorpio_admitted_attainment']:.1%} of admitted requests meeting both SLOs")
-    return {"requests": list(workload.requests), "slo_classes": slo_mix, "knee_rate": knee, "points": points,
-            "at_twice_the_knee": summary}
+    return {"requests": list(workload.requests), "slo_classes": slo_mix, "knee_rate": knee, "knee_found": knee_found,
+            "points": points, "at_twice_the_knee": summary}
 
 
 def plot(results: dict[str, dict], out: Path) -> None:
