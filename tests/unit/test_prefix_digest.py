@@ -79,15 +79,21 @@ def _prefill_record(worker_id: str, cached: list[int]):  # type: ignore[no-untyp
     return record
 
 
-def test_both_routers_send_a_prompt_where_its_prefix_is_cached_and_round_robin_does_not_look():
+def _cold_and_warm():  # type: ignore[no-untyped-def]
+    """Two prefill workers, "p0" holding nothing, "p1" a 10-block history; the prompt that follows it."""
     from gateway.registry import WorkerRegistry
-    from gateway.router import router_for
 
     history = list(range(300, 460))  # 10 blocks
     registry = WorkerRegistry(1.5)
     cold, warm = _prefill_record("p0", []), _prefill_record("p1", chain_hashes(history, B, SALT))
     registry.workers = {"p0": cold, "p1": warm}
-    prompt = PromptBlocks(history + [1, 2, 3])
+    return registry, warm, PromptBlocks(history + [1, 2, 3])
+
+
+def test_both_routers_send_a_prompt_where_its_prefix_is_cached_and_round_robin_does_not_look():
+    from gateway.router import router_for
+
+    registry, warm, prompt = _cold_and_warm()
     for ttft_guard in (True, False):
         assert [w.worker_id for w in router_for(ttft_guard).prefill_candidates(registry, prompt)] == ["p1", "p0"]
     # a long enough queue outweighs the hit: 5,000 tokens ahead on the warm worker
@@ -98,14 +104,9 @@ def test_both_routers_send_a_prompt_where_its_prefix_is_cached_and_round_robin_d
 
 
 def test_least_loaded_routing_counts_no_answered_call_a_heartbeat_still_reports():
-    from gateway.registry import WorkerRegistry
     from gateway.router import router_for
 
-    history = list(range(300, 460))  # 10 blocks
-    registry = WorkerRegistry(1.5)
-    cold, warm = _prefill_record("p0", []), _prefill_record("p1", chain_hashes(history, B, SALT))
-    registry.workers = {"p0": cold, "p1": warm}
-    prompt = PromptBlocks(history + [1, 2, 3])
+    registry, warm, prompt = _cold_and_warm()
     fcfs = router_for(False)
     # the previous turn, 163 tokens, was queued on the warm worker when it last heartbeat
     warm.guard.sent("turn-1", float("inf"), 163)
