@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The checks only a GPU can run, in one call of a lent machine (README, The GPU path), most
+# telling first, each under its own time limit so one that hangs leaves the rest their time:
+#
+#   1. tests/gpu: the Triton kernels at real shapes, CUDA graphs against eager, the engine against
+#      transformers, and a 1P1D cluster on one GPU (cuda_ipc and NCCL hand-offs) -- never run yet
+#   2. bench/engine.py: decode and prefill tokens/s against transformers on the GPU
+#   3. pdserve profile: the GPU cost model the simulator's --cost-model takes
+#   4. bench/slo.py under MPS: fcfs against scorpio on `fixed`, both workers on the one GPU
+#
+#   source .gpu/device-env.sh && bash bench/gpu_checks.sh tests-gpu engine profile   # ≤ 510 s
+#   source .gpu/device-env.sh && bash bench/gpu_checks.sh slo                         # ≤ 420 s
+#
+# (one device call runs at most 600 s: the steps named, in the order above; none named: all four.)
+# PRESET (default 1b), DEVICE (default cuda), SLO_GRID (default 32,64,128,192), SLO_SECONDS
+# (seconds of arrivals per point, default 10) and OUT (default bench/results/gpu) change what it
+# runs; `PRESET=tiny DEVICE=cpu` walks every step on a CPU. A step that fails is reported and the
+# next one runs; the exit status is the number of steps that failed.
+set -uo pipefail
+
+preset=${PRESET:-1b}
+device=${DEVICE:-cuda}
+out=${OUT:-bench/results/gpu}
+mkdir -p "$out"
+failed=0
+
+step() {  # step NAME SECONDS COMMAND...: runs COMMAND under a time limit, its output to $out/NAME.log
+    local name=$1 seconds=$2
+    shift 2
+    echo "== $name (at most ${seconds} s), $(date +%T)"
+    if timeout "$seconds" "$@" > "$out/$name.log" 2>&1; then
+        echo "   done: $(tail -n 1 "$out/$name.log" | cut -c1-200)"
+    else
+        echo "   FAILED (status $?), last lines of $out/$name.log:"
+        tail -n 15 "$out/$name.log" | sed 's/^/   | /'
+        failed=$((failed + 1))
+    fi
+}
+
+mps=()
+[[ $device == cuda* ]] && mps=(--mps)
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests-gpu engine profile slo)
+wanted() { [[ " ${steps[*]} " == *" $1 "* ]]; }
+
+wanted tests-gpu && step tests-gpu 240 python3 -m pytest -q tests/gpu
+wanted engine && step engine 150 python3 bench/engine.py --preset "$preset" --dtype bfloat16 --device "$device" \
+    --out "$out/engine-$preset-$device.json"
+wanted profile && step profile 120 python3 -m pdserve profile --preset "$preset" --device "$device" \
+    --out "$out/profile-$preset-$device.json"
+wanted slo && step slo 420 python3 bench/slo.py --device "$device" --preset "$preset" "${mps[@]}" --workload fixed \
+    --grid "${SLO_GRID:-32,64,128,192}" --duration-s "${SLO_SECONDS:-10}" \
+    --out "$out/slo-$preset-$device-fixed.json" --plot "$out/slo-$preset-$device-fixed.png"
+
+echo "== $failed step(s) failed; results and logs in $out"
+exit "$failed"
