@@ -108,7 +108,7 @@ class TtftGuard:
         self.reported_tokens, self.reported_running = queued_tokens, running
         # other gateways' work, as of the report: this gateway's own share is followed live in
         # ``queued`` (a report soon goes stale for what this gateway's answers already took off)
-        self.others_tokens = max(0, queued_tokens - sum(tokens for _, tokens, _ in self.queued.values()))
+        self.others_tokens = max(0, queued_tokens - self._own_tokens())
 
     @property
     def queued_tokens(self) -> int:
@@ -116,7 +116,11 @@ class TtftGuard:
         still awaits, followed live, plus other gateways' as of the last report. (A report alone
         goes on counting this gateway's answered calls until the next heartbeat: a conversation's
         next turn, sent right after the last, was routed away from the worker holding its history.)"""
-        return self.others_tokens + sum(tokens for _, tokens, _ in self.queued.values())
+        return self.others_tokens + self._own_tokens()
+
+    def _own_tokens(self) -> int:
+        """Prompt tokens this gateway sent there and still awaits."""
+        return sum(tokens for _, tokens, _ in self.queued.values())
 
     def sent(self, request_id: str, deadline: float, tokens: int, ttft_s: float = 0.0) -> None:
         """A request with this deadline (and TTFT SLO ``ttft_s``; 0: none) and prompt ``tokens`` to compute went there."""
@@ -225,7 +229,7 @@ class TtftGuard:
         forward of eight 256-token prompts attends to 8·256², not 2048²); ``cut`` with nothing of
         this gateway's queued (other gateways' tokens, whose prompts it does not know, count as one
         prompt per forward)."""
-        tokens = sum(n for _, n, _ in self.queued.values())
+        tokens = self._own_tokens()
         if not tokens:
             return float(cut)
         return sum(n * n for _, n, _ in self.queued.values()) / tokens
