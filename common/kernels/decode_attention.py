@@ -33,7 +33,9 @@ MAX_SPLITS = 32
 MIN_SPLIT_TOKENS = 128  # a split shorter than this costs more to merge than it saves
 
 
-@triton.jit
+# The tables' width and the split count follow the batch: unspecialized, one compiled variant
+# serves them all (see common.kernels.prefill_attention).
+@triton.jit(do_not_specialize=["num_splits", "stride_tb"])
 def _split_kernel(q_ptr, cache_ptr, tables_ptr, lens_ptr, acc_ptr, ml_ptr, scale, window, layer, num_splits,
                   num_heads, stride_qb, stride_qh, stride_tb, s_blk, s_layer, s_kv, s_head, s_tok,
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr,
@@ -77,7 +79,7 @@ def _split_kernel(q_ptr, cache_ptr, tables_ptr, lens_ptr, acc_ptr, ml_ptr, scale
     tl.store(ml_ptr + partial * 2 + 1, l_i, mask=g < GROUP)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _merge_kernel(acc_ptr, ml_ptr, out_ptr, num_splits, num_heads, stride_ob, stride_oh,
                   HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr):
     b = tl.program_id(0)

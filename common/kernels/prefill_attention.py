@@ -43,7 +43,9 @@ def prefill_tiles(query_lens: list[int], block_m: int = BLOCK_M) -> torch.Tensor
     return torch.tensor(tiles, dtype=torch.int64).reshape(len(tiles), 2)
 
 
-@triton.jit
+# The block tables' width follows the step's longest chunk: left unspecialized, so it compiles one
+# variant (Triton would compile one each for 1, multiples of 16 and the rest, at first sight, mid-load).
+@triton.jit(do_not_specialize=["stride_tables"])
 def _prefill_kernel(q_ptr, out_ptr, cache_ptr, tiles_ptr, chunks_ptr, tables_ptr, scale, window, layer,
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_tables, s_blk, s_layer, s_kv, s_head, s_tok,
                     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
