@@ -59,6 +59,9 @@ WORKLOADS = {
 }
 
 
+TESTER_LAG_WARN_MS = 10.0  # p99 of the load tester's lateness that a point's figures should be read with
+
+
 def slo_classes(base_ttft_ms: float, base_tpot_ms: float) -> str:
     """``name:ttft_ms:tpot_ms`` for the six classes, as multiples of the unloaded latency."""
     return ",".join(f"{t}-{p}:{base_ttft_ms * tm:.0f}:{base_tpot_ms * pm:.1f}"
@@ -84,6 +87,8 @@ def point_summary(policy: str, rate: float, r: dict) -> dict:
             "goodput": r["request_goodput"], "adherence": r["slo_adherence"],
             "admitted_attainment": good / admitted if admitted else 0.0, "rejected": r["rejected"],
             "failed": r["failed"], "p99_ttft_ms": r["p99_ttft_ms"], "p99_tpot_ms": r["p99_tpot_ms"],
+            # the load tester's own lag (its latencies carry it): large, and the point measures the tester
+            "p99_send_late_ms": r.get("p99_send_late_ms", 0.0),
             "per_class": {k: {"good": v["good"], "sent": v["sent"], "rejected": v["rejected"]}
                           for k, v in r["per_class"].items()}}
 
@@ -111,6 +116,9 @@ def run_policy(policy: str, rates: list[float], args: argparse.Namespace, worklo
             progress(f"  [{policy} @ {rate:g} req/s, {result['num_prompts']} requests] goodput "
                      f"{result['goodput']:.2f}, adherence {result['adherence']:.0%}, admitted meeting SLOs "
                      f"{result['admitted_attainment']:.1%}, rejected {result['rejected']}")
+            if result["p99_send_late_ms"] > TESTER_LAG_WARN_MS:
+                progress(f"    the load tester ran {result['p99_send_late_ms']:.0f} ms late (p99 of its sends): its "
+                         "latencies carry its own backlog (pdserve bench --processes)")
             if stop_below is not None and result["adherence"] < stop_below:
                 break
     return points, slo_mix

@@ -15,6 +15,7 @@ from typing import Any
 from client.bench import metrics
 from client.bench.openai_runner import BACKENDS, OpenAITarget, run_plan_openai, served_model
 from client.bench.plan import build_plan
+from client.bench.processes import auto_processes, run_plan_in_processes
 from client.bench.sessions import plan_sessions, run_sessions
 from client.bench.workload import PlannedRequest, parse_slo_mix
 from client.bench.report import ProgressBar, summary_table
@@ -38,6 +39,10 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", ""),
                    help="sent as a bearer token, over gRPC and HTTP alike (default: $OPENAI_API_KEY)")
     p.add_argument("--max-concurrency", type=int, default=None)
+    p.add_argument("--processes", default="auto",
+                   help="load-tester processes sending the plan between them (gRPC backend): a number, or auto: "
+                        "enough for the token messages the plan asks for, at most a quarter of the cores "
+                        "(client.bench.processes)")
     add_workload_args(p)
     add_report_args(p)
 
@@ -109,13 +114,20 @@ def run_point(args: argparse.Namespace, rate: float,
     return result, records
 
 
+def parse_processes(value: str, plan: list[PlannedRequest]) -> int:
+    if value == "auto":
+        return auto_processes(plan)
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"--processes is a whole number of at least 1, or auto; got {value!r}")
+    return int(value)
+
+
 def _over_grpc(args: argparse.Namespace, plan: list[PlannedRequest],
                label: str) -> tuple[list[metrics.RequestRecord], float]:
-    from client.bench.runner import run_plan
-
-    bar = ProgressBar(len(plan), label)
-    return asyncio.run(run_plan(f"{args.host}:{args.port}", plan, args.ignore_eos, args.max_concurrency,
-                                parse_goodput(args.goodput), bar.update, api_key=getattr(args, "api_key", "")))
+    processes = parse_processes(getattr(args, "processes", "1"), plan)
+    bar = ProgressBar(len(plan), label + (f", {processes} processes" if processes > 1 else ""))
+    return run_plan_in_processes(f"{args.host}:{args.port}", plan, processes, args.ignore_eos, args.max_concurrency,
+                                 parse_goodput(args.goodput), bar.update, api_key=getattr(args, "api_key", ""))
 
 
 def run_multi_turn(args: argparse.Namespace, rate: float) -> tuple[list[metrics.RequestRecord], float]:
@@ -138,6 +150,8 @@ def _over_openai(args: argparse.Namespace, plan: list[PlannedRequest],
                  label: str) -> tuple[list[metrics.RequestRecord], float]:
     if not args.base_url:
         raise ValueError(f"--backend {args.backend} needs --base-url (e.g. http://127.0.0.1:8000)")
+    if getattr(args, "processes", "auto") not in ("auto", "1"):
+        raise ValueError(f"--processes sends over gRPC (--backend pdserve); --backend {args.backend} sends from one")
 
     async def go() -> tuple[list[metrics.RequestRecord], float]:
         model = args.model or await served_model(args.base_url, args.api_key)

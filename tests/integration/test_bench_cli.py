@@ -30,3 +30,24 @@ def test_bench_cli_writes_consistent_json_and_plots(cluster, tmp_path):
     for key in ("p99_ttft_ms", "p50_tpot_ms", "mean_itl_ms", "median_e2el_ms"):
         assert data[key] > 0
     assert len(list(tmp_path.glob("*.png"))) == 2
+
+
+def _bench(cluster, tmp_path, processes: str) -> dict:
+    host, port = cluster.address.rsplit(":", 1)
+    result = subprocess.run(
+        [sys.executable, "-m", "client.bench", "--host", host, "--port", port, "--num-prompts", "18",
+         "--request-rate", "12", "--random-input-len", "30", "--random-output-len", "6", "--random-range-ratio",
+         "0.5", "--ignore-eos", "--slo-mix", "a:60000:60000,b:60000:60000:2", "--seed", "4", "--processes",
+         processes, "--save-detailed", "--result-dir", str(tmp_path), "--result-filename", f"{processes}.json"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return json.loads((tmp_path / f"{processes}.json").read_text())
+
+
+def test_a_plan_sent_by_several_processes_comes_back_whole_in_plan_order(cluster, tmp_path):
+    one, three = _bench(cluster, tmp_path, "1"), _bench(cluster, tmp_path, "3")
+    assert three["completed"] == one["completed"] == 18 and not any(three["errors"])
+    for key in ("input_lens", "output_lens", "slo_classes"):  # the same plan, merged back in its order
+        assert three[key] == one[key]
+    assert {k: v["sent"] for k, v in three["per_class"].items()} == {k: v["sent"] for k, v in one["per_class"].items()}
+    assert all(t is not None and t > 0 for t in three["ttfts"])

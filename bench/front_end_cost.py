@@ -1,0 +1,83 @@
+"""CPU the front end spends per request: the gateway's, and the load tester's, for each policy.
+
+    python bench/front_end_cost.py [--rate 32] [--num-prompts 320] [--policy fcfs --policy scorpio] [--out FILE]
+
+Both are single Python processes relaying every output token as a gRPC message, so their CPU per
+request sets the request rate each can carry on one core (``one_core_req_s``): where a GPU serves
+more than that, the gateway is what the cluster waits on, and a load tester with one process
+records its own backlog as latency (``pdserve bench --processes``). A tiny-model cluster as
+`pdserve up` starts it, the `fixed` SLO classes of ``bench/slo.py`` at its ``fcfs`` knee on 2
+cores: CPU seconds of each process over the run (``/proc``), divided by the requests and by the
+tokens. Per request it falls as the load rises (a wake-up of the loop serves more messages): with
+``--rate 8 --num-prompts 160`` the gateway's was 15 ms, at 32 req/s about 9.5. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
+from bench.process_cores import cpu_seconds  # noqa: E402
+from bench.slo import RANDOM, WORKLOADS  # noqa: E402
+from common.model.location import ensure_model  # noqa: E402
+from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(policy: str, rate: float, num_prompts: int, preset: str) -> dict[str, object]:
+    work = Path(tempfile.mkdtemp(prefix="pdserve-front-end-"))
+    progress(f"{policy}: starting a cluster ...")
+    with LocalCluster(ClusterSpec(port=0, policy=policy, preset=preset), work / "logs").start() as cluster:
+        host, port = cluster.address.rsplit(":", 1)
+        target = ("--host", host, "--port", port)
+        run_load_tester(target, 2, 20, RANDOM, "", work / "warm", 7)
+        gateway = cluster.pid("gateway")
+        gateway_before, tester_before, started = cpu_seconds(gateway), _children_cpu_s(), time.perf_counter()
+        r = run_load_tester(target, rate, num_prompts, RANDOM, WORKLOADS["fixed"].slo_mix, work / "load", 11)
+        wall = time.perf_counter() - started
+        gateway_s, tester_s = cpu_seconds(gateway) - gateway_before, _children_cpu_s() - tester_before
+    tokens = r["total_output_tokens"]
+    point = {"policy": policy, "rate": rate, "num_prompts": num_prompts, "output_tokens": tokens,
+             "adherence": r["slo_adherence"], "rejected": r["rejected"], "wall_s": wall,
+             "gateway_cpu_ms_per_request": 1000 * gateway_s / num_prompts,
+             "gateway_cpu_us_per_token": 1e6 * gateway_s / max(tokens, 1),
+             "load_tester_cpu_ms_per_request": 1000 * tester_s / num_prompts,
+             "load_tester_cpu_us_per_token": 1e6 * tester_s / max(tokens, 1)}
+    point["gateway_one_core_req_s"] = 1000 / max(point["gateway_cpu_ms_per_request"], 1e-9)
+    point["load_tester_one_core_req_s"] = 1000 / max(point["load_tester_cpu_ms_per_request"], 1e-9)
+    progress(f"  gateway {point['gateway_cpu_ms_per_request']:.1f} ms CPU a request "
+             f"({point['gateway_cpu_us_per_token']:.0f} us a token), load tester "
+             f"{point['load_tester_cpu_ms_per_request']:.1f} ms ({point['load_tester_cpu_us_per_token']:.0f} us); "
+             f"one core carries {point['gateway_one_core_req_s']:.0f} / {point['load_tester_one_core_req_s']:.0f} req/s")
+    return point
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=float, default=32.0, help="req/s (32: the fcfs knee of `fixed` on 2 cores)")
+    parser.add_argument("--num-prompts", type=int, default=320)
+    parser.add_argument("--policy", action="append", choices=("fcfs", "scorpio"), default=None)
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    ensure_model(args.preset)
+    points = [measure(p, args.rate, args.num_prompts, args.preset) for p in args.policy or ["fcfs", "scorpio"]]
+    emit({"device": device_name("cpu"), "preset": args.preset, "cores": os.cpu_count(),
+          "load_tester": "pdserve bench --processes auto (one process below 8 cores)",
+          "points": points}, args.out)
+
+
+if __name__ == "__main__":
+    main()
