@@ -29,6 +29,7 @@ from common.rpc.convert import sampling_to_proto
 from common.process.metrics import Metrics
 from gateway import retries
 from gateway.admission import AdmissionQueue
+from gateway.coalesce import coalesce_waiting
 from gateway.decode_reservation import DecodeReservations
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import ABORTED, RequestError, unavailable
@@ -229,8 +230,15 @@ class RequestFlow:
 
     async def _decode_events(self, req: ValidatedRequest, p: Progress, inbox: asyncio.Queue,  # type: ignore[type-arg]
                              text: TextStream) -> AsyncIterator[gateway_pb2.GenerateResponse]:
+        held = None  # the item coalescing stopped at: handled next
         while True:
-            event = await inbox.get()
+            if held is not None:
+                event, held = held, None
+            else:
+                event = await inbox.get()
+            # (with stop strings each event stays apart: the ids sent must end at the stop)
+            if not req.stop and not isinstance(event, RequestError) and not event.error and not event.finish_reason:
+                event, held = coalesce_waiting(event, inbox)
             if event is ABORTED:
                 self._spawn(self._abort_decode(req.request_id, p))
                 yield self._final(req, p, [], text.finish().text, "abort")
