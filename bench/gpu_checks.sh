@@ -3,7 +3,7 @@
 # telling first, each under its own time limit so one that hangs leaves the rest their time:
 #
 #   1. tests/gpu: the Triton kernels at real shapes, CUDA graphs against eager, the engine against
-#      transformers, and a 1P1D cluster on one GPU (cuda_ipc and NCCL hand-offs) -- never run yet
+#      transformers, a 1P1D cluster on one GPU (cuda_ipc and gRPC hand-offs), no compile mid-load
 #   2. bench/engine.py: decode and prefill tokens/s against transformers on the GPU
 #   3. pdserve profile: the GPU cost model the simulator's --cost-model takes
 #   4. bench/slo.py under MPS: fcfs against scorpio on `fixed`, both workers on the one GPU
@@ -12,10 +12,11 @@
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh slo                         # ≤ 420 s
 #
 # (one device call runs at most 600 s: the steps named, in the order above; none named: all four.)
-# PRESET (default 1b), DEVICE (default cuda), SLO_GRID (default 32,64,128,192), SLO_SECONDS
-# (seconds of arrivals per point, default 10) and OUT (default bench/results/gpu) change what it
-# runs; `PRESET=tiny DEVICE=cpu` walks every step on a CPU. A step that fails is reported and the
-# next one runs; the exit status is the number of steps that failed.
+# PRESET (default 1b), DEVICE (default cuda), SLO_GRID (default 64,128,192,256: the fcfs knee on
+# `fixed` was 256 req/s on an H100, and this grid took 267 s there), SLO_SECONDS (seconds of
+# arrivals per point, default 10) and OUT (default bench/results/gpu) change what it runs;
+# `PRESET=tiny DEVICE=cpu` walks every step on a CPU. A step that fails is reported and the next
+# one runs; the exit status is the number of steps that failed.
 set -uo pipefail
 
 preset=${PRESET:-1b}
@@ -49,7 +50,7 @@ wanted engine && step engine 150 python3 bench/engine.py --preset "$preset" --dt
 wanted profile && step profile 120 python3 -m pdserve profile --preset "$preset" --device "$device" \
     --out "$out/profile-$preset-$device.json"
 wanted slo && step slo 420 python3 bench/slo.py --device "$device" --preset "$preset" "${mps[@]}" --workload fixed \
-    --grid "${SLO_GRID:-32,64,128,192}" --duration-s "${SLO_SECONDS:-10}" \
+    --grid "${SLO_GRID:-64,128,192,256}" --duration-s "${SLO_SECONDS:-10}" \
     --out "$out/slo-$preset-$device-fixed.json" --plot "$out/slo-$preset-$device-fixed.png"
 
 echo "== $failed step(s) failed; results and logs in $out"
