@@ -25,6 +25,19 @@ def guards_now(cluster: LocalCluster) -> tuple[dict[str, float], dict[str, float
     return refusals, margins
 
 
+def gateway_slo_counts(cluster: LocalCluster) -> tuple[float, float]:
+    """Finished requests the gateway itself counted as meeting both SLOs and as missing one
+    (``pdserve:slo_requests``, all classes), so far; (0, 0) without metrics."""
+    if "gateway" not in cluster.metrics_ports:
+        return 0.0, 0.0
+    samples = scrape_metrics(cluster.metrics_ports["gateway"])
+    counted = {"met": 0.0, "missed": 0.0}
+    for key, value in samples.items():
+        if key.startswith("pdserve:slo_requests_total{"):
+            counted[_label(key, "result")] = counted.get(_label(key, "result"), 0.0) + value
+    return counted["met"], counted["missed"]
+
+
 def hop_seconds(address: str, calls: int = 50) -> float:
     """Half the median round trip of the gateway's cheapest RPC."""
     import time
