@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -25,15 +24,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
-from bench.process_cores import cpu_seconds  # noqa: E402
+from bench.process_cores import cores_used  # noqa: E402
 from bench.slo import RANDOM, WORKLOADS  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
-
-
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def measure(policy: str, rate: float, num_prompts: int, preset: str) -> dict[str, object]:
@@ -43,11 +37,11 @@ def measure(policy: str, rate: float, num_prompts: int, preset: str) -> dict[str
         host, port = cluster.address.rsplit(":", 1)
         target = ("--host", host, "--port", port)
         run_load_tester(target, 2, 20, RANDOM, "", work / "warm", 7)
-        gateway = cluster.pid("gateway")
-        gateway_before, tester_before, started = cpu_seconds(gateway), _children_cpu_s(), time.perf_counter()
-        r = run_load_tester(target, rate, num_prompts, RANDOM, WORKLOADS["fixed"].slo_mix, work / "load", 11)
+        started = time.perf_counter()
+        r, cores = cores_used(cluster, lambda: run_load_tester(target, rate, num_prompts, RANDOM,
+                                                               WORKLOADS["fixed"].slo_mix, work / "load", 11))
         wall = time.perf_counter() - started
-        gateway_s, tester_s = cpu_seconds(gateway) - gateway_before, _children_cpu_s() - tester_before
+        gateway_s, tester_s = cores["gateway"] * wall, cores["load_tester"] * wall
     tokens = r["total_output_tokens"]
     point = {"policy": policy, "rate": rate, "num_prompts": num_prompts, "output_tokens": tokens,
              "adherence": r["slo_adherence"], "rejected": r["rejected"], "wall_s": wall,

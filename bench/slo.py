@@ -115,24 +115,30 @@ def run_policy(policy: str, rates: list[float], args: argparse.Namespace, worklo
             met_before, missed_before = gateway_slo_counts(cluster)
             result = point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix, work / policy,
                                                              requests=workload.requests, seed=point_seed(rate)))
-            met, missed = (after - before for after, before in zip(gateway_slo_counts(cluster), (met_before, missed_before)))
-            # what the gateway counted itself: far above the load tester's figure, the difference is
-            # lost between them (the tester's own backlog, or a wait before the gateway's handler)
+            met_after, missed_after = gateway_slo_counts(cluster)
+            met, missed = met_after - met_before, missed_after - missed_before
             result["gateway_admitted_attainment"] = met / (met + missed) if met + missed else None
             points.append(result)
             progress(f"  [{policy} @ {rate:g} req/s, {result['num_prompts']} requests] goodput "
                      f"{result['goodput']:.2f}, adherence {result['adherence']:.0%}, admitted meeting SLOs "
                      f"{result['admitted_attainment']:.1%}, rejected {result['rejected']}")
-            seen = result["gateway_admitted_attainment"]
-            if seen is not None and seen - result["admitted_attainment"] > FRONT_END_GAP_WARN:
-                progress(f"    the gateway counted {seen:.1%} of admitted meeting both SLOs, the load tester "
-                         f"{result['admitted_attainment']:.1%}: the difference is lost in the front end")
-            if result["p99_send_late_ms"] > TESTER_LAG_WARN_MS:
-                progress(f"    the load tester ran {result['p99_send_late_ms']:.0f} ms late (p99 of its sends): its "
-                         "latencies carry its own backlog (pdserve bench --processes)")
+            _say_what_the_front_end_lost(result)
             if stop_below is not None and result["adherence"] < stop_below:
                 break
     return points, slo_mix
+
+
+def _say_what_the_front_end_lost(result: dict) -> None:
+    """Warnings for a point whose figures carry the front end's own delays: the gateway counting
+    far more admitted requests meeting both SLOs than the load tester (the difference lost between
+    them: the tester's backlog, or a wait before the gateway's handler), or the tester sending late."""
+    seen = result["gateway_admitted_attainment"]
+    if seen is not None and seen - result["admitted_attainment"] > FRONT_END_GAP_WARN:
+        progress(f"    the gateway counted {seen:.1%} of admitted meeting both SLOs, the load tester "
+                 f"{result['admitted_attainment']:.1%}: the difference is lost in the front end")
+    if result["p99_send_late_ms"] > TESTER_LAG_WARN_MS:
+        progress(f"    the load tester ran {result['p99_send_late_ms']:.0f} ms late (p99 of its sends): its "
+                 "latencies carry its own backlog (pdserve bench --processes)")
 
 
 def run_workload(workload: Workload, args: argparse.Namespace) -> dict:

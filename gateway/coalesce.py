@@ -18,11 +18,13 @@ from wire.v1 import worker_pb2
 InboxItem = worker_pb2.TokenEvent | RequestError
 
 
-def coalesce_waiting(event: worker_pb2.TokenEvent, inbox: asyncio.Queue[InboxItem]
-                     ) -> tuple[worker_pb2.TokenEvent, InboxItem | None]:
+def coalesce_waiting(event: InboxItem, inbox: asyncio.Queue[InboxItem]) -> tuple[InboxItem, InboxItem | None]:
     """``event`` with the token events already waiting behind it merged in, up to and including one
     that finishes the request; and the first waiting item that is no plain token event (an error,
-    an abort), which the caller handles next, or None. ``event`` carries no finish or error."""
+    an abort), which the caller handles next, or None. An ``event`` that is itself no plain token
+    event (an error, an abort, a finish) comes back as it is."""
+    if _ends_the_stream(event):
+        return event, None
     merged: worker_pb2.TokenEvent | None = None
     while not inbox.empty():
         waiting = inbox.get_nowait()
@@ -36,3 +38,7 @@ def coalesce_waiting(event: worker_pb2.TokenEvent, inbox: asyncio.Queue[InboxIte
             merged.finish_reason = waiting.finish_reason
             break
     return merged or event, None
+
+
+def _ends_the_stream(item: InboxItem) -> bool:
+    return isinstance(item, RequestError) or bool(item.error) or bool(item.finish_reason)

@@ -236,8 +236,7 @@ class RequestFlow:
                 event, held = held, None
             else:
                 event = await inbox.get()
-            # (with stop strings each event stays apart: the ids sent must end at the stop)
-            if not req.stop and not isinstance(event, RequestError) and not event.error and not event.finish_reason:
+            if not req.stop:  # (with stop strings each event stays apart: the ids sent must end at the stop)
                 event, held = coalesce_waiting(event, inbox)
             if event is ABORTED:
                 self._spawn(self._abort_decode(req.request_id, p))
