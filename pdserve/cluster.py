@@ -81,8 +81,10 @@ class LocalCluster:
         _exit_on_sigterm()  # so a SIGTERM to the launcher still stops its children (via __exit__)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         tag = f"{os.getpid()}-{next(_counter)}"
-        self.plan = self._plan(tag)
-        devices = {name: worker_device(self._engine_args(name)) for name in self.plan if name != "gateway"}
+        names = [f"{role}-{i}-{tag}" for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode))
+                 for i in range(count)]
+        devices = {name: worker_device(self._engine_args(name)) for name in names}
+        self.plan = self._plan(names, [name for name, device in devices.items() if not device.startswith("cpu")])
         self.device_workers = device_workers(devices)
         if progress:
             for assignment in self.plan.values():
@@ -134,11 +136,9 @@ class LocalCluster:
                                 "--policy", self.spec.policy,
                                 *self._model_args(), *self._metrics_args("gateway"), *self.spec.gateway_args])
 
-    def _plan(self, tag: str) -> dict[str, CoreAssignment]:
-        workers = [f"{role}-{i}-{tag}" for role, count in (("prefill", self.spec.prefill), ("decode", self.spec.decode))
-                   for i in range(count)]
+    def _plan(self, workers: list[str], on_device: list[str]) -> dict[str, CoreAssignment]:
         planned = plan_cores(workers, self.spec.cpu_cores or None, self.spec.threads or None, self.spec.gateway_nice,
-                             self.spec.gateway_cores)
+                             self.spec.gateway_cores, on_device)
         return {a.name: a for a in planned}
 
     def start_worker(self, role: str, worker_id: str) -> None:

@@ -24,6 +24,17 @@ its own, to the cores of decode workers that no prefill worker uses: a prefill f
 time then adds nothing of the gateway's to a TTFT, and the gateway's time lands on decode steps
 instead. It trades one SLO for the other (measured on two cores, README), so it is not the plan.
 
+A worker that computes on a GPU needs few host cores: one thread launches its kernels (CUDA
+graphs) and a few more wait on RPCs and transfers. Given an equal share of a GPU host's cores,
+two such workers left the gateway one core, and the gateway is the busiest process on that host
+(a Python event loop and gRPC's own threads relaying every token: ~10 ms of CPU a request on this
+project's 2-core CPU, bench/front_end_cost.py). So where the host has room, each worker ``on_device``
+gets ``DEVICE_WORKER_CORES`` cores and the gateway every core no worker is given:
+
+    ┌──────────────────────────────┬───────────┬──────────┐
+    │ gateway (and a load tester)  │ prefill-0 │ decode-0 │   both workers on the GPU
+    └──────────────────────────────┴───────────┴──────────┘
+
 Invariant: with at least as many cores as workers, no two workers share a core and the
 threads of all workers add up to at most the cores planned. With fewer cores than workers,
 each worker gets one thread on a core taken round robin (the least oversubscription there is).
@@ -32,6 +43,7 @@ each worker gets one thread on a core taken round robin (the least oversubscript
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 
 
@@ -49,19 +61,26 @@ class CoreAssignment:
 
 
 GATEWAY_PLACES = ("any", "decode")  # where a gateway without a core of its own runs
+DEVICE_WORKER_CORES = 2  # host cores of a worker computing on a GPU: its kernel-launching thread and one more
 
 
 def plan_cores(workers: list[str], cores: tuple[int, ...] | None = None,
-               threads: int | None = None, gateway_nice: int = 0, gateway_cores: str = "any") -> list[CoreAssignment]:
+               threads: int | None = None, gateway_nice: int = 0, gateway_cores: str = "any",
+               on_device: Collection[str] = ()) -> list[CoreAssignment]:
     """Assignments for the gateway and ``workers`` (names, in order; a decode worker's starts with
     ``decode``) on ``cores`` (default: the cores this process may run on). ``threads`` overrides
     each worker's thread count; ``gateway_nice`` lowers the gateway's CPU priority;
-    ``gateway_cores`` (``GATEWAY_PLACES``) places a gateway that gets no core of its own."""
+    ``gateway_cores`` (``GATEWAY_PLACES``) places a gateway that gets no core of its own;
+    ``on_device`` names the workers that compute on a GPU."""
     if gateway_cores not in GATEWAY_PLACES:
         raise ValueError(f"gateway cores: {gateway_cores!r} is not one of {', '.join(GATEWAY_PLACES)}")
     available = tuple(sorted(set(cores))) if cores else available_cores()
     if not workers:
         return [CoreAssignment("gateway", (), 0, gateway_nice)]
+    device = [name for name in workers if name in set(on_device)]
+    on_cpu = [name for name in workers if name not in set(on_device)]
+    if device and len(available) >= DEVICE_WORKER_CORES * len(device) + len(on_cpu) + 1:
+        return _plan_with_device_workers(workers, device, on_cpu, available, threads, gateway_nice)
     spare = len(available) > len(workers)
     pool = available[1:] if spare else available
     runs = _split(pool, len(workers))
@@ -73,6 +92,20 @@ def plan_cores(workers: list[str], cores: tuple[int, ...] | None = None,
         placed = ()
     gateway = CoreAssignment("gateway", placed, 0, gateway_nice)
     return [gateway] + [CoreAssignment(name, run, threads or len(run)) for name, run in zip(workers, runs)]
+
+
+def _plan_with_device_workers(workers: list[str], device: list[str], on_cpu: list[str], available: tuple[int, ...],
+                              threads: int | None, gateway_nice: int) -> list[CoreAssignment]:
+    """GPU workers take ``DEVICE_WORKER_CORES`` each from the top; CPU workers split what is left
+    after one gateway core as they would alone; without CPU workers the gateway takes the rest."""
+    top = len(available) - DEVICE_WORKER_CORES * len(device)
+    runs = dict(zip(device, _split(available[top:], len(device))))
+    rest = available[:top]
+    if on_cpu:
+        runs.update(zip(on_cpu, _split(rest[1:], len(on_cpu))))
+        rest = rest[:1]
+    gateway = CoreAssignment("gateway", rest, 0, gateway_nice)
+    return [gateway] + [CoreAssignment(name, runs[name], threads or len(runs[name])) for name in workers]
 
 
 def _decode_only_cores(workers: list[str], runs: list[tuple[int, ...]]) -> tuple[int, ...]:

@@ -77,8 +77,8 @@ def test_the_gateways_priority_can_be_set_for_a_cluster_and_only_to_what_a_user_
     from pdserve.cluster import ClusterSpec, LocalCluster
 
     planned = plan_cores(["prefill-0-t", "decode-0-t"])[0]
-    assert LocalCluster(ClusterSpec(), tmp_path)._plan("t")["gateway"] == planned
-    niced = LocalCluster(ClusterSpec(gateway_nice=7), tmp_path)._plan("t")["gateway"]
+    assert LocalCluster(ClusterSpec(), tmp_path)._plan(["prefill-0-t", "decode-0-t"], [])["gateway"] == planned
+    niced = LocalCluster(ClusterSpec(gateway_nice=7), tmp_path)._plan(["prefill-0-t", "decode-0-t"], [])["gateway"]
     assert (niced.nice, niced.cores) == (7, planned.cores) and niced.describe().endswith(", nice 7")
     parser = build_parser()
     assert parser.parse_args(["up"]).gateway_nice == 0
@@ -103,10 +103,31 @@ def test_a_gateway_placed_with_the_decode_workers_gets_the_cores_only_decode_wor
         assert gateway(["prefill-0", "decode-0"], cores) == plan_cores(["prefill-0", "decode-0"], tuple(range(cores)))[0].cores
     with pytest.raises(ValueError, match="gateway cores"):
         plan_cores(["prefill-0", "decode-0"], (0, 1), gateway_cores="prefill")
-    placed = LocalCluster(ClusterSpec(gateway_cores="decode"), tmp_path)._plan("t")
+    placed = LocalCluster(ClusterSpec(gateway_cores="decode"), tmp_path)._plan(["prefill-0-t", "decode-0-t"], [])
     assert placed["gateway"].cores == plan_cores(["prefill-0-t", "decode-0-t"], gateway_cores="decode")[0].cores
     parser = build_parser()
     assert parser.parse_args(["up"]).gateway_cores == "any"
     assert parser.parse_args(["up", "--gateway-cores", "decode"]).gateway_cores == "decode"
     with pytest.raises(SystemExit):
         parser.parse_args(["up", "--gateway-cores", "prefill"])
+
+
+@pytest.mark.parametrize("cores, prefill, decode", [(16, 1, 1), (16, 2, 2), (64, 4, 4), (8, 1, 1)])
+def test_gpu_workers_get_two_cores_each_and_the_gateway_the_rest(cores, prefill, decode):
+    workers = [f"prefill-{i}" for i in range(prefill)] + [f"decode-{i}" for i in range(decode)]
+    gateway, *assigned = plan_cores(workers, tuple(range(cores)), on_device=workers)
+    assert [a.name for a in assigned] == workers
+    assert all(len(a.cores) == a.threads == 2 for a in assigned)
+    used = [c for a in assigned for c in a.cores]
+    assert len(used) == len(set(used)) and not set(gateway.cores) & set(used)
+    assert sorted(used + list(gateway.cores)) == list(range(cores)), "every core is someone's"
+
+
+def test_gpu_and_cpu_workers_together_leave_the_gateway_one_core():
+    gateway, prefill, decode = plan_cores(["prefill-0", "decode-0"], tuple(range(8)), on_device=["decode-0"])
+    assert decode.cores == (6, 7) and gateway.cores == (0,) and prefill.cores == (1, 2, 3, 4, 5)
+
+
+def test_gpu_workers_on_too_few_cores_are_planned_as_cpu_workers_are():
+    workers = ["prefill-0", "decode-0", "prefill-1", "decode-1"]
+    assert plan_cores(workers, tuple(range(4)), on_device=workers) == plan_cores(workers, tuple(range(4)))
