@@ -31,6 +31,9 @@ class GatewayConfig:
     http_port: int = 0  # the OpenAI-compatible HTTP server's port; 0: none
     served_model_name: str = ""  # the model's name in the OpenAI API; empty: the preset's, or the checkpoint's directory
     prefill_routing: str = "kv_aware"  # kv_aware: queue and prefix-cache hits weighed together | round_robin
+    # a guarded policy refuses new requests while the event loop's thread is busy more than this
+    # share of its time (gateway/front_capacity.py: from 0.05 below it, all from 0.05 above); 0: never
+    busy_limit: float = 0.9
 
     def __post_init__(self) -> None:
         if self.preset not in MODEL_NAMES:
@@ -51,6 +54,8 @@ class GatewayConfig:
             raise ValueError(f"prefill_routing must be kv_aware or round_robin, got {self.prefill_routing!r}")
         if not 0 < self.slo_target < 1:
             raise ValueError(f"slo_target must be in (0, 1), got {self.slo_target}")
+        if not 0 <= self.busy_limit <= 1:
+            raise ValueError(f"busy_limit must be in [0, 1], got {self.busy_limit}")
         if self.max_prompt_bytes < 0:
             raise ValueError(f"max_prompt_bytes must be >= 0, got {self.max_prompt_bytes}")
         self.named_slos()  # validates the syntax

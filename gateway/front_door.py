@@ -25,6 +25,7 @@ from common.text.chat_template import ChatTemplate, ChatTemplateError
 from gateway.accounting import RequestAccounting
 from gateway.delivery import DeliveryAllowance
 from gateway.errors import RequestError, invalid
+from gateway.front_capacity import FrontCapacity
 from gateway.request_flow import RequestFlow
 from gateway.tenants import AuthError, QuotaError, TenantTable
 from gateway.validation import ModelLimits, prompt_text, validate
@@ -47,7 +48,8 @@ class Caller:
 class FrontDoor:
     def __init__(self, flow: RequestFlow, tokenizer: Any, limits: ModelLimits, chat: ChatTemplate | None,
                  tenants: TenantTable | None = None, metrics: Metrics | None = None,
-                 draining: Callable[[], bool] = lambda: False, delivery: DeliveryAllowance | None = None) -> None:
+                 draining: Callable[[], bool] = lambda: False, delivery: DeliveryAllowance | None = None,
+                 capacity: FrontCapacity | None = None) -> None:
         self.flow = flow
         self.tokenizer = tokenizer
         self.limits = limits
@@ -56,6 +58,7 @@ class FrontDoor:
         self.metrics = metrics or Metrics("gateway")
         self.draining = draining
         self.delivery = delivery or DeliveryAllowance()
+        self.capacity = capacity  # None: this gateway never refuses for its own load (fcfs)
         # Tokenizing a long prompt takes milliseconds to seconds: never on the event loop, which
         # also serves every other stream and the workers' heartbeats.
         self._tokenizing = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
@@ -115,6 +118,9 @@ class FrontDoor:
     def _admit_caller(self, request: gateway_pb2.GenerateRequest, caller: Caller) -> _Admitted:
         if self.draining():
             raise RequestError(grpc.StatusCode.UNAVAILABLE, "gateway is draining; retry on another replica", "draining")
+        refusal = self.capacity.refusal() if self.capacity is not None else None
+        if refusal is not None:  # first: a refusal must cost the busy loop as little as it can
+            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, "gateway_busy")
         tenant = self._tenant(caller)
         if request.tenant and tenant.name and request.tenant != tenant.name:
             raise RequestError(grpc.StatusCode.PERMISSION_DENIED,

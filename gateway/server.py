@@ -22,6 +22,7 @@ from gateway.admission import AdmissionQueue
 from gateway.config import GatewayConfig, add_gateway_args, gateway_config_from_args
 from gateway.decode_streams import DecodeStreams
 from gateway.delivery import FRONTS, DeliveryAllowance
+from gateway.front_capacity import FrontCapacity, LoopBusy
 from gateway.loop_lag import LoopLag
 from gateway.registry import RegistryServicer, WorkerRegistry
 from gateway.request_flow import RequestFlow
@@ -86,8 +87,12 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
                        admission=admission)
     server = new_server([PeerRoleInterceptor(GATEWAY_CALLERS)] if options.tls.mutual else [])
     lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)
+    loop_busy = LoopBusy()
+    guarded = config.policy != "fcfs" and config.busy_limit > 0
+    capacity = FrontCapacity(loop_busy.fraction, config.busy_limit - 0.05, config.busy_limit + 0.05) if guarded else None
     front = FrontDoor(flow, tokenizer, limits, load_chat_template(model_dir), tenants, metrics,
-                      draining=lambda: lifecycle.draining, delivery=DeliveryAllowance(config.slo_target))
+                      draining=lambda: lifecycle.draining, delivery=DeliveryAllowance(config.slo_target),
+                      capacity=capacity)
     gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayServicer(front, registry, str(model_dir)), server)
     worker_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registry, config.heartbeat_ms), server)
     address = bind(server, config.host, config.port, options.tls, require_client_auth=False)
@@ -110,7 +115,9 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     metrics.serve(options.metrics_port, options.metrics_host)
     watcher = asyncio.create_task(_watch_workers(registry, lifecycle, metrics, config.heartbeat_ms / 1000, front.delivery))
     lag_probe = asyncio.create_task(loop_lag.run())
+    busy_probe = asyncio.create_task(loop_busy.run())
     metrics.watch_loop_lag(lambda: loop_lag.worst_recent_s)
+    metrics.watch_loop_busy(loop_busy.fraction)
     log.info("gateway listening on %s (model %s, policy %s%s%s)", address, model_dir, config.policy,
              ", TLS" if options.tls.enabled else "", ", API keys" if config.api_keys else "")
 
@@ -122,6 +129,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
             await http.stop()
         watcher.cancel()
         lag_probe.cancel()
+        busy_probe.cancel()
         await streams.close()
         await flow.drain()
         metrics.close()

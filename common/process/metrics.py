@@ -66,6 +66,9 @@ class Metrics:
         self._loop_lag = Gauge("pdserve:event_loop_lag_seconds", "Largest delay of this process's event loop "
                                "over the last second (work that should not run on it, or an overloaded host)",
                                labels, registry=r)
+        self._loop_busy = Gauge("pdserve:event_loop_busy_ratio", "Share of the last half second the event "
+                                "loop's thread spent on the CPU (near 1: the process is at its capacity)",
+                                labels, registry=r)
         self._server: WSGIServer | None = None
         self._observed_ratios: _RatioHistograms | None = None
 
@@ -125,6 +128,9 @@ class Metrics:
 
     def watch_loop_lag(self, worst_recent_s: Callable[[], float]) -> None:
         self._loop_lag.labels(self.role).set_function(worst_recent_s)
+
+    def watch_loop_busy(self, fraction: Callable[[], float]) -> None:
+        self._loop_busy.labels(self.role).set_function(fraction)
 
     def watch_cost_model(self, model: str, worker: str, r2: float, worst_ratio: float,
                          calibration: Callable[[], float] | None = None,

@@ -1,0 +1,91 @@
+"""The gateway refuses new requests while its own event loop is nearly always busy."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from gateway.errors import RequestError
+from gateway.front_capacity import FrontCapacity, LoopBusy
+from gateway.front_door import Caller, FrontDoor
+from gateway.validation import ModelLimits, ValidatedRequest
+from wire.v1 import gateway_pb2
+
+
+def test_the_busy_share_is_cpu_time_over_wall_time_over_the_last_window():
+    wall, cpu = [0.0], [0.0]
+    busy = LoopBusy(window_s=0.5, wall=lambda: wall[0], cpu=lambda: cpu[0])
+    for busy_share, seconds in ((0.3, 2.0), (1.0, 0.5)):
+        for _ in range(round(seconds / 0.05)):
+            wall[0] += 0.05
+            cpu[0] += 0.05 * busy_share
+            busy.sample()
+        assert busy.fraction() == pytest.approx(busy_share, abs=0.11)  # at most one sample of the old share
+    for _ in range(20):  # idle: the share falls back within a window
+        wall[0] += 0.05
+        busy.sample()
+    assert busy.fraction() == pytest.approx(0.0)
+
+
+def test_the_busy_share_counts_only_the_calling_threads_cpu():
+    busy = LoopBusy(window_s=10.0)
+    spinning = threading.Thread(target=lambda: [None for _ in range(3_000_000)])  # another thread's work
+    spinning.start()
+    spinning.join()
+    time.sleep(0.05)
+    busy.sample()
+    assert busy.fraction() < 0.5
+
+
+def test_refusals_begin_at_the_low_share_and_take_every_request_at_the_high_one():
+    share = [0.0]
+    draws = itertools.cycle([i / 100 for i in range(100)])  # uniform over [0, 1)
+    capacity = FrontCapacity(lambda: share[0], 0.8, 1.0, draw=lambda: next(draws))
+
+    def refused(busy: float) -> int:
+        share[0] = busy
+        return sum(capacity.refusal() is not None for _ in range(100))
+
+    assert refused(0.5) == 0 and refused(0.8) == 0
+    assert refused(0.9) == 50
+    assert refused(1.0) == 100
+    share[0] = 0.97
+    assert "busy 97%" in next(filter(None, (capacity.refusal() for _ in range(100))))
+    with pytest.raises(ValueError, match="busy limits"):
+        FrontCapacity(lambda: 0.0, 0.9, 0.9)
+
+
+class _Flow:
+    def __init__(self) -> None:
+        self.seen: list[ValidatedRequest] = []
+
+    async def run(self, req: ValidatedRequest) -> AsyncIterator[gateway_pb2.GenerateResponse]:
+        self.seen.append(req)
+        yield gateway_pb2.GenerateResponse(text="a", finish_reason="length")
+
+    def abandon(self, req: ValidatedRequest) -> None:
+        pass
+
+
+def test_a_busy_gateway_refuses_with_resource_exhausted_before_any_work():
+    flow, share = _Flow(), [0.99]
+    front = FrontDoor(flow, tokenizer=None, limits=ModelLimits(max_model_len=64, vocab_size=100), chat=None,  # type: ignore[arg-type]
+                      capacity=FrontCapacity(lambda: share[0]))
+    request = gateway_pb2.GenerateRequest(token_ids=gateway_pb2.TokenIds(ids=[1, 2, 3]),
+                                          sampling=gateway_pb2.SamplingParams(max_tokens=1))
+
+    async def generate() -> list[gateway_pb2.GenerateResponse]:
+        return [m async for m in front.generate(request, Caller(()))]
+
+    with pytest.raises(RequestError) as refused:
+        asyncio.run(generate())
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and refused.value.reason == "gateway_busy"
+    assert flow.seen == []
+    share[0] = 0.5
+    assert [m.text for m in asyncio.run(generate())] == ["a"] and len(flow.seen) == 1
