@@ -23,6 +23,7 @@ from common.process.logs import request_id_var
 from common.process.metrics import Metrics
 from common.text.chat_template import ChatTemplate, ChatTemplateError
 from gateway.accounting import RequestAccounting
+from gateway.arrival_wait import ArrivalWait
 from gateway.delivery import DeliveryAllowance
 from gateway.errors import RequestError, invalid
 from gateway.front_capacity import FrontCapacity
@@ -49,7 +50,7 @@ class FrontDoor:
     def __init__(self, flow: RequestFlow, tokenizer: Any, limits: ModelLimits, chat: ChatTemplate | None,
                  tenants: TenantTable | None = None, metrics: Metrics | None = None,
                  draining: Callable[[], bool] = lambda: False, delivery: DeliveryAllowance | None = None,
-                 capacity: FrontCapacity | None = None) -> None:
+                 capacity: FrontCapacity | None = None, arrival: ArrivalWait | None = None) -> None:
         self.flow = flow
         self.tokenizer = tokenizer
         self.limits = limits
@@ -59,6 +60,7 @@ class FrontDoor:
         self.draining = draining
         self.delivery = delivery or DeliveryAllowance()
         self.capacity = capacity  # None: this gateway never refuses for its own load (fcfs)
+        self.arrival = arrival  # the wait of a gRPC call before its handler; None: not measured
         # Tokenizing a long prompt takes milliseconds to seconds: never on the event loop, which
         # also serves every other stream and the workers' heartbeats.
         self._tokenizing = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
@@ -140,7 +142,13 @@ class FrontDoor:
         remaining = caller.time_remaining
         return dataclasses.replace(validated, received_at=received_at, tenant=tenant or validated.tenant,
                                    deadline=received_at + remaining if remaining is not None else None,
-                                   delivery_s=self.delivery.allowance(caller.front))
+                                   delivery_s=self._front_allowance(caller.front))
+
+    def _front_allowance(self, front: str) -> float:
+        """Seconds of the client's TTFT this process spends outside the request's flow: before its
+        handler runs (gRPC) and delivering its first token."""
+        before = self.arrival.allowance() if self.arrival is not None and front == "grpc" else 0.0
+        return before + self.delivery.allowance(front)
 
     def _render_chat(self, request: gateway_pb2.GenerateRequest) -> str:
         messages = request.messages.messages

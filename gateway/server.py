@@ -22,6 +22,7 @@ from gateway.admission import AdmissionQueue
 from gateway.config import GatewayConfig, add_gateway_args, gateway_config_from_args
 from gateway.decode_streams import DecodeStreams
 from gateway.delivery import FRONTS, DeliveryAllowance
+from gateway.arrival_wait import ArrivalWait
 from gateway.front_capacity import FrontCapacity, LoopBusy
 from gateway.loop_lag import LoopLag
 from gateway.registry import RegistryServicer, WorkerRegistry
@@ -92,7 +93,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     capacity = FrontCapacity(loop_busy.fraction, config.busy_limit - 0.05, config.busy_limit + 0.05) if guarded else None
     front = FrontDoor(flow, tokenizer, limits, load_chat_template(model_dir), tenants, metrics,
                       draining=lambda: lifecycle.draining, delivery=DeliveryAllowance(config.slo_target),
-                      capacity=capacity)
+                      capacity=capacity, arrival=ArrivalWait(config.slo_target) if config.ttft_guard else None)
     gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayServicer(front, registry, str(model_dir)), server)
     worker_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registry, config.heartbeat_ms), server)
     address = bind(server, config.host, config.port, options.tls, require_client_auth=False)
@@ -116,6 +117,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     watcher = asyncio.create_task(_watch_workers(registry, lifecycle, metrics, config.heartbeat_ms / 1000, front.delivery))
     lag_probe = asyncio.create_task(loop_lag.run())
     busy_probe = asyncio.create_task(loop_busy.run())
+    arrival_probe = asyncio.create_task(front.arrival.run(address)) if front.arrival is not None else None
     metrics.watch_loop_lag(lambda: loop_lag.worst_recent_s)
     metrics.watch_loop_busy(loop_busy.fraction)
     log.info("gateway listening on %s (model %s, policy %s%s%s)", address, model_dir, config.policy,
@@ -130,6 +132,8 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
         watcher.cancel()
         lag_probe.cancel()
         busy_probe.cancel()
+        if arrival_probe is not None:
+            arrival_probe.cancel()
         await streams.close()
         await flow.drain()
         metrics.close()
