@@ -54,8 +54,8 @@ class GatewayConfig:
             raise ValueError(f"prefill_routing must be kv_aware or round_robin, got {self.prefill_routing!r}")
         if not 0 < self.slo_target < 1:
             raise ValueError(f"slo_target must be in (0, 1), got {self.slo_target}")
-        if not 0 <= self.busy_limit <= 1:
-            raise ValueError(f"busy_limit must be in [0, 1], got {self.busy_limit}")
+        if not (self.busy_limit == 0 or 0.05 < self.busy_limit <= 1):
+            raise ValueError(f"busy_limit must be 0 (off) or in (0.05, 1], got {self.busy_limit}")
         if self.max_prompt_bytes < 0:
             raise ValueError(f"max_prompt_bytes must be >= 0, got {self.max_prompt_bytes}")
         self.named_slos()  # validates the syntax

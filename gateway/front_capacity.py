@@ -6,11 +6,11 @@ where the guards look. gRPC's asyncio server takes a new call from its core one 
 after a turn of the loop, so as the loop's turns lengthen, arriving calls wait inside gRPC before
 any handler runs: their TTFT grows by that wait, which no TTFT the gateway measures contains (on an
 H100 the gateway's own count had 99.8% of admitted requests meeting both SLOs while the load tester
-saw 85%: bench/results/slo-h100-1b-fixed-*.json). The TTFT guard cannot predict a wait it cannot
+saw 84.7%: bench/results/slo-h100-1b-fixed-2939e9a.json). The TTFT guard cannot predict a wait it cannot
 see, so the gateway keeps the loop out of that regime instead: above ``low`` of the loop thread's
 time busy (its CPU time over wall time, ``WINDOW_S`` back) it refuses a growing share of new
-requests, all of them at ``high``. A refusal is a few hundred microseconds of the loop's time;
-an admitted request is thousands (one message per token), so refusing frees the loop.
+requests, all of them at ``high``. A refusal costs the loop one short call; an admitted request
+costs it a message for every token, so refusing frees the loop.
 
 Only CPU the loop thread itself used counts: a loop waiting for a core that other processes hold
 (the 2-core CPU host) is not busy by this measure, and its delays are the TTFT guard's to see

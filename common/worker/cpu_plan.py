@@ -25,11 +25,12 @@ time then adds nothing of the gateway's to a TTFT, and the gateway's time lands 
 instead. It trades one SLO for the other (measured on two cores, README), so it is not the plan.
 
 A worker that computes on a GPU needs few host cores: one thread launches its kernels (CUDA
-graphs) and a few more wait on RPCs and transfers. Given an equal share of a GPU host's cores,
-two such workers left the gateway one core, and the gateway is the busiest process on that host
-(a Python event loop and gRPC's own threads relaying every token: ~10 ms of CPU a request on this
-project's 2-core CPU, bench/front_end_cost.py). So where the host has room, each worker ``on_device``
-gets ``DEVICE_WORKER_CORES`` cores and the gateway every core no worker is given:
+graphs) and a few more wait on RPCs and transfers (under load on an H100 each used 1.0-1.2
+cores). Given an equal share of a GPU host's cores, two such workers left the gateway one core,
+and the gateway is the busiest process on that host (an event loop and gRPC's threads relaying
+every token: at 100% of its one core from 192 req/s on, bench/results/core-plan-ab-h100-*.json).
+So where the host has room, each worker ``on_device`` gets ``DEVICE_WORKER_CORES`` cores and the
+gateway every core no worker is given:
 
     ┌──────────────────────────────┬───────────┬──────────┐
     │ gateway (and a load tester)  │ prefill-0 │ decode-0 │   both workers on the GPU

@@ -89,3 +89,12 @@ def test_a_busy_gateway_refuses_with_resource_exhausted_before_any_work():
     assert flow.seen == []
     share[0] = 0.5
     assert [m.text for m in asyncio.run(generate())] == ["a"] and len(flow.seen) == 1
+
+
+def test_the_busy_limit_is_off_at_zero_and_otherwise_leaves_room_for_its_band():
+    from gateway.config import GatewayConfig
+
+    assert GatewayConfig(busy_limit=0).busy_limit == 0 and GatewayConfig().busy_limit == 0.9
+    for bad in (0.05, -0.1, 1.5):
+        with pytest.raises(ValueError, match="busy_limit"):
+            GatewayConfig(busy_limit=bad)
