@@ -117,7 +117,10 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     watcher = asyncio.create_task(_watch_workers(registry, lifecycle, metrics, config.heartbeat_ms / 1000, front.delivery))
     lag_probe = asyncio.create_task(loop_lag.run())
     busy_probe = asyncio.create_task(loop_busy.run())
-    arrival_probe = asyncio.create_task(front.arrival.run(address)) if front.arrival is not None else None
+    arrival_probe = None
+    if front.arrival is not None:
+        arrival_probe = asyncio.create_task(front.arrival.run(address))
+        metrics.watch_arrival_wait(front.arrival.allowance)
     metrics.watch_loop_lag(lambda: loop_lag.worst_recent_s)
     metrics.watch_loop_busy(loop_busy.fraction)
     log.info("gateway listening on %s (model %s, policy %s%s%s)", address, model_dir, config.policy,

@@ -69,6 +69,9 @@ class Metrics:
         self._loop_busy = Gauge("pdserve:event_loop_busy_ratio", "Share of the last half second the event "
                                 "loop's thread spent on the CPU (near 1: the process is at its capacity)",
                                 labels, registry=r)
+        self._arrival_wait = Gauge("pdserve:arrival_wait_seconds", "Wait of a gRPC call inside this process "
+                                   "before its handler runs, as the TTFT plans allow for it (gateway/arrival_wait.py)",
+                                   labels, registry=r)
         self._server: WSGIServer | None = None
         self._observed_ratios: _RatioHistograms | None = None
 
@@ -131,6 +134,9 @@ class Metrics:
 
     def watch_loop_busy(self, fraction: Callable[[], float]) -> None:
         self._loop_busy.labels(self.role).set_function(fraction)
+
+    def watch_arrival_wait(self, allowance_s: Callable[[], float]) -> None:
+        self._arrival_wait.labels(self.role).set_function(allowance_s)
 
     def watch_cost_model(self, model: str, worker: str, r2: float, worst_ratio: float,
                          calibration: Callable[[], float] | None = None,
