@@ -79,7 +79,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
                          config.named_slos(), config.max_prompt_bytes or max_len * tokenizer.max_token_bytes)
     use_tls(options.tls)
     metrics = Metrics("gateway")
-    loop_lag = LoopLag()
+    loop_lag, loop_busy = LoopLag(), LoopBusy()
     registry = WorkerRegistry(config.worker_timeout_ms / 1000, loop_lag, config.worker_stall_ms / 1000,
                               config.slo_target)
     admission = AdmissionQueue()
@@ -88,12 +88,9 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
                        admission=admission)
     server = new_server([PeerRoleInterceptor(GATEWAY_CALLERS)] if options.tls.mutual else [])
     lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)
-    loop_busy = LoopBusy()
-    guarded = config.policy != "fcfs" and config.busy_limit > 0
-    capacity = FrontCapacity(loop_busy.fraction, config.busy_limit - 0.05, config.busy_limit + 0.05) if guarded else None
     front = FrontDoor(flow, tokenizer, limits, load_chat_template(model_dir), tenants, metrics,
                       draining=lambda: lifecycle.draining, delivery=DeliveryAllowance(config.slo_target),
-                      capacity=capacity, arrival=ArrivalWait(config.slo_target) if config.ttft_guard else None)
+                      capacity=_front_capacity(config, loop_busy), arrival=_arrival_wait(config))
     gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayServicer(front, registry, str(model_dir)), server)
     worker_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registry, config.heartbeat_ms), server)
     address = bind(server, config.host, config.port, options.tls, require_client_auth=False)
@@ -115,14 +112,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
                   draining=lambda: float(lifecycle.draining))
     metrics.serve(options.metrics_port, options.metrics_host)
     watcher = asyncio.create_task(_watch_workers(registry, lifecycle, metrics, config.heartbeat_ms / 1000, front.delivery))
-    lag_probe = asyncio.create_task(loop_lag.run())
-    busy_probe = asyncio.create_task(loop_busy.run())
-    arrival_probe = None
-    if front.arrival is not None:
-        arrival_probe = asyncio.create_task(front.arrival.run(address))
-        metrics.watch_arrival_wait(front.arrival.allowance)
-    metrics.watch_loop_lag(lambda: loop_lag.worst_recent_s)
-    metrics.watch_loop_busy(loop_busy.fraction)
+    probes = _start_probes(loop_lag, loop_busy, front.arrival, address, metrics)
     log.info("gateway listening on %s (model %s, policy %s%s%s)", address, model_dir, config.policy,
              ", TLS" if options.tls.enabled else "", ", API keys" if config.api_keys else "")
 
@@ -132,16 +122,38 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     async def stop() -> None:
         if http is not None:
             await http.stop()
-        watcher.cancel()
-        lag_probe.cancel()
-        busy_probe.cancel()
-        if arrival_probe is not None:
-            arrival_probe.cancel()
+        for task in (watcher, *probes):
+            task.cancel()
         await streams.close()
         await flow.drain()
         metrics.close()
 
     await lifecycle.run(lambda: len(flow.active), on_drain, stop)
+
+
+def _front_capacity(config: GatewayConfig, loop_busy: LoopBusy) -> FrontCapacity | None:
+    """The refusals for the gateway's own load (guarded policies, unless ``--busy-limit 0``)."""
+    if config.policy == "fcfs" or config.busy_limit == 0:
+        return None
+    return FrontCapacity(loop_busy.fraction, config.busy_limit - 0.05, config.busy_limit + 0.05)
+
+
+def _arrival_wait(config: GatewayConfig) -> ArrivalWait | None:
+    """The wait before a gRPC handler, allowed for in TTFT plans where a TTFT guard makes them."""
+    return ArrivalWait(config.slo_target) if config.ttft_guard else None
+
+
+def _start_probes(loop_lag: LoopLag, loop_busy: LoopBusy, arrival: ArrivalWait | None, address: str,
+                  metrics: Metrics) -> list[asyncio.Task[None]]:
+    """The event loop's own probes (its lag, its busy share, the wait of a call before its
+    handler), each exported as a metric."""
+    probes = [asyncio.create_task(loop_lag.run()), asyncio.create_task(loop_busy.run())]
+    metrics.watch_loop_lag(lambda: loop_lag.worst_recent_s)
+    metrics.watch_loop_busy(loop_busy.fraction)
+    if arrival is not None:
+        probes.append(asyncio.create_task(arrival.run(address)))
+        metrics.watch_arrival_wait(arrival.allowance)
+    return probes
 
 
 def _http_server(config: GatewayConfig, front: FrontDoor, registry: WorkerRegistry, lifecycle: Lifecycle,
