@@ -34,6 +34,7 @@ from common.slo.ttft_guard import overhead_quantile
 log = logging.getLogger(__name__)
 PERIOD_S = 0.1  # between probes: ten calls a second, nothing beside a request's thousands of messages
 PROBE_TIMEOUT_S = 10.0
+RETRY_S = 5.0  # between probes while they fail (a port the probe cannot speak to)
 
 
 class ArrivalWait:
@@ -60,19 +61,20 @@ class ArrivalWait:
         """Probes the gateway listening on ``address`` until cancelled."""
         async with gateway_channel(_loopback(address)) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
-            failed = False
+            warned = failing = False
             while True:
                 self.sent()
                 try:
                     await stub.Check(health_pb2.HealthCheckRequest(), timeout=PROBE_TIMEOUT_S)
                     self.answered()
+                    failing = False
                 except grpc.aio.AioRpcError as exc:
                     self._probe_sent = None
-                    if not failed:
+                    if not warned:
                         log.warning("cannot time this gateway's own calls (%s): TTFT plans allow no wait "
                                     "before a handler", exc.code().name)
-                    failed = True
-                await asyncio.sleep(period_s)
+                    warned = failing = True
+                await asyncio.sleep(RETRY_S if failing else period_s)
 
 
 def _loopback(address: str) -> str:

@@ -98,3 +98,14 @@ def test_the_busy_limit_is_off_at_zero_and_otherwise_leaves_room_for_its_band():
     for bad in (0.05, -0.1, 1.5):
         with pytest.raises(ValueError, match="busy_limit"):
             GatewayConfig(busy_limit=bad)
+
+
+def test_only_guarded_policies_with_a_limit_refuse_for_the_gateways_load():
+    from gateway.config import GatewayConfig
+    from gateway.server import _front_capacity
+
+    busy = LoopBusy()
+    assert _front_capacity(GatewayConfig(policy="fcfs"), busy) is None
+    assert _front_capacity(GatewayConfig(busy_limit=0), busy) is None
+    capacity = _front_capacity(GatewayConfig(policy="ttft_guard", busy_limit=0.8), busy)
+    assert capacity is not None and (capacity.low, capacity.high) == pytest.approx((0.75, 0.85))
