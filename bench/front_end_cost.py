@@ -1,6 +1,7 @@
 """CPU the front end spends per request: the gateway's, and the load tester's, for each policy.
 
     python bench/front_end_cost.py [--rate 32] [--num-prompts 320] [--policy fcfs --policy scorpio] [--out FILE]
+                                   [--device cuda --mps --preset 1b]
 
 Both are single Python processes relaying every output token as a gRPC message, so their CPU per
 request sets the request rate each can carry on one core (``one_core_req_s``): where a GPU serves
@@ -30,10 +31,12 @@ from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 
 
-def measure(policy: str, rate: float, num_prompts: int, preset: str) -> dict[str, object]:
+def measure(policy: str, rate: float, num_prompts: int, preset: str, device: str = "cpu",
+            mps: bool = False) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="pdserve-front-end-"))
     progress(f"{policy}: starting a cluster ...")
-    with LocalCluster(ClusterSpec(port=0, policy=policy, preset=preset), work / "logs").start() as cluster:
+    spec = ClusterSpec(port=0, policy=policy, preset=preset, device=device, mps=mps)
+    with LocalCluster(spec, work / "logs").start() as cluster:
         host, port = cluster.address.rsplit(":", 1)
         target = ("--host", host, "--port", port)
         run_load_tester(target, 2, 20, RANDOM, "", work / "warm", 7)
@@ -64,11 +67,14 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=320)
     parser.add_argument("--policy", action="append", choices=("fcfs", "scorpio"), default=None)
     parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--device", default="cpu", help="the workers' device, e.g. cuda (both share it)")
+    parser.add_argument("--mps", action="store_true", help="the workers under CUDA MPS, as `pdserve up --mps`")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     ensure_model(args.preset)
-    points = [measure(p, args.rate, args.num_prompts, args.preset) for p in args.policy or ["fcfs", "scorpio"]]
-    emit({"device": device_name("cpu"), "preset": args.preset, "cores": os.cpu_count(),
+    points = [measure(p, args.rate, args.num_prompts, args.preset, args.device, args.mps)
+              for p in args.policy or ["fcfs", "scorpio"]]
+    emit({"device": device_name(args.device), "preset": args.preset, "cores": os.cpu_count(),
           "load_tester": "pdserve bench --processes auto (one process below 8 cores)",
           "points": points}, args.out)
 
