@@ -19,23 +19,28 @@ def guards_now(cluster: LocalCluster) -> tuple[dict[str, float], dict[str, float
     if "gateway" not in cluster.metrics_ports:
         return {}, {}
     samples = scrape_metrics(cluster.metrics_ports["gateway"])
-    refusals = {_label(k, "reason"): v for k, v in samples.items() if k.startswith("pdserve:request_rejections_total{")}
+    refusals = _refusals(samples)
     margins = {f"{_label(k, 'kind')}/{_label(k, 'slo_ms')}ms": v for k, v in samples.items()
                if k.startswith("pdserve:slo_guard_margin{")}
     return refusals, margins
 
 
-def gateway_slo_counts(cluster: LocalCluster) -> tuple[float, float]:
-    """Finished requests the gateway itself counted as meeting both SLOs and as missing one
-    (``pdserve:slo_requests``, all classes), so far; (0, 0) without metrics."""
+def gateway_counts(cluster: LocalCluster) -> tuple[float, float, dict[str, float]]:
+    """From one scrape, so far: the finished requests the gateway itself counted as meeting both
+    SLOs and as missing one (``pdserve:slo_requests``, all classes), and its refusals by reason;
+    (0, 0, {}) without metrics."""
     if "gateway" not in cluster.metrics_ports:
-        return 0.0, 0.0
+        return 0.0, 0.0, {}
     samples = scrape_metrics(cluster.metrics_ports["gateway"])
     counted = {"met": 0.0, "missed": 0.0}
     for key, value in samples.items():
         if key.startswith("pdserve:slo_requests_total{"):
             counted[_label(key, "result")] = counted.get(_label(key, "result"), 0.0) + value
-    return counted["met"], counted["missed"]
+    return counted["met"], counted["missed"], _refusals(samples)
+
+
+def _refusals(samples: dict[str, float]) -> dict[str, float]:
+    return {_label(k, "reason"): v for k, v in samples.items() if k.startswith("pdserve:request_rejections_total{")}
 
 
 def hop_seconds(address: str, calls: int = 50) -> float:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
-from bench.cluster_readings import gateway_slo_counts, guards_now  # noqa: E402
+from bench.cluster_readings import gateway_counts  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 
 TTFT_MULTIPLES = {"ttft_tight": 4.0, "ttft_medium": 12.0, "ttft_loose": 40.0}
@@ -112,17 +112,15 @@ def run_policy(policy: str, rates: list[float], args: argparse.Namespace, worklo
             slo_mix = slo_classes(r["median_ttft_ms"], r["median_tpot_ms"])
             progress(f"  SLO classes (name:TTFT ms:TPOT ms): {slo_mix}")
         for rate in rates:
-            met_before, missed_before = gateway_slo_counts(cluster)
-            refused_before = guards_now(cluster)[0]
+            met_before, missed_before, refused_before = gateway_counts(cluster)
             result = point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix, work / policy,
                                                              requests=workload.requests, seed=point_seed(rate)))
-            met_after, missed_after = gateway_slo_counts(cluster)
+            met_after, missed_after, refused_after = gateway_counts(cluster)
             met, missed = met_after - met_before, missed_after - missed_before
             result["gateway_admitted_attainment"] = met / (met + missed) if met + missed else None
             # why the gateway refused (ttft_unattainable, decode_admission, gateway_busy, ...)
             result["refused_by_reason"] = {reason: n - refused_before.get(reason, 0.0)
-                                           for reason, n in guards_now(cluster)[0].items()
-                                           if n > refused_before.get(reason, 0.0)}
+                                           for reason, n in refused_after.items() if n > refused_before.get(reason, 0.0)}
             points.append(result)
             progress(f"  [{policy} @ {rate:g} req/s, {result['num_prompts']} requests] goodput "
                      f"{result['goodput']:.2f}, adherence {result['adherence']:.0%}, admitted meeting SLOs "

@@ -19,19 +19,18 @@ through the workers' calibration, as before.
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections import deque
 from collections.abc import Callable
 
 WINDOW_S = 0.5  # how far back the loop's busy share is measured: a few of its turns under load
-PERIOD_S = 0.05  # how often it is sampled
 LOW, HIGH = 0.85, 0.95  # busy shares where refusals begin and where every new request is refused
 
 
 class LoopBusy:
-    """The share of wall time this (the loop's) thread spent on the CPU over the last ``window_s``."""
+    """The share of wall time this (the loop's) thread spent on the CPU over the last ``window_s``,
+    sampled at each wake-up of the loop-lag probe (``LoopLag.run``'s ``on_wake``)."""
 
     def __init__(self, window_s: float = WINDOW_S, wall: Callable[[], float] = time.monotonic,
                  cpu: Callable[[], float] = time.thread_time) -> None:
@@ -49,11 +48,6 @@ class LoopBusy:
     def fraction(self) -> float:
         (wall_then, cpu_then), (wall_now, cpu_now) = self._samples[0], self._samples[-1]
         return (cpu_now - cpu_then) / (wall_now - wall_then) if wall_now > wall_then else 0.0
-
-    async def run(self, period_s: float = PERIOD_S) -> None:
-        while True:
-            await asyncio.sleep(period_s)
-            self.sample()
 
 
 class FrontCapacity:

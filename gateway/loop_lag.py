@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 PERIOD_S = 0.05  # how often the loop is probed; a later wake-up than this is lag
 
@@ -39,7 +40,9 @@ class LoopLag:
         self.worst_recent_s = max(v for _, v in self._recent)
         self._expected = woke_at + self.period_s
 
-    async def run(self) -> None:
+    async def run(self, on_wake: Callable[[], None] = lambda: None) -> None:
+        """Probes until cancelled; ``on_wake`` runs at every wake-up too (on the loop's thread)."""
         while True:
             await asyncio.sleep(self.period_s)
             self.record(time.monotonic())
+            on_wake()

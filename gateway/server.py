@@ -147,7 +147,7 @@ def _start_probes(loop_lag: LoopLag, loop_busy: LoopBusy, arrival: ArrivalWait |
                   metrics: Metrics) -> list[asyncio.Task[None]]:
     """The event loop's own probes (its lag, its busy share, the wait of a call before its
     handler), each exported as a metric."""
-    probes = [asyncio.create_task(loop_lag.run()), asyncio.create_task(loop_busy.run())]
+    probes = [asyncio.create_task(loop_lag.run(on_wake=loop_busy.sample))]
     metrics.watch_loop_lag(lambda: loop_lag.worst_recent_s)
     metrics.watch_loop_busy(loop_busy.fraction)
     if arrival is not None:

@@ -78,8 +78,9 @@ def plan_cores(workers: list[str], cores: tuple[int, ...] | None = None,
     available = tuple(sorted(set(cores))) if cores else available_cores()
     if not workers:
         return [CoreAssignment("gateway", (), 0, gateway_nice)]
-    device = [name for name in workers if name in set(on_device)]
-    on_cpu = [name for name in workers if name not in set(on_device)]
+    on_gpu = set(on_device)
+    device = [name for name in workers if name in on_gpu]
+    on_cpu = [name for name in workers if name not in on_gpu]
     if device and len(available) >= DEVICE_WORKER_CORES * len(device) + len(on_cpu) + 1:
         return _plan_with_device_workers(workers, device, on_cpu, available, threads, gateway_nice)
     spare = len(available) > len(workers)
