@@ -45,14 +45,15 @@ def emit(result: dict[str, Any], out: Path | None = None) -> None:
 
 
 def run_load_tester(target: Sequence[str], rate: float, num_prompts: int, requests: Sequence[str], slo_mix: str,
-                    out_dir: Path, seed: int = 7) -> dict[str, Any]:
+                    out_dir: Path, seed: int = 7, extra: Sequence[str] = ()) -> dict[str, Any]:
     """One seeded ``pdserve bench`` run against ``target`` (its server flags: ``--host H --port P``,
-    or ``--backend openai --base-url URL``), EOS ignored, TTFT and TPOT percentiles; its saved result.
-    The seed is fixed, so every run of one rate sends the same arrivals and prompts."""
+    or ``--backend openai --base-url URL``), EOS ignored, TTFT and TPOT percentiles (``extra``:
+    more of its flags, which win); its saved result. The seed is fixed, so every run of one rate
+    sends the same arrivals and prompts."""
     name = f"{rate:g}.json"
     cmd = [sys.executable, "-m", "client.bench", *target, "--num-prompts", str(num_prompts), "--request-rate",
            str(rate), "--seed", str(seed), *requests, "--ignore-eos", "--save-result", "--result-dir", str(out_dir),
            "--result-filename", name, "--percentile-metrics", "ttft,tpot"]
-    cmd += ["--slo-mix", slo_mix] if slo_mix else []
+    cmd += (["--slo-mix", slo_mix] if slo_mix else []) + list(extra)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=900)
     return json.loads((out_dir / name).read_text())

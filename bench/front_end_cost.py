@@ -1,7 +1,7 @@
 """CPU the front end spends per request: the gateway's, and the load tester's, for each policy.
 
     python bench/front_end_cost.py [--rate 32] [--num-prompts 320] [--policy fcfs --policy scorpio] [--out FILE]
-                                   [--device cuda --mps --preset 1b]
+                                   [--device cuda --mps --preset 1b] [--stream-interval 0,25 --rounds 2]
 
 Both are single Python processes relaying every output token as a gRPC message, so their CPU per
 request sets the request rate each can carry on one core (``one_core_req_s``): where a GPU serves
@@ -11,6 +11,13 @@ records its own backlog as latency (``pdserve bench --processes``). A tiny-model
 cores: CPU seconds of each process over the run (``/proc``), divided by the requests and by the
 tokens. Per request it falls as the load rises (a wake-up of the loop serves more messages): with
 ``--rate 8 --num-prompts 160`` the gateway's was 15 ms, at 32 req/s about 9.5. Prints JSON.
+
+``--stream-interval`` compares gateway settings of ``--stream-interval-ms`` (``gateway.stream_interval``:
+how far apart a stream's token messages may be held), each on fresh clusters taking turns
+``--rounds`` times: besides the CPU, each point has the tokens a client message carried, the
+inter-token latency as the client saw it (p50, p99) and the mean TPOT, so what holding saves is
+shown beside what it changes for the client. The default compares nothing (``auto``, what
+``pdserve up`` runs).
 """
 
 from __future__ import annotations
@@ -27,26 +34,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
 from bench.process_cores import cores_used  # noqa: E402
 from bench.slo import RANDOM, WORKLOADS  # noqa: E402
+
+# what the load tester records besides TTFT and TPOT: inter-token latencies, and each request's
+# (for the tokens a message carried)
+CLIENT_FIGURES = ("--percentile-metrics", "ttft,tpot,itl", "--save-detailed")
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 
 
 def measure(policy: str, rate: float, num_prompts: int, preset: str, device: str = "cpu",
-            mps: bool = False) -> dict[str, object]:
+            mps: bool = False, stream_interval: str = "auto") -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="pdserve-front-end-"))
-    progress(f"{policy}: starting a cluster ...")
-    spec = ClusterSpec(port=0, policy=policy, preset=preset, device=device, mps=mps)
+    progress(f"{policy}, --stream-interval-ms {stream_interval}: starting a cluster ...")
+    spec = ClusterSpec(port=0, policy=policy, preset=preset, device=device, mps=mps,
+                       gateway_args=("--stream-interval-ms", stream_interval))
     with LocalCluster(spec, work / "logs").start() as cluster:
         host, port = cluster.address.rsplit(":", 1)
         target = ("--host", host, "--port", port)
         run_load_tester(target, 2, 20, RANDOM, "", work / "warm", 7)
         started = time.perf_counter()
         r, cores = cores_used(cluster, lambda: run_load_tester(target, rate, num_prompts, RANDOM,
-                                                               WORKLOADS["fixed"].slo_mix, work / "load", 11))
+                                                               WORKLOADS["fixed"].slo_mix, work / "load", 11,
+                                                               extra=CLIENT_FIGURES))
         wall = time.perf_counter() - started
         gateway_s, tester_s = cores["gateway"] * wall, cores["load_tester"] * wall
     tokens = r["total_output_tokens"]
-    point = {"policy": policy, "rate": rate, "num_prompts": num_prompts, "output_tokens": tokens,
+    messages = sum(len(itls) + 1 for itls in r["itls"] if itls is not None)
+    point = {"policy": policy, "stream_interval_ms": stream_interval, "rate": rate, "num_prompts": num_prompts,
+             "output_tokens": tokens, "tokens_per_message": tokens / max(messages, 1),
+             "p50_itl_ms": r["median_itl_ms"], "p99_itl_ms": r["p99_itl_ms"], "mean_tpot_ms": r["mean_tpot_ms"],
+             "goodput": r["request_goodput"],
              "adherence": r["slo_adherence"], "rejected": r["rejected"], "wall_s": wall,
              "gateway_cpu_ms_per_request": 1000 * gateway_s / num_prompts,
              "gateway_cpu_us_per_token": 1e6 * gateway_s / max(tokens, 1),
@@ -54,6 +71,8 @@ def measure(policy: str, rate: float, num_prompts: int, preset: str, device: str
              "load_tester_cpu_us_per_token": 1e6 * tester_s / max(tokens, 1)}
     point["gateway_one_core_req_s"] = 1000 / max(point["gateway_cpu_ms_per_request"], 1e-9)
     point["load_tester_one_core_req_s"] = 1000 / max(point["load_tester_cpu_ms_per_request"], 1e-9)
+    progress(f"  {point['tokens_per_message']:.2f} tokens a message, ITL p50 {point['p50_itl_ms']:.1f} / p99 "
+             f"{point['p99_itl_ms']:.1f} ms, mean TPOT {point['mean_tpot_ms']:.2f} ms, SLO adherence {point['adherence']:.1%}")
     progress(f"  gateway {point['gateway_cpu_ms_per_request']:.1f} ms CPU a request "
              f"({point['gateway_cpu_us_per_token']:.0f} us a token), load tester "
              f"{point['load_tester_cpu_ms_per_request']:.1f} ms ({point['load_tester_cpu_us_per_token']:.0f} us); "
@@ -69,10 +88,14 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--device", default="cpu", help="the workers' device, e.g. cuda (both share it)")
     parser.add_argument("--mps", action="store_true", help="the workers under CUDA MPS, as `pdserve up --mps`")
+    parser.add_argument("--stream-interval", default="auto",
+                        help="the gateway's --stream-interval-ms settings to compare, comma-separated")
+    parser.add_argument("--rounds", type=int, default=1, help="times each setting runs, taking turns")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     ensure_model(args.preset)
-    points = [measure(p, args.rate, args.num_prompts, args.preset, args.device, args.mps)
+    points = [measure(p, args.rate, args.num_prompts, args.preset, args.device, args.mps, interval)
+              for _ in range(args.rounds) for interval in args.stream_interval.split(",")
               for p in args.policy or ["fcfs", "scorpio"]]
     emit({"device": device_name(args.device), "preset": args.preset, "cores": os.cpu_count(),
           "load_tester": "pdserve bench --processes auto (one process below 8 cores)",

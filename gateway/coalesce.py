@@ -1,16 +1,27 @@
-"""Tokens that wait in a request's inbox go to the client as one message.
+"""A request's token events, from its decode worker's stream to the messages its client gets.
 
-The gateway relays every decode step's token to the client as a gRPC message, about 200 µs
-of its one core each on a 2-core CPU (``bench/front_end_cost.py``). When it falls behind (a GPU
-decoding a hundred requests every few milliseconds), a request's tokens pile up in its inbox
-while its previous message is written; sending them one message each would keep it behind, so
-what is already waiting is merged. An idle gateway sends each token on its own, as soon as it
-comes: nothing is held back to be merged.
+The gateway relays every decode step's token to the client as a gRPC message. Each message costs
+the gateway's one event-loop thread far more than the token's own work: the write, its completion
+coming back through gRPC's poller thread, the wake-ups between the two (about 110 µs a token on a
+2-core CPU against 4–5 ms for everything else a request costs: ``bench/stream_interval.py``). So
+events are merged where that loses nothing a client measures:
+
+- tokens that already wait behind one another go as one message (``next_message``): the gateway
+  fell behind, and sending them apart would keep it behind;
+- while the gateway is loaded, a request's next message may be held until a stream interval has
+  passed since its last one (``gateway.stream_interval``), gathering the tokens that come
+  meanwhile. The first token is never held (it ends the TTFT), nor an event that ends the stream
+  (it ends the request, and with it the TPOT its client computes, last token time minus first over
+  the tokens between): holding changes when the tokens in between arrive, never either SLO.
+
+An idle gateway sends each token on its own, as soon as it comes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
 
 from gateway.errors import RequestError
 from wire.v1 import worker_pb2
@@ -18,27 +29,82 @@ from wire.v1 import worker_pb2
 InboxItem = worker_pb2.TokenEvent | RequestError
 
 
-def coalesce_waiting(event: InboxItem, inbox: asyncio.Queue[InboxItem]) -> tuple[InboxItem, InboxItem | None]:
-    """``event`` with the token events already waiting behind it merged in, up to and including one
-    that finishes the request; and the first waiting item that is no plain token event (an error,
-    an abort), which the caller handles next, or None. An ``event`` that is itself no plain token
-    event (an error, an abort, a finish) comes back as it is."""
-    if _ends_the_stream(event):
-        return event, None
-    merged: worker_pb2.TokenEvent | None = None
-    while not inbox.empty():
-        waiting = inbox.get_nowait()
+def ends_the_stream(item: InboxItem) -> bool:
+    return isinstance(item, RequestError) or bool(item.error) or bool(item.finish_reason)
+
+
+class TokenInbox:
+    """What the decode stream posted for one request, taken by its flow a batch at a time.
+
+    A waiting flow is woken by any item, or, while it holds for more (``take``'s ``hold_until``),
+    only by an item that ends the stream or by the hold's end: tokens that come during a hold
+    cost an append each, not a wake-up of the flow."""
+
+    def __init__(self) -> None:
+        self._items: deque[InboxItem] = deque()
+        self._ending = False  # an item that ends the stream is waiting
+        self._waiter: asyncio.Future[None] | None = None
+        self._holding = False
+        self.last_arrival = 0.0  # perf_counter time the newest item was posted
+
+    def put(self, item: InboxItem) -> None:
+        self._items.append(item)
+        self.last_arrival = time.perf_counter()
+        ending = ends_the_stream(item)
+        self._ending = self._ending or ending
+        if not self._holding or ending:
+            self._wake()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def take(self, hold_until: float = 0.0) -> deque[InboxItem]:
+        """Every item waiting, once there is one. With ``hold_until`` (perf_counter time) still
+        ahead, first waits until then for more, unless an item that ends the stream comes."""
+        if not self._items:
+            await self._wait()
+        delay = hold_until - time.perf_counter()
+        if delay > 0 and not self._ending:
+            timer = asyncio.get_running_loop().call_later(delay, self._wake)
+            self._holding = True
+            try:
+                await self._wait()
+            finally:
+                self._holding = False
+                timer.cancel()
+        items, self._items = self._items, deque()
+        self._ending = False
+        return items
+
+    async def _wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+def next_message(items: deque[InboxItem], merge: bool = True) -> InboxItem:
+    """The first of ``items`` (taken from them), with the plain token events behind it merged in
+    up to and including one that finishes the request (unless ``merge`` is False); an error or an
+    abort behind them stays in ``items``, for the caller to handle next. An item that is itself
+    no plain token event comes back as it is, and ``items`` is left unchanged."""
+    event = items.popleft()
+    if not merge or ends_the_stream(event) or not items:
+        return event
+    merged = worker_pb2.TokenEvent()
+    merged.CopyFrom(event)
+    while items:
+        waiting = items[0]
         if isinstance(waiting, RequestError) or waiting.error:
-            return merged or event, waiting
-        if merged is None:
-            merged = worker_pb2.TokenEvent()
-            merged.CopyFrom(event)
+            break
+        items.popleft()
         merged.token_ids.extend(waiting.token_ids)
         if waiting.finish_reason:
             merged.finish_reason = waiting.finish_reason
             break
-    return merged or event, None
-
-
-def _ends_the_stream(item: InboxItem) -> bool:
-    return isinstance(item, RequestError) or bool(item.error) or bool(item.finish_reason)
+    return merged

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from common.engine.scheduler import TTFT_GUARDED
 from common.model.presets import DEFAULT_PRESET, MODEL_NAMES
+from gateway.stream_interval import StreamInterval
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,9 @@ class GatewayConfig:
     # a guarded policy refuses new requests while the event loop's thread is busy more than this
     # share of its time (gateway/front_capacity.py: from 0.05 below it, all from 0.05 above); 0: never
     busy_limit: float = 0.9
+    # how far apart a stream's token messages may be held, gathering tokens (gateway/stream_interval.py):
+    # auto (none while the event loop is lightly busy, up to 25 ms as it fills) or milliseconds, 0: never
+    stream_interval_ms: str = "auto"
 
     def __post_init__(self) -> None:
         if self.preset not in MODEL_NAMES:
@@ -56,6 +60,7 @@ class GatewayConfig:
             raise ValueError(f"slo_target must be in (0, 1), got {self.slo_target}")
         if not (self.busy_limit == 0 or 0.05 < self.busy_limit <= 1):
             raise ValueError(f"busy_limit must be 0 (off) or in (0.05, 1], got {self.busy_limit}")
+        StreamInterval.parse(self.stream_interval_ms)  # validates it
         if self.max_prompt_bytes < 0:
             raise ValueError(f"max_prompt_bytes must be >= 0, got {self.max_prompt_bytes}")
         self.named_slos()  # validates the syntax

@@ -14,12 +14,12 @@ from collections.abc import Callable
 
 import grpc
 
+from gateway.coalesce import TokenInbox
 from gateway.errors import RequestError, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
 from wire.v1 import worker_pb2
 
 log = logging.getLogger(__name__)
-Inbox = asyncio.Queue  # of worker_pb2.TokenEvent | RequestError
 
 
 class DecodeStreams:
@@ -29,13 +29,13 @@ class DecodeStreams:
         self.on_finished = on_finished  # a request on some decode worker ended: capacity came free
         self.registry = registry
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._inboxes: dict[str, Inbox] = {}
+        self._inboxes: dict[str, TokenInbox] = {}
         self._worker_of: dict[str, str] = {}
         registry.on_join.append(self._joined)
         registry.on_leave.append(self._left)
 
-    def subscribe(self, request_id: str, worker_id: str) -> Inbox:
-        inbox: Inbox = asyncio.Queue()
+    def subscribe(self, request_id: str, worker_id: str) -> TokenInbox:
+        inbox = TokenInbox()
         self._inboxes[request_id] = inbox
         self._worker_of[request_id] = worker_id
         return inbox
@@ -47,7 +47,7 @@ class DecodeStreams:
     def post(self, request_id: str, item: worker_pb2.TokenEvent | RequestError) -> None:
         inbox = self._inboxes.get(request_id)
         if inbox is not None:
-            inbox.put_nowait(item)
+            inbox.put(item)
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())

@@ -35,12 +35,13 @@ class PromiseLoop:
         self.by_class: defaultdict[str, Attainment] = defaultdict(lambda: Attainment(window_s))
         self.by_worker: defaultdict[str, Attainment] = defaultdict(lambda: Attainment(window_s))
 
-    def decoding(self, req: ValidatedRequest, p: Progress) -> None:
-        """``req`` is still decoding with ``p.completion_tokens`` tokens out: a TPOT already late
-        raises its decode worker's ε now (once a request), not when it finishes."""
+    def decoding(self, req: ValidatedRequest, p: Progress, at: float | None = None) -> None:
+        """``req`` is still decoding with ``p.completion_tokens`` tokens out, the last of them here
+        at ``at`` (perf_counter; default now): a TPOT already late raises its decode worker's ε now
+        (once a request), not when it finishes."""
         if p.late_told or not req.tpot_ms or p.decode is None or p.decode.decode_view is None:
             return
-        since_first = time.perf_counter() - p.started - p.ttft_ms / 1000
+        since_first = (time.perf_counter() if at is None else at) - p.started - p.ttft_ms / 1000
         tpot_slo_s = req.tpot_ms / 1000
         p.late_told = decoding_late(p.completion_tokens - 1, since_first, tpot_slo_s,
                                     p.decode.view.epsilons.of(tpot_slo_s), p.decode_epsilon)

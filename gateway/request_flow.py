@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 
 import grpc
@@ -29,7 +30,7 @@ from common.rpc.convert import sampling_to_proto
 from common.process.metrics import Metrics
 from gateway import retries
 from gateway.admission import AdmissionQueue
-from gateway.coalesce import coalesce_waiting
+from gateway.coalesce import InboxItem, TokenInbox, next_message
 from gateway.decode_reservation import DecodeReservations
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import ABORTED, RequestError, unavailable
@@ -37,6 +38,7 @@ from gateway.promise_loop import PromiseLoop
 from gateway.registry import WorkerRecord, WorkerRegistry, transport_between
 from gateway.request_state import EXIT_CLEAN_UP, Progress, Stage
 from gateway.router import Router
+from gateway.stream_interval import StreamInterval
 from gateway.text_stream import TextStream
 from gateway.ttft_guard import check_ttft
 from gateway.validation import ValidatedRequest
@@ -49,8 +51,10 @@ log = logging.getLogger(__name__)
 
 class RequestFlow:
     def __init__(self, registry: WorkerRegistry, router: Router, streams: DecodeStreams, tokenizer: object,
-                 metrics: Metrics | None = None, admission: AdmissionQueue | None = None) -> None:
+                 metrics: Metrics | None = None, admission: AdmissionQueue | None = None,
+                 stream_interval: StreamInterval | None = None) -> None:
         self.metrics = metrics
+        self.stream_interval = stream_interval or StreamInterval(0.0)  # how long a token message may wait for more
         self.promises = PromiseLoop(metrics)
         self.admission = admission or AdmissionQueue()
         self.registry = registry
@@ -228,16 +232,17 @@ class RequestFlow:
             raise unavailable(f"decode worker {p.decode.worker_id} refused the commit: {exc.details()}") from None
         p.to(Stage.STREAMING)
 
-    async def _decode_events(self, req: ValidatedRequest, p: Progress, inbox: asyncio.Queue,  # type: ignore[type-arg]
+    async def _decode_events(self, req: ValidatedRequest, p: Progress, inbox: TokenInbox,
                              text: TextStream) -> AsyncIterator[gateway_pb2.GenerateResponse]:
-        held = None  # the item coalescing stopped at: handled next
+        merge = not req.stop  # (with stop strings each event stays apart: the ids sent must end at the stop)
+        pending: deque[InboxItem] = deque()
+        sent = time.perf_counter()  # when the last message went (the first token's, just now)
         while True:
-            if held is not None:
-                event, held = held, None
-            else:
-                event = await inbox.get()
-            if not req.stop:  # (with stop strings each event stays apart: the ids sent must end at the stop)
-                event, held = coalesce_waiting(event, inbox)
+            if not pending:
+                hold_s = self.stream_interval.seconds() if merge else 0.0
+                pending = await inbox.take(sent + hold_s if hold_s else 0.0)
+                arrived = inbox.last_arrival
+            event = next_message(pending, merge)
             if event is ABORTED:
                 self._spawn(self._abort_decode(req.request_id, p))
                 yield self._final(req, p, [], text.finish().text, "abort")
@@ -254,8 +259,9 @@ class RequestFlow:
                 if delta.stopped and not event.finish_reason:
                     self._spawn(self._abort_decode(req.request_id, p))
                 return
-            self.promises.decoding(req, p)
+            self.promises.decoding(req, p, arrived)
             yield gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=event.token_ids, text=delta.text)
+            sent = time.perf_counter()
 
     def _final(self, req: ValidatedRequest, p: Progress, token_ids: list[int], text: str,
                reason: str) -> gateway_pb2.GenerateResponse:

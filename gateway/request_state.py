@@ -16,11 +16,11 @@ back itself.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
 
+from gateway.coalesce import TokenInbox
 from gateway.prefix_view import PromptBlocks
 from gateway.registry import WorkerRecord
 from wire.v1 import worker_pb2
@@ -95,7 +95,7 @@ class Progress:
     decode_epsilon: float | None = None  # the decode worker's ε when its reservation came back
     late_told: bool = False  # its TPOT so far was late and the closed loop heard (once a request)
     owner: object = None  # the validated request of the RPC that runs this flow
-    inbox: asyncio.Queue | None = None  # type: ignore[type-arg]  # the decode worker's events for it
+    inbox: TokenInbox | None = None  # the decode worker's events for it
     prompt: PromptBlocks | None = None  # the prompt's block hashes, worked out once for every worker's cache
 
     def prompt_blocks(self, token_ids: list[int]) -> PromptBlocks:

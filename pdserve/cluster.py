@@ -19,8 +19,9 @@ from pathlib import Path
 import grpc
 
 from common.model.presets import DEFAULT_PRESET
-from common.worker.cpu_plan import CoreAssignment, format_cores, plan_cores
+from common.worker.cpu_plan import CoreAssignment, format_cores, gateway_shares_cores, plan_cores
 from common.kv_transfer.shm import pool_segment_name, unlink_shared
+from gateway.stream_interval import SHARED_CORES_S
 from pdserve.device_share import device_workers, worker_device
 from pdserve.mps import MpsDaemon, start_mps, stop_mps
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -133,8 +134,15 @@ class LocalCluster:
         registry = ["--registry-port", self.registry_address.rsplit(":", 1)[1]] if self.spec.registry_port else []
         http = ["--http-port", self.http_address.rsplit(":", 1)[1]] if self.http_address else []
         self._spawn("gateway", ["gateway", "--host", self.spec.host, "--port", port, *registry, *http,
-                                "--policy", self.spec.policy,
+                                "--policy", self.spec.policy, *self._stream_interval_args(),
                                 *self._model_args(), *self._metrics_args("gateway"), *self.spec.gateway_args])
+
+    def _stream_interval_args(self) -> list[str]:
+        """A gateway without a core of its own holds token messages (``gateway.stream_interval``)
+        from the start: every message it sends is CPU its workers do not get."""
+        if self.plan and gateway_shares_cores(list(self.plan.values())):
+            return ["--stream-interval-ms", f"{SHARED_CORES_S * 1000:g}"]
+        return []
 
     def _plan(self, workers: list[str], on_device: list[str]) -> dict[str, CoreAssignment]:
         planned = plan_cores(workers, self.spec.cpu_cores or None, self.spec.threads or None, self.spec.gateway_nice,

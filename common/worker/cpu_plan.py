@@ -62,6 +62,14 @@ class CoreAssignment:
 
 
 GATEWAY_PLACES = ("any", "decode")  # where a gateway without a core of its own runs
+
+
+def gateway_shares_cores(plan: Collection[CoreAssignment]) -> bool:
+    """Whether the plan leaves the gateway no core of its own: unpinned, or on a worker's cores
+    (or beside an unpinned worker), so every CPU second it spends is a worker's."""
+    gateway = next(a for a in plan if a.name == "gateway")
+    workers = [a for a in plan if a.name != "gateway"]
+    return not gateway.cores or any(not w.cores or set(w.cores) & set(gateway.cores) for w in workers)
 DEVICE_WORKER_CORES = 2  # host cores of a worker computing on a GPU: its kernel-launching thread and one more
 
 

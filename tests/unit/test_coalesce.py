@@ -1,13 +1,17 @@
-"""Tokens waiting in a request's inbox merged into one message (``gateway.coalesce``)."""
+"""A request's token events merged into messages, and held for a stream interval (``gateway.coalesce``)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
 
 import grpc
+import pytest
 
-from gateway.coalesce import coalesce_waiting
+from gateway.coalesce import TokenInbox, next_message
 from gateway.errors import ABORTED, RequestError
+from gateway.stream_interval import HIGH, LOW, MAX_AUTO_S, StreamInterval
 from wire.v1 import worker_pb2
 
 
@@ -15,32 +19,108 @@ def _event(*ids: int, finish: str = "", error: str = "") -> worker_pb2.TokenEven
     return worker_pb2.TokenEvent(request_id="r", token_ids=list(ids), finish_reason=finish, error=error)
 
 
-def _inbox(*items: object) -> asyncio.Queue:  # type: ignore[type-arg]
-    inbox: asyncio.Queue = asyncio.Queue()  # type: ignore[type-arg]
-    for item in items:
-        inbox.put_nowait(item)
-    return inbox
-
-
-def test_an_empty_inbox_sends_the_token_alone_at_once():
+def test_a_lone_event_goes_as_it_is():
     first = _event(5)
-    assert coalesce_waiting(first, _inbox()) == (first, None)
+    items = deque([first])
+    assert next_message(items) is first and not items
 
 
 def test_waiting_tokens_merge_up_to_and_with_the_one_that_finishes():
     first = _event(5)
-    inbox = _inbox(_event(6), _event(7, 8), _event(9, finish="length"), _event(10))
-    merged, held = coalesce_waiting(first, inbox)
-    assert list(merged.token_ids) == [5, 6, 7, 8, 9] and merged.finish_reason == "length" and held is None
+    items = deque([first, _event(6), _event(7, 8), _event(9, finish="length"), _event(10)])
+    merged = next_message(items)
+    assert list(merged.token_ids) == [5, 6, 7, 8, 9] and merged.finish_reason == "length"
     assert list(first.token_ids) == [5]  # the event itself is left as it was
-    assert inbox.qsize() == 1  # what came after the finish stays where it was
+    assert len(items) == 1  # what came after the finish stays where it was
 
 
-def test_an_error_or_abort_stops_the_merge_and_is_handed_back():
+def test_an_error_or_abort_stops_the_merge_and_stays_for_the_caller():
     failure = _event(error="boom")
-    merged, held = coalesce_waiting(_event(1), _inbox(_event(2), failure, _event(3)))
-    assert list(merged.token_ids) == [1, 2] and held is failure
+    items = deque([_event(1), _event(2), failure, _event(3)])
+    assert list(next_message(items).token_ids) == [1, 2] and items[0] is failure
     lost = RequestError(grpc.StatusCode.UNAVAILABLE, "decode worker left")
     for stop in (ABORTED, lost):
-        merged, held = coalesce_waiting(_event(1), _inbox(stop))
-        assert list(merged.token_ids) == [1] and held is stop
+        items = deque([_event(1), stop])
+        assert list(next_message(items).token_ids) == [1] and items[0] is stop
+        assert next_message(items) is stop  # handled next, as it is
+
+
+def test_without_merging_each_event_stays_apart():
+    items = deque([_event(1), _event(2)])
+    assert list(next_message(items, merge=False).token_ids) == [1] and len(items) == 1
+
+
+async def test_take_returns_what_waits_at_once_without_a_hold():
+    inbox = TokenInbox()
+    inbox.put(_event(1))
+    inbox.put(_event(2))
+    items = await asyncio.wait_for(inbox.take(), 1)
+    assert [list(e.token_ids) for e in items] == [[1], [2]] and len(inbox) == 0
+
+
+async def test_take_waits_for_the_first_item_and_is_woken_by_it():
+    inbox = TokenInbox()
+    asyncio.get_running_loop().call_later(0.02, inbox.put, _event(3))
+    items = await asyncio.wait_for(inbox.take(), 1)
+    assert [list(e.token_ids) for e in items] == [[3]]
+
+
+async def test_a_hold_gathers_tokens_until_it_ends():
+    inbox = TokenInbox()
+    loop = asyncio.get_running_loop()
+    inbox.put(_event(1))
+    for i, at in enumerate((0.01, 0.02, 0.03)):
+        loop.call_later(at, inbox.put, _event(10 + i))
+    started = time.perf_counter()
+    items = await asyncio.wait_for(inbox.take(hold_until=started + 0.08), 1)
+    waited = time.perf_counter() - started
+    assert [list(e.token_ids) for e in items] == [[1], [10], [11], [12]]
+    assert waited >= 0.075  # plain tokens did not end the hold
+
+
+@pytest.mark.parametrize("ending", [_event(9, finish="stop"), _event(error="boom"), ABORTED])
+async def test_an_item_that_ends_the_stream_ends_the_hold_at_once(ending):
+    inbox = TokenInbox()
+    loop = asyncio.get_running_loop()
+    inbox.put(_event(1))
+    loop.call_later(0.02, inbox.put, ending)
+    started = time.perf_counter()
+    items = await asyncio.wait_for(inbox.take(hold_until=started + 5.0), 1)
+    assert items[-1] is ending and time.perf_counter() - started < 1.0
+
+
+async def test_a_hold_already_over_takes_at_once_and_ending_items_skip_it():
+    inbox = TokenInbox()
+    inbox.put(_event(1))
+    assert len(await asyncio.wait_for(inbox.take(hold_until=time.perf_counter() - 1), 1)) == 1
+    inbox.put(_event(2, finish="length"))
+    assert len(await asyncio.wait_for(inbox.take(hold_until=time.perf_counter() + 5), 1)) == 1
+
+
+async def test_last_arrival_is_when_the_newest_item_came():
+    inbox = TokenInbox()
+    before = time.perf_counter()
+    inbox.put(_event(1))
+    assert before <= inbox.last_arrival <= time.perf_counter()
+
+
+def test_stream_interval_fixed_auto_and_its_ramp():
+    assert StreamInterval.parse("0").seconds() == 0.0
+    assert StreamInterval.parse("12.5").seconds() == pytest.approx(0.0125)
+    busy = [0.0]
+    auto = StreamInterval.parse("auto", lambda: busy[0])
+    for share, expected in ((0.0, 0.0), (LOW, 0.0), ((LOW + HIGH) / 2, MAX_AUTO_S / 2), (HIGH, MAX_AUTO_S),
+                            (1.0, MAX_AUTO_S)):
+        busy[0] = share
+        assert auto.seconds() == pytest.approx(expected)
+    for bad in ("-1", "fast", "", "nan"):
+        with pytest.raises(ValueError):
+            StreamInterval.parse(bad)
+
+
+def test_the_gateway_config_checks_its_stream_interval():
+    from gateway.config import GatewayConfig
+
+    assert GatewayConfig().stream_interval_ms == "auto" and GatewayConfig(stream_interval_ms="20").stream_interval_ms == "20"
+    with pytest.raises(ValueError, match="stream_interval_ms"):
+        GatewayConfig(stream_interval_ms="soon")

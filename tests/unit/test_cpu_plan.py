@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
-from common.worker.cpu_plan import format_cores, parse_cores, plan_cores
+from common.worker.cpu_plan import format_cores, gateway_shares_cores, parse_cores, plan_cores
 from common.worker.config import WorkerConfig
 
 
@@ -131,3 +132,17 @@ def test_gpu_and_cpu_workers_together_leave_the_gateway_one_core():
 def test_gpu_workers_on_too_few_cores_are_planned_as_cpu_workers_are():
     workers = ["prefill-0", "decode-0", "prefill-1", "decode-1"]
     assert plan_cores(workers, tuple(range(4)), on_device=workers) == plan_cores(workers, tuple(range(4)))
+
+
+@pytest.mark.parametrize("cores, places, on_device, shares", [
+    (2, "any", False, True),      # two workers pinned to both cores, the gateway wherever the OS puts it
+    (2, "decode", False, True),   # on the decode worker's core
+    (3, "any", False, False),     # a core of its own
+    (16, "any", True, False),     # GPU workers: twelve of its own
+])
+def test_whether_the_gateway_shares_the_workers_cores(cores, places, on_device, shares):
+    workers = ["prefill-0", "decode-0"]
+    plan = plan_cores(workers, tuple(range(cores)), gateway_cores=places, on_device=workers if on_device else [])
+    assert gateway_shares_cores(plan) is shares
+    gateway, *rest = plan
+    assert gateway_shares_cores([gateway, *(replace(w, cores=()) for w in rest)])  # beside unpinned workers
