@@ -86,8 +86,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     admission = AdmissionQueue()
     streams = DecodeStreams(f"gateway-{uuid.uuid4().hex[:8]}", registry, on_finished=admission.notify)
     flow = RequestFlow(registry, router_for(config.ttft_guard, config.prefill_routing), streams, tokenizer, metrics=metrics,
-                       admission=admission,
-                       stream_interval=StreamInterval.parse(config.stream_interval_ms, loop_busy.fraction))
+                       admission=admission, stream_interval=StreamInterval.parse(config.stream_interval_ms, loop_busy.fraction))
     server = new_server([PeerRoleInterceptor(GATEWAY_CALLERS)] if options.tls.mutual else [])
     lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)
     front = FrontDoor(flow, tokenizer, limits, load_chat_template(model_dir), tenants, metrics,
