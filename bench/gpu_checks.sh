@@ -8,11 +8,12 @@
 #   3. pdserve profile: the GPU cost model the simulator's --cost-model takes
 #   4. bench/slo.py under MPS: fcfs against scorpio on `fixed`, both workers on the one GPU
 #   5. bench/front_end_cost.py under MPS: the gateway's CPU per request where its event loop,
-#      not the GPU, sets the knee (at FRONT_RATE req/s, default 128, below the knee)
+#      not the GPU, sets the knee (at FRONT_RATE req/s, default 128, below the knee), streaming
+#      token by token (--stream-interval-ms 0) and as pdserve up starts it (auto there)
 #
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh tests-gpu engine profile   # ≤ 510 s
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh slo                         # ≤ 420 s
-#   source .gpu/device-env.sh && bash bench/gpu_checks.sh front-end                   # ≤ 180 s
+#   source .gpu/device-env.sh && bash bench/gpu_checks.sh front-end                   # ≤ 300 s
 #
 # (one device call runs at most 600 s: the steps named, in the order above; none named: all five.)
 # PRESET (default 1b), DEVICE (default cuda), SLO_GRID (default 64,128,192,256: the fcfs knee on
@@ -55,8 +56,9 @@ wanted profile && step profile 120 python3 -m pdserve profile --preset "$preset"
 wanted slo && step slo 420 python3 bench/slo.py --device "$device" --preset "$preset" "${mps[@]}" --workload fixed \
     --grid "${SLO_GRID:-64,128,192,256}" --duration-s "${SLO_SECONDS:-10}" \
     --out "$out/slo-$preset-$device-fixed.json" --plot "$out/slo-$preset-$device-fixed.png"
-wanted front-end && step front-end 180 python3 bench/front_end_cost.py --device "$device" --preset "$preset" "${mps[@]}" \
-    --rate "${FRONT_RATE:-128}" --num-prompts "$(( ${FRONT_RATE:-128} * 10 ))" --out "$out/front-end-cost-$preset-$device.json"
+wanted front-end && step front-end 300 python3 bench/front_end_cost.py --device "$device" --preset "$preset" "${mps[@]}" \
+    --policy scorpio --stream-interval 0,default --rate "${FRONT_RATE:-128}" --num-prompts "$(( ${FRONT_RATE:-128} * 10 ))" \
+    --out "$out/front-end-cost-$preset-$device.json"
 
 echo "== $failed step(s) failed; results and logs in $out"
 exit "$failed"

@@ -1,10 +1,11 @@
 """A request's token events, from its decode worker's stream to the messages its client gets.
 
 The gateway relays every decode step's token to the client as a gRPC message. Each message costs
-the gateway's one event-loop thread far more than the token's own work: the write, its completion
-coming back through gRPC's poller thread, the wake-ups between the two (about 110 µs a token on a
-2-core CPU against 4–5 ms for everything else a request costs: ``bench/stream_interval.py``). So
-events are merged where that loses nothing a client measures:
+the gateway far more than the token's own work: the write, its completion coming back through
+gRPC's poller thread, the wake-ups between that thread and the event loop (on a 2-core CPU about
+110 µs a token, against 4–5 ms for everything else a request costs; ``bench/front_end_cost.py
+--stream-interval`` shows what holding saves). So events are merged where that loses nothing a
+client measures:
 
 - tokens that already wait behind one another go as one message (``next_message``): the gateway
   fell behind, and sending them apart would keep it behind;

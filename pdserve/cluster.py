@@ -92,6 +92,9 @@ class LocalCluster:
                 share = self.device_workers.get(assignment.name)
                 where = f", KV pool from 1/{share} of {devices[assignment.name]}" if share else ""
                 print(f"  {assignment.describe().replace('-' + tag, '')}{where}", file=sys.stderr, flush=True)
+            if self._stream_interval_args():
+                print(f"  gateway: on the workers' cores, so token messages are held {SHARED_CORES_S * 1000:g} ms "
+                      "apart (--gateway-arg=--stream-interval-ms=0: each token as it comes)", file=sys.stderr, flush=True)
         try:
             if self.spec.mps:
                 self.mps = start_mps(self.log_dir, devices.values())  # before any worker opens the GPU
@@ -139,8 +142,10 @@ class LocalCluster:
 
     def _stream_interval_args(self) -> list[str]:
         """A gateway without a core of its own holds token messages (``gateway.stream_interval``)
-        from the start: every message it sends is CPU its workers do not get."""
-        if self.plan and gateway_shares_cores(list(self.plan.values())):
+        from the start, unless its args say otherwise: every message it sends is CPU its workers
+        do not get."""
+        given = any(arg.startswith("--stream-interval-ms") for arg in self.spec.gateway_args)
+        if self.plan and not given and gateway_shares_cores(list(self.plan.values())):
             return ["--stream-interval-ms", f"{SHARED_CORES_S * 1000:g}"]
         return []
 

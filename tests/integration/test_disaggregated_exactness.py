@@ -88,3 +88,31 @@ def test_scorpio_policy_with_mixed_slos_keeps_greedy_output_exact(tmp_path, refe
         assert_pools_whole(cluster)
     finally:
         cluster.stop()
+
+
+def test_held_token_messages_carry_the_same_tokens_and_never_hold_the_first(tmp_path):
+    """With the gateway holding each stream's messages 40 ms apart (``--stream-interval-ms``), the
+    concatenated tokens still equal transformers', the first message is the first token alone,
+    the last carries the finish, and the tokens in between came in fewer messages than tokens."""
+    lengths, max_tokens = [20, 90, 200], [60, 48, 40]
+    prompts = random_prompts(lengths, seed=23)
+    expected = reference_greedy(ensure_model("tiny"), prompts, max_tokens)
+    cluster = start_cluster(tmp_path, gateway_args=("--stream-interval-ms", "40"))
+    try:
+        def stream(i: int) -> list[gateway_pb2.GenerateResponse]:
+            with grpc.insecure_channel(cluster.address) as channel:
+                request = gateway_pb2.GenerateRequest(
+                    token_ids=gateway_pb2.TokenIds(ids=prompts[i]),
+                    sampling=gateway_pb2.SamplingParams(max_tokens=max_tokens[i], ignore_eos=True))
+                return list(gateway_pb2_grpc.GatewayStub(channel).Generate(request, timeout=120))
+
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            streams = list(pool.map(stream, range(len(prompts))))
+        for messages, want in zip(streams, expected):
+            assert [t for m in messages for t in m.token_ids] == want
+            assert len(messages[0].token_ids) == 1 and not messages[0].finish_reason
+            assert messages[-1].finish_reason == "length" and not any(m.finish_reason for m in messages[:-1])
+            assert len(messages) <= len(want) // 2, f"{len(messages)} messages for {len(want)} tokens"
+        assert_pools_whole(cluster)
+    finally:
+        cluster.stop()

@@ -146,3 +146,16 @@ def test_whether_the_gateway_shares_the_workers_cores(cores, places, on_device, 
     assert gateway_shares_cores(plan) is shares
     gateway, *rest = plan
     assert gateway_shares_cores([gateway, *(replace(w, cores=()) for w in rest)])  # beside unpinned workers
+
+
+@pytest.mark.parametrize("cores, gateway_args, held", [
+    ((0, 1), (), True), ((0, 1, 2), (), False),
+    ((0, 1), ("--stream-interval-ms", "0"), False), ((0, 1), ("--stream-interval-ms=auto",), False)])
+def test_a_cluster_holds_token_messages_where_the_gateway_has_no_core_of_its_own(tmp_path, cores, gateway_args, held):
+    from gateway.stream_interval import SHARED_CORES_S
+    from pdserve.cluster import ClusterSpec, LocalCluster
+
+    cluster = LocalCluster(ClusterSpec(cpu_cores=cores, gateway_args=gateway_args), tmp_path)
+    cluster.plan = cluster._plan(["prefill-0-t", "decode-0-t"], [])
+    expected = ["--stream-interval-ms", f"{SHARED_CORES_S * 1000:g}"] if held else []
+    assert cluster._stream_interval_args() == expected
