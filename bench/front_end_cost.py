@@ -34,12 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
 from bench.process_cores import cores_used  # noqa: E402
 from bench.slo import RANDOM, WORKLOADS  # noqa: E402
+from common.model.location import ensure_model  # noqa: E402
+from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 
 # what the load tester records besides TTFT and TPOT: inter-token latencies, and each request's
 # (for the tokens a message carried)
 CLIENT_FIGURES = ("--percentile-metrics", "ttft,tpot,itl", "--save-detailed")
-from common.model.location import ensure_model  # noqa: E402
-from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 
 
 def measure(policy: str, rate: float, num_prompts: int, preset: str, device: str = "cpu",

@@ -92,8 +92,8 @@ class TokenInbox:
 def next_message(items: deque[InboxItem], merge: bool = True) -> InboxItem:
     """The first of ``items`` (taken from them), with the plain token events behind it merged in
     up to and including one that finishes the request (unless ``merge`` is False); an error or an
-    abort behind them stays in ``items``, for the caller to handle next. An item that is itself
-    no plain token event comes back as it is, and ``items`` is left unchanged."""
+    abort behind them stays in ``items``, for the caller to handle next. A first item that itself
+    ends the stream comes back as it is, with nothing behind it taken."""
     event = items.popleft()
     if not merge or ends_the_stream(event) or not items:
         return event

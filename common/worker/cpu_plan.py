@@ -62,6 +62,7 @@ class CoreAssignment:
 
 
 GATEWAY_PLACES = ("any", "decode")  # where a gateway without a core of its own runs
+DEVICE_WORKER_CORES = 2  # host cores of a worker computing on a GPU: its kernel-launching thread and one more
 
 
 def gateway_shares_cores(plan: Collection[CoreAssignment]) -> bool:
@@ -70,7 +71,6 @@ def gateway_shares_cores(plan: Collection[CoreAssignment]) -> bool:
     gateway = next(a for a in plan if a.name == "gateway")
     workers = [a for a in plan if a.name != "gateway"]
     return not gateway.cores or any(not w.cores or set(w.cores) & set(gateway.cores) for w in workers)
-DEVICE_WORKER_CORES = 2  # host cores of a worker computing on a GPU: its kernel-launching thread and one more
 
 
 def plan_cores(workers: list[str], cores: tuple[int, ...] | None = None,
