@@ -36,11 +36,14 @@ simulated ``fcfs`` near saturation where the real one is not).
 The gateway and the load tester run on the workers' two cores here (``pdserve up`` pins one worker
 to each, the rest where the OS puts them), and take more of them the higher the load: a prefill
 forward's wall time grows with load while its CPU time does not. The simulated host charges that
-(``simulator.host``): the front end's cores, measured at the calibration load and at a heavier one
-(``--front-end-rate``, not compared either) and fitted in the logarithm of the rate, stretch the
-forwards of the workers whose cores they take. The truth above was measured with that share in it,
-so the simulated workers run at it divided by the stretch the simulated host charges at the
-calibration load. Each point also shows the simulation without the host (``sim_own_cores_*``:
+(``simulator.host``): the front end's cores, measured at the unloaded and calibration loads and at
+a heavier one (``--front-end-rate``, not compared either) and fitted as a power of the rate, stretch
+the forwards of the prefill worker whose core they take. A decode step slows with the load more
+than that share explains (its engine thread also waits on its own process's RPC threads), so the
+decode worker's stretch is what its steps took in the cluster over the profile's at the
+calibration and the heavier load, fitted so (``SimConfig.decode_step_ratio``; ``bench/sim_host.py``).
+The truth above was measured with that share in it, so the simulated workers run at it divided by
+the stretch the simulated host charges at the calibration load. Each point also shows the simulation without the host (``sim_own_cores_*``:
 every worker on cores of its own, the truth as measured), the host with the decode worker's core
 counted in use for only the share of its steps its engine computes (``sim_decode_by_cpu_*``:
 ``SimConfig.decode_cpu_share``, the decode engine thread's CPU at the calibration load over the
@@ -76,7 +79,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import device_name, emit, progress  # noqa: E402
 from bench.cluster_readings import (call_overheads, guards_now, hop_seconds, in_cluster_decode,  # noqa: E402
                                     observed_ratios, overhead_buckets, ratios_between)
-from bench.process_cores import cores_used, front_end, own_threads  # noqa: E402
+from bench.process_cores import cores_used, front_end  # noqa: E402
+from bench.sim_host import HOST_FIGURES, host_config, host_figures  # noqa: E402
 from bench.sim_variants import VARIANTS, alone_at, variants_beside  # noqa: E402
 from bench.slo import bench_point, point_summary, slo_classes  # noqa: E402
 from client.bench.cli import add_bench_args  # noqa: E402
@@ -85,9 +89,7 @@ from client.bench.plan import build_plan  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
-from common.worker.cpu_plan import available_cores  # noqa: E402
 from simulator.config import SimConfig  # noqa: E402
-from simulator.host import CoresAtRate  # noqa: E402
 from simulator.profile import this_machine  # noqa: E402
 from simulator.run import simulate  # noqa: E402
 
@@ -255,12 +257,13 @@ def plot(points: list[dict], out: Path) -> None:
 
 
 def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: float, args: argparse.Namespace,
-              work: Path, unloaded_front_end: float
+              work: Path, unloaded_used: dict[str, float]
               ) -> tuple[CostModels, dict[str, float], SimConfig, CostModels, dict[str, tuple[SimConfig, CostModels]]]:
     """Runs the calibration load (not compared) and reads back what the simulated cluster takes
     from it: the workers' truth, the figures shown, the config the compared simulation runs (hop,
-    call overheads, factors, the host's cores and the front end's use of them) and the truth it runs
-    at, and the variants simulated beside it (``VARIANTS``), each a config and a truth."""
+    call overheads, factors, the host's cores, the front end's use of them and the decode step's
+    stretch against the load) and the truth it runs at, and the variants simulated beside it
+    (``VARIANTS``), each a config and a truth."""
     before = overhead_buckets(cluster)
     ratios_before = {role: observed_ratios(cluster, role) for role in ("prefill", "decode")}
     _, used = cores_used(cluster, lambda: bench_point(
@@ -277,15 +280,10 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
              + ", ".join(f"{k} {v:.4g}" for k, v in machine.items()))
     own_cores = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_step_factors=step_factors,
                           prefill_forward_factors=forward_factors if args.prefill_spread == "drawn" else ())
-    _, heavier = cores_used(cluster, lambda: bench_point(
-        cluster.address, args.front_end_rate, args, "", work / "front-end",
-        num_prompts=round(args.front_end_rate * args.calibration_s / 2), requests=requests(args)))
-    loads = (args.calibration_rate, used), (args.front_end_rate, heavier)
-    fitted = CoresAtRate.fit([(rate, front_end(u)) for rate, u in loads])
-    own = {role: CoresAtRate.fit([(rate, own_threads(u, role)) for rate, u in loads]) for role in ("prefill", "decode")}
-    shared = replace(own_cores, host_cores=len(available_cores()), front_end_cores=(fitted.base, fitted.per_log_rate),
-                     prefill_own_cores=(own["prefill"].base, own["prefill"].per_log_rate),
-                     decode_own_cores=(own["decode"].base, own["decode"].per_log_rate))
+    heavier, heavier_decode_scale = heavier_load(cluster, models, args, work)
+    loads = (args.base_rate, unloaded_used), (args.calibration_rate, used), (args.front_end_rate, heavier)
+    shared = host_config(own_cores, loads, [(args.calibration_rate, machine["decode_scale"]),
+                                            (args.front_end_rate, heavier_decode_scale)])
     # the truth was measured with the front end on the workers' cores: the simulated host charges
     # that itself, so the truth it runs is what the calibration load's stretch leaves
     def at_calibration(config: SimConfig) -> dict:
@@ -298,20 +296,22 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
                                         used["decode-0/engine"], calibration["busy"].get("decode", 0.0),
                                         lambda config: at_calibration(config)["stretch"])
     machine.update(figures)
-    machine.update({"front_end_cores_unloaded": unloaded_front_end, "front_end_cores_calibration": front_end(used),
-                    "front_end_cores_heavier": front_end(heavier),
-                    "front_end_cores_base": fitted.base, "front_end_cores_per_e_fold": fitted.per_log_rate,
-                    "host_cores": shared.host_cores, "calibration_stretch_prefill": stretch["prefill"],
-                    **{f"{role}_own_cores_{at}": own_threads(u, role) for role in ("prefill", "decode")
-                       for at, (_, u) in zip(("calibration", "heavier"), loads)},
-                    "calibration_stretch_decode": stretch["decode"]})
-    progress(f"front end: {unloaded_front_end:.2f} cores at {args.base_rate:g} req/s, {front_end(used):.2f} at "
-             f"{args.calibration_rate:g}, {front_end(heavier):.2f} at {args.front_end_rate:g}; the workers' own "
-             f"threads: prefill {own_threads(used, 'prefill'):.2f} / {own_threads(heavier, 'prefill'):.2f}, decode "
-             f"{own_threads(used, 'decode'):.2f} / {own_threads(heavier, 'decode'):.2f}; simulated stretch at the "
-             f"calibration load: prefill {stretch['prefill']:.3f}, "
-             f"decode {stretch['decode']:.3f}")
+    machine.update(host_figures(shared, loads, heavier_decode_scale, stretch))
+    progress("the host: " + ", ".join(f"{k} {v:.3g}" for k, v in machine.items() if k.startswith(HOST_FIGURES)))
     return truth, machine, shared, alone_at(truth, stretch), variants
+
+
+def heavier_load(cluster: LocalCluster, models: CostModels, args: argparse.Namespace, work: Path
+                 ) -> tuple[dict[str, float], float]:
+    """A second, heavier load (not compared): the cores each process used, and what a one-request
+    decode step took in the cluster over the profile's (as ``machine_truth``'s ``decode_scale``)."""
+    ratios_before = observed_ratios(cluster, "decode")
+    _, used = cores_used(cluster, lambda: bench_point(
+        cluster.address, args.front_end_rate, args, "", work / "front-end",
+        num_prompts=round(args.front_end_rate * args.calibration_s / 2), requests=requests(args)))
+    ratio, _ = ratios_between(ratios_before, observed_ratios(cluster, "decode"))
+    mean_len = args.prompt_len + args.output_len / 2
+    return used, in_cluster_decode(cluster, ratio).predict(1, mean_len) / models.decode.predict(1, mean_len)
 
 
 def parse_args() -> argparse.Namespace:
@@ -326,7 +326,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--calibration-s", type=float, default=30.0)
     parser.add_argument("--front-end-rate", type=float, default=18.0,
                         help="a second, heavier load (not compared, --calibration-s/2 long) to fit the front end's "
-                             "cores by: through it and the calibration load")
+                             "cores and the decode step's stretch by: through it and the lighter loads")
     parser.add_argument("--decode-truth", choices=("profile", "refit"), default="profile",
                         help="simulated decode steps: the profile scaled by the in-cluster cost of a one-request step, "
                              "or the decode worker's own model refitted in the cluster")
@@ -355,8 +355,7 @@ def main() -> None:
             cluster.address, args.base_rate, args, "", work / "unloaded", num_prompts=args.base_prompts,
             requests=requests(args)))
         slo_mix = slo_classes(unloaded["median_ttft_ms"], unloaded["median_tpot_ms"])
-        truth, machine, config, alone, variants = calibrate(cluster, models, unloaded, hop_s, args, work,
-                                                             front_end(used))
+        truth, machine, config, alone, variants = calibrate(cluster, models, unloaded, hop_s, args, work, used)
         the_knee = knee(args, slo_mix, config, models, alone)
         rates = [round(the_knee * float(f), 2) for f in args.fractions.split(",")]
         progress(f"knee (simulated fcfs): {the_knee:g} req/s; rates {rates}")

@@ -55,15 +55,21 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
     cluster.add_argument("--host-cores", type=int, default=DEFAULTS.host_cores,
                          help="the host's cores, where the gateway and its clients share the workers' cores "
                               "(2 for `pdserve up`'s 1P1D on 2 cores); default 0: each worker has its own")
-    cluster.add_argument("--front-end-cores", type=_cores_at_rate, default=DEFAULTS.front_end_cores,
-                         metavar="BASE,PER_E_FOLD",
-                         help="the cores the gateway and its clients use: BASE at 1 req/s, PER_E_FOLD more each "
-                              "time the rate grows e-fold (`bench/sim_vs_real.py` measures them); with --host-cores")
+    cluster.add_argument("--front-end-cores", type=_rate_law, default=DEFAULTS.front_end_cores,
+                         metavar="AT_1,EXPONENT",
+                         help="the cores the gateway and its clients use: AT_1 · rate^EXPONENT (AT_1 at 1 req/s; "
+                              "`bench/sim_vs_real.py` measures them); with --host-cores")
     for role in ("prefill", "decode"):
-        cluster.add_argument(f"--{role}-own-cores", type=_cores_at_rate, default=getattr(DEFAULTS, f"{role}_own_cores"),
-                             metavar="BASE,PER_E_FOLD",
+        cluster.add_argument(f"--{role}-own-cores", type=_rate_law, default=getattr(DEFAULTS, f"{role}_own_cores"),
+                             metavar="AT_1,EXPONENT",
                              help=f"the cores a {role} worker's own RPC threads use beside its engine, on its own "
-                                  "cores: BASE at 1 req/s to the worker, PER_E_FOLD more per e-fold; with --host-cores")
+                                  "cores: AT_1 · rate^EXPONENT, the rate of requests handed to the worker; with "
+                                  "--host-cores")
+    cluster.add_argument("--decode-step-ratio", type=_rate_law, default=DEFAULTS.decode_step_ratio,
+                         metavar="AT_1,EXPONENT",
+                         help="a decode step's time in the cluster over its time alone, measured against the load: "
+                              "AT_1 · rate^EXPONENT (at least 1), the rate of requests handed to the worker; in place "
+                              "of the front end's share of its cores; default none; with --host-cores")
     cluster.add_argument("--decode-cpu-share", type=float, default=DEFAULTS.decode_cpu_share,
                          help="the share of a decode step's time its engine computes on its core (the rest is idle "
                               "for the front end; `bench/sim_vs_real.py` measures it); with --host-cores")
@@ -84,14 +90,14 @@ def _milliseconds(text: str) -> tuple[float, ...]:
     return values
 
 
-def _cores_at_rate(text: str) -> tuple[float, float]:
+def _rate_law(text: str) -> tuple[float, float]:
     try:
-        base, per_e_fold = (float(v) for v in text.split(","))
+        at_one, exponent = (float(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected BASE,PER_E_FOLD (cores), got {text!r}") from None
-    if per_e_fold < 0:
-        raise argparse.ArgumentTypeError("cores per e-fold of the rate must be >= 0")
-    return base, per_e_fold
+        raise argparse.ArgumentTypeError(f"expected AT_1,EXPONENT, got {text!r}") from None
+    if min(at_one, exponent) < 0:
+        raise argparse.ArgumentTypeError("a rate law's figure and exponent must be >= 0")
+    return at_one, exponent
 
 
 def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
@@ -103,6 +109,7 @@ def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
                   slo_target=args.slo_target, seed=args.seed, host_cores=args.host_cores,
                   front_end_cores=args.front_end_cores, prefill_own_cores=args.prefill_own_cores,
                   decode_own_cores=args.decode_own_cores, decode_cpu_share=args.decode_cpu_share,
+                  decode_step_ratio=args.decode_step_ratio,
                   call_overhead_s=tuple(ms / 1000 for ms in args.call_overhead_ms))
     values.update(overrides)
     return SimConfig(**values)  # type: ignore[arg-type]

@@ -43,14 +43,18 @@ class SimConfig:
     prefill_scale: float = 1.0  # the workers' forwards take this × what their cost model (which
     decode_scale: float = 1.0  # the guards start from) predicts: a profile that is off, a busy host
     # the host's cores (0: the workers have theirs to themselves) and the cores the gateway and its
-    # clients use, (at 1 req/s, more per e-fold of the rate): where no core is spare for them,
+    # clients use, (at 1 req/s, exponent of the rate: a · r^p): where no core is spare for them,
     # they stretch the forwards of the workers whose cores they run on (``simulator.host``)
     host_cores: int = 0
     front_end_cores: tuple[float, float] = (0.0, 0.0)
     # a worker's own RPC threads beside its engine (gRPC server, token streams, KV hand-offs), on
-    # its own cores: (at 1 req/s to the worker, more per e-fold); with host_cores
+    # its own cores: (at 1 req/s handed to the worker, exponent); with host_cores
     prefill_own_cores: tuple[float, float] = (0.0, 0.0)
     decode_own_cores: tuple[float, float] = (0.0, 0.0)
+    # a decode step's time in the cluster over its time alone, measured against the load: (at 1
+    # req/s handed to the worker, exponent); given (> 0), the decode workers' stretch in place of
+    # the cores' share (``simulator.host``); with host_cores
+    decode_step_ratio: tuple[float, float] = (0.0, 0.0)
     # the share of a decode step's time its engine computes on its core (the rest it waits on its
     # own threads: token streams, the next batch's RPCs); the host counts the rest as idle for the
     # front end to run in. 1: a decode worker's core is in use for its whole step
@@ -70,8 +74,9 @@ class SimConfig:
             raise ValueError("decode step and prefill forward factors must be > 0")
         if min(self.prefill_scale, self.decode_scale) <= 0:
             raise ValueError("prefill_scale and decode_scale must be > 0")
-        if self.host_cores < 0 or min(self.front_end_cores[1], self.prefill_own_cores[1], self.decode_own_cores[1]) < 0:
-            raise ValueError("host cores and the cores per e-fold of the rate must be >= 0")
+        laws = (self.front_end_cores, self.prefill_own_cores, self.decode_own_cores, self.decode_step_ratio)
+        if self.host_cores < 0 or min(min(law) for law in laws) < 0:
+            raise ValueError("host cores and the rate laws' figures and exponents must be >= 0")
         if not 0 < self.decode_cpu_share <= 1:
             raise ValueError("decode_cpu_share must be in (0, 1]")
 

@@ -5,20 +5,27 @@ and the clients wherever the OS puts them) the front end runs on the workers' co
 forward takes longer by the share of its core the front end takes while it runs. Measured on
 such a host (README, The simulator): a prefill forward's thread CPU time stays at its cost
 model from 1 to 24 req/s while its wall time grows to 1.5x it, and the front end's cores grow
-with the logarithm of the request rate (its event loops handle more per wake-up as load grows).
+as a power of the request rate below one (its event loops handle more per wake-up as load grows).
 A worker's own RPC threads run on its own cores (the process is pinned there) beside its engine
 thread, and take more of them as the load grows too.
 
-    front end:   F(r) = base + per_log_rate · ln(r) cores, r = requests sent in the last WINDOW_S
+    front end:   F(r) = a · r^p cores, r = requests sent in the last WINDOW_S (``RateLaw``)
     own threads: a worker's RPC threads beside its engine (the gRPC server, token streams, KV
-                 hand-offs) use O_i(r / workers of its role) cores of its own cores, as F's law
+                 hand-offs) use O_i(r_i) cores of its own cores, r_i the requests it was handed in
+                 the last WINDOW_S (a refused request costs its workers nothing), as F's law
     spare cores: the host's cores beyond the workers' (``plan_cores`` gives the gateway one of
                  its own then) take F first; the rest, F', runs on the workers' cores
     spread:      by idle capacity: worker i, k_i cores, busy u_i of the last WINDOW_S, its engine
                  computing a share s_i of its busy time (``cpu_share``, by role; 1 unless told), has
                  c_i = max(0, k_i(1 − s_i·u_i) − O_i) and takes f_i = F' · c_i / Σ_j c_j
     stretch:     a forward (a decode worker's run ahead) starting now takes 1 / (1 − (O_i + f_i) / k_i)
-                 × its time, the share capped at MAX_SHARE
+                 × its time, the share capped at MAX_SHARE; or, for a role whose step time in the
+                 cluster was measured against the load (``step_ratio``), max(1, R(r_i)) × its time
+
+The measured law stands in for the share where the share's model misses what the cluster does:
+a decode step in a 1P1D cluster on 2 cores takes 1.03x its model at 6 req/s and 1.5x at 48-64
+req/s, where the cores' share above accounts for about 1.15x (the engine thread also waits on its
+own process's RPC threads for the interpreter lock, and the OS runs the front end on a busy core).
 
 With ``SimConfig.host_cores`` 0 (the default) none of this runs: the workers have their cores
 to themselves, as on a host with cores to spare for the front end.
@@ -35,31 +42,35 @@ MAX_SHARE = 0.8  # a worker keeps at least this much less than its cores: CFS sh
 
 
 @dataclass(frozen=True, slots=True)
-class CoresAtRate:
-    """The cores some threads use at a request rate (the gateway and its clients; a worker's own
-    RPC threads)."""
+class RateLaw:
+    """A figure that grows as a power of a request rate: ``at_one · rate^exponent`` (the cores some
+    threads use; a step's time in the cluster over its time alone). None at no load."""
 
-    base: float = 0.0  # at 1 req/s
-    per_log_rate: float = 0.0  # more per e-fold of the rate
+    at_one: float = 0.0  # at 1 req/s
+    exponent: float = 0.0
 
     def at(self, rate: float) -> float:
         if rate <= 0:
             return 0.0
-        return max(0.0, self.base + self.per_log_rate * math.log(rate))
+        return self.at_one * rate ** self.exponent
 
     @classmethod
-    def fit(cls, points: list[tuple[float, float]]) -> CoresAtRate:
-        """Least squares through measured ``(rate, cores)`` points (two or more rates); one point:
-        a constant."""
+    def fit(cls, points: list[tuple[float, float]]) -> RateLaw:
+        """Least squares in log-log through measured ``(rate, figure)`` points; one point (or one
+        rate): a constant. Points at no load or of no figure carry no logarithm and are left out; a
+        figure falling with load is noise, and fits flat."""
         if not points:
-            raise ValueError("no measured front-end load to fit")
-        xs, ys = [math.log(r) for r, _ in points], [c for _, c in points]
-        n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+            raise ValueError("no measured load to fit")
+        logs = [(math.log(r), math.log(v)) for r, v in points if r > 0 and v > 0]
+        if not logs:
+            return cls(0.0, 0.0)
+        xs, ys = [x for x, _ in logs], [y for _, y in logs]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         spread = sum((x - mx) ** 2 for x in xs)
-        if n < 2 or spread == 0:
-            return cls(my, 0.0)
-        slope = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / spread)
-        return cls(my - slope * mx, slope)
+        if spread == 0:
+            return cls(math.exp(my), 0.0)
+        slope = max(0.0, sum((x - mx) * (y - my) for x, y in logs) / spread)
+        return cls(math.exp(my - slope * mx), slope)
 
 
 @dataclass(eq=False)
@@ -68,10 +79,12 @@ class HostCpu:
 
     cores: int
     workers: dict[str, str]  # worker id -> role ("prefill" / "decode")
-    front_end: CoresAtRate
-    own: dict[str, CoresAtRate] = field(default_factory=dict)  # by role: a worker's own RPC threads
+    front_end: RateLaw
+    own: dict[str, RateLaw] = field(default_factory=dict)  # by role: a worker's own RPC threads
     cpu_share: dict[str, float] = field(default_factory=dict)  # by role: of its busy time, what its engine computes
+    step_ratio: dict[str, RateLaw] = field(default_factory=dict)  # by role: its forwards' stretch, measured
     _sent: deque[float] = field(default_factory=deque)
+    _handed: dict[str, deque[float]] = field(default_factory=dict)  # worker -> when it was handed a request
     _busy: dict[str, deque[list[float]]] = field(default_factory=dict)  # worker -> [start, end] intervals
     _charged: dict[str, list[float]] = field(default_factory=dict)  # role -> [seconds unstretched, stretched]
 
@@ -79,28 +92,32 @@ class HostCpu:
         if self.cores < 1:
             raise ValueError("a host has at least one core")
         self._busy = {w: deque() for w in self.workers}
+        self._handed = {w: deque() for w in self.workers}
         self._charged = {role: [0.0, 0.0] for role in set(self.workers.values())}
         n = len(self.workers)
         self.spare = 1 if self.cores > n else 0  # plan_cores: the gateway's own core
         self.worker_cores = (self.cores - self.spare) / n
-        self._of_role = {role: sum(r == role for r in self.workers.values()) for role in self._charged}
 
     def sent(self, now: float) -> None:
         """A client sent a request now."""
         self._sent.append(now)
 
+    def handed(self, worker: str, now: float) -> None:
+        """The gateway handed the worker a request now (a prefill call; a decode place taken)."""
+        self._handed[worker].append(now)
+
     def rate(self, now: float) -> float:
         """Requests sent a second over the last WINDOW_S."""
-        sent = self._sent
-        while sent and sent[0] < now - WINDOW_S:
-            sent.popleft()
-        return len(sent) / WINDOW_S
+        return _per_second(self._sent, now)
 
-    def own_cores(self, worker: str, rate: float) -> float:
-        """The cores the worker's own RPC threads use at ``rate`` (requests a second to the cluster)."""
-        role = self.workers[worker]
-        law = self.own.get(role)
-        return law.at(rate / self._of_role[role]) if law is not None else 0.0
+    def worker_rate(self, worker: str, now: float) -> float:
+        """Requests handed to the worker a second over the last WINDOW_S."""
+        return _per_second(self._handed[worker], now)
+
+    def own_cores(self, worker: str, now: float) -> float:
+        """The cores the worker's own RPC threads use now."""
+        law = self.own.get(self.workers[worker])
+        return law.at(self.worker_rate(worker, now)) if law is not None else 0.0
 
     def utilization(self, worker: str, now: float) -> float:
         """The share of the last WINDOW_S the worker was busy."""
@@ -113,7 +130,7 @@ class HostCpu:
     def share(self, worker: str, now: float) -> float:
         """The share of the worker's cores its own RPC threads and the front end take now."""
         k, rate = self.worker_cores, self.rate(now)
-        own = {w: self.own_cores(w, rate) for w in self.workers}
+        own = {w: self.own_cores(w, now) for w in self.workers}
         spill = max(0.0, self.front_end.at(rate) - self.spare)
         taken = 0.0
         if spill > 0:
@@ -124,6 +141,10 @@ class HostCpu:
         return min(MAX_SHARE, (own[worker] + taken) / k)
 
     def stretch(self, worker: str, now: float) -> float:
+        """What a forward (a run ahead) of the worker starting now takes over its time alone."""
+        measured = self.step_ratio.get(self.workers[worker])
+        if measured is not None:
+            return max(1.0, measured.at(self.worker_rate(worker, now)))
         return 1.0 / (1.0 - self.share(worker, now))
 
     def busy(self, worker: str, start: float, end: float, unstretched_s: float) -> None:
@@ -148,3 +169,10 @@ class HostCpu:
     def mean_stretch(self) -> dict[str, float]:
         """By role: the time the workers computed over what it would have been alone."""
         return {role: stretched / alone if alone else 1.0 for role, (alone, stretched) in self._charged.items()}
+
+
+def _per_second(times: deque[float], now: float) -> float:
+    """Events a second over the last WINDOW_S (``times`` ascending; older ones are dropped)."""
+    while times and times[0] < now - WINDOW_S:
+        times.popleft()
+    return len(times) / WINDOW_S

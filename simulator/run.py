@@ -13,7 +13,7 @@ from simulator.config import SimConfig
 from simulator.events import Simulation
 from simulator.flight import Flight
 from simulator.gateway import SimGateway
-from simulator.host import CoresAtRate, HostCpu
+from simulator.host import HostCpu, RateLaw
 from simulator.workers import SimDecodeWorker, SimPrefillWorker
 
 
@@ -38,9 +38,10 @@ def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
     if config.host_cores:
         roles = {f"{role}-{i}": role for role, n in (("prefill", config.prefill), ("decode", config.decode))
                  for i in range(n)}
-        host = HostCpu(config.host_cores, roles, CoresAtRate(*config.front_end_cores),
-                       {"prefill": CoresAtRate(*config.prefill_own_cores), "decode": CoresAtRate(*config.decode_own_cores)},
-                       {"decode": config.decode_cpu_share})
+        measured = {"decode": RateLaw(*config.decode_step_ratio)} if config.decode_step_ratio[0] > 0 else {}
+        host = HostCpu(config.host_cores, roles, RateLaw(*config.front_end_cores),
+                       {"prefill": RateLaw(*config.prefill_own_cores), "decode": RateLaw(*config.decode_own_cores)},
+                       {"decode": config.decode_cpu_share}, measured)
     prefills = [SimPrefillWorker(sim, f"prefill-{i}", config, models, truth, host) for i in range(config.prefill)]
     decodes = [SimDecodeWorker(sim, f"decode-{i}", config, models, truth, host) for i in range(config.decode)]
     answered: list[Flight] = []

@@ -1,13 +1,17 @@
-"""``bench/sim_vs_real.py``'s own arithmetic: the in-cluster cost as a fixed cost per forward, and a
-real point set beside the compared simulation and each variant."""
+"""``bench/sim_vs_real.py``'s own arithmetic: the in-cluster cost as a fixed cost per forward, a real
+point set beside the compared simulation and each variant, and the simulated host fitted through
+the measured loads."""
 
 from __future__ import annotations
 
 import pytest
 
+from bench.sim_host import host_config
 from bench.sim_variants import per_forward_cost
 from bench.sim_vs_real import compare
 from common.slo.cost_models import PrefillModel
+from simulator.config import SimConfig
+from simulator.host import RateLaw
 
 PROFILE = PrefillModel(0, 0.001, 0.00005)  # 1 ms + 50 us a token
 
@@ -41,3 +45,19 @@ def test_each_variant_is_set_beside_the_same_real_point_and_judged_on_both_figur
     assert scorpio["sim_a_within_15pct"] and not scorpio["sim_b_within_15pct"]  # attainment 16% under
     assert fcfs["sim_a_within_15pct"] and not fcfs["sim_b_within_15pct"]  # 12.0 is 20% over 10
     assert fcfs["sim_b_goodput"] == 12.0 and scorpio["sim_a_admitted_attainment"] == 0.86
+
+
+def test_the_host_is_fitted_through_the_measured_loads_and_the_decode_step_through_its_two():
+    def used(gateway: float, tester: float, decode_own: float) -> dict[str, float]:
+        return {"gateway": gateway, "load_tester": tester, "prefill-0": 0.3, "prefill-0/engine": 0.3,
+                "decode-0": 0.5 + decode_own, "decode-0/engine": 0.5}
+
+    # the front end at 0.05 · r^0.6 cores exactly, the decode worker's own threads flat at 0.04
+    loads = tuple((r, used(0.03 * r ** 0.6, 0.02 * r ** 0.6, 0.04)) for r in (2.0, 6.0, 18.0))
+    config = host_config(SimConfig(hop_s=0.001), loads, [(6.0, 1.1), (18.0, 1.1 * 3 ** 0.2)])
+    assert config.front_end_cores == (pytest.approx(0.05), pytest.approx(0.6))
+    assert config.decode_own_cores == (pytest.approx(0.04), pytest.approx(0.0, abs=1e-12))
+    assert config.prefill_own_cores == (0.0, 0.0)  # none measured beside its engine
+    ratio = RateLaw(*config.decode_step_ratio)
+    assert ratio.at(6.0) == pytest.approx(1.1) and ratio.exponent == pytest.approx(0.2)
+    assert config.hop_s == 0.001 and config.host_cores >= 1

@@ -1,0 +1,47 @@
+"""The simulated host of ``bench/sim_vs_real.py``, fitted from a real cluster's measured loads: the
+cores its front end and its workers' own threads used, and what its decode steps took, each as a
+power of the request rate (``simulator.host``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from bench.process_cores import front_end, own_threads
+from common.worker.cpu_plan import available_cores
+from simulator.config import SimConfig
+from simulator.host import RateLaw
+
+HOST_FIGURES = ("front_end_cores", "prefill_own", "decode_own", "decode_step_ratio", "decode_scale_heavier",
+                "calibration_stretch")  # the figures shown as the host
+
+
+def host_config(own_cores: SimConfig, loads: tuple[tuple[float, dict[str, float]], ...],
+                decode_scales: list[tuple[float, float]]) -> SimConfig:
+    """The simulated host's config from the measured loads: the front end's cores and each role's
+    own threads' (``(rate, cores used)``), fitted as powers of the rate, and the decode step's time in
+    the cluster over the profile's at two loads (``(rate, scale)``), fitted so."""
+    def law(figure: Callable[[dict[str, float]], float]) -> tuple[float, float]:
+        fitted = RateLaw.fit([(rate, figure(used)) for rate, used in loads])
+        return fitted.at_one, fitted.exponent
+
+    step = RateLaw.fit(decode_scales)
+    return replace(own_cores, host_cores=len(available_cores()), front_end_cores=law(front_end),
+                   prefill_own_cores=law(lambda u: own_threads(u, "prefill")),
+                   decode_own_cores=law(lambda u: own_threads(u, "decode")),
+                   decode_step_ratio=(step.at_one, step.exponent))
+
+
+def host_figures(shared: SimConfig, loads: tuple[tuple[float, dict[str, float]], ...], heavier_decode_scale: float,
+                 stretch: dict[str, float]) -> dict[str, float]:
+    """What the host's config was fitted from and to, for the result."""
+    figures = {"host_cores": shared.host_cores, "decode_scale_heavier": heavier_decode_scale}
+    for name, law in (("front_end_cores", shared.front_end_cores), ("prefill_own_cores", shared.prefill_own_cores),
+                      ("decode_own_cores", shared.decode_own_cores), ("decode_step_ratio", shared.decode_step_ratio)):
+        figures[f"{name}_at_1"], figures[f"{name}_exponent"] = law
+    for at, (rate, used) in zip(("unloaded", "calibration", "heavier"), loads):
+        figures[f"front_end_cores_{at}"] = front_end(used)
+        for role in ("prefill", "decode"):
+            figures[f"{role}_own_cores_{at}"] = own_threads(used, role)
+    figures.update({f"calibration_stretch_{role}": s for role, s in stretch.items()})
+    return figures
