@@ -12,7 +12,7 @@ from common.worker.cpu_plan import available_cores
 from simulator.config import SimConfig
 from simulator.host import RateLaw
 
-HOST_FIGURES = ("front_end_cores", "prefill_own", "decode_own", "decode_step_ratio", "decode_scale_heavier",
+HOST_FIGURES = ("front_end_cores", "prefill_own", "decode_own", "decode_step_ratio", "decode_load_scale",
                 "calibration_stretch")  # the figures shown as the host
 
 
@@ -32,10 +32,11 @@ def host_config(own_cores: SimConfig, loads: tuple[tuple[float, dict[str, float]
                    decode_step_ratio=(step.at_one, step.exponent))
 
 
-def host_figures(shared: SimConfig, loads: tuple[tuple[float, dict[str, float]], ...], heavier_decode_scale: float,
-                 stretch: dict[str, float]) -> dict[str, float]:
+def host_figures(shared: SimConfig, loads: tuple[tuple[float, dict[str, float]], ...],
+                 decode_scales: list[tuple[float, float]], stretch: dict[str, float]) -> dict[str, float]:
     """What the host's config was fitted from and to, for the result."""
-    figures = {"host_cores": shared.host_cores, "decode_scale_heavier": heavier_decode_scale}
+    figures: dict[str, float] = {"host_cores": shared.host_cores}
+    figures.update({f"decode_load_scale_{at}": scale for at, (_, scale) in zip(("calibration", "heavier"), decode_scales)})
     for name, law in (("front_end_cores", shared.front_end_cores), ("prefill_own_cores", shared.prefill_own_cores),
                       ("decode_own_cores", shared.decode_own_cores), ("decode_step_ratio", shared.decode_step_ratio)):
         figures[f"{name}_at_1"], figures[f"{name}_exponent"] = law

@@ -266,7 +266,7 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     (``VARIANTS``), each a config and a truth."""
     before = overhead_buckets(cluster)
     ratios_before = {role: observed_ratios(cluster, role) for role in ("prefill", "decode")}
-    _, used = cores_used(cluster, lambda: bench_point(
+    calibration_run, used = cores_used(cluster, lambda: bench_point(
         cluster.address, args.calibration_rate, args, "", work / "calibration",
         num_prompts=round(args.calibration_rate * args.calibration_s), requests=requests(args)))
     overheads = call_overheads(before, overhead_buckets(cluster), hop_s)
@@ -280,10 +280,12 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
              + ", ".join(f"{k} {v:.4g}" for k, v in machine.items()))
     own_cores = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_step_factors=step_factors,
                           prefill_forward_factors=forward_factors if args.prefill_spread == "drawn" else ())
+    decode_scales = [(args.calibration_rate, decode_load_scale(cluster, models, step_ratio, step_factors,
+                                                               calibration_run, args))]
     heavier, heavier_decode_scale = heavier_load(cluster, models, args, work)
+    decode_scales.append((args.front_end_rate, heavier_decode_scale))
     loads = (args.base_rate, unloaded_used), (args.calibration_rate, used), (args.front_end_rate, heavier)
-    shared = host_config(own_cores, loads, [(args.calibration_rate, machine["decode_scale"]),
-                                            (args.front_end_rate, heavier_decode_scale)])
+    shared = host_config(own_cores, loads, decode_scales)
     # the truth was measured with the front end on the workers' cores: the simulated host charges
     # that itself, so the truth it runs is what the calibration load's stretch leaves
     def at_calibration(config: SimConfig) -> dict:
@@ -296,22 +298,32 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
                                         used["decode-0/engine"], calibration["busy"].get("decode", 0.0),
                                         lambda config: at_calibration(config)["stretch"])
     machine.update(figures)
-    machine.update(host_figures(shared, loads, heavier_decode_scale, stretch))
+    machine.update(host_figures(shared, loads, decode_scales, stretch))
     progress("the host: " + ", ".join(f"{k} {v:.3g}" for k, v in machine.items() if k.startswith(HOST_FIGURES)))
     return truth, machine, shared, alone_at(truth, stretch), variants
 
 
 def heavier_load(cluster: LocalCluster, models: CostModels, args: argparse.Namespace, work: Path
                  ) -> tuple[dict[str, float], float]:
-    """A second, heavier load (not compared): the cores each process used, and what a one-request
-    decode step took in the cluster over the profile's (as ``machine_truth``'s ``decode_scale``)."""
+    """A second, heavier load (not compared): the cores each process used, and its
+    ``decode_load_scale``."""
     ratios_before = observed_ratios(cluster, "decode")
-    _, used = cores_used(cluster, lambda: bench_point(
+    run, used = cores_used(cluster, lambda: bench_point(
         cluster.address, args.front_end_rate, args, "", work / "front-end",
         num_prompts=round(args.front_end_rate * args.calibration_s / 2), requests=requests(args)))
-    ratio, _ = ratios_between(ratios_before, observed_ratios(cluster, "decode"))
+    ratio, factors = ratios_between(ratios_before, observed_ratios(cluster, "decode"))
+    return used, decode_load_scale(cluster, models, ratio, factors, run, args)
+
+
+def decode_load_scale(cluster: LocalCluster, models: CostModels, ratio: float, factors: tuple[float, ...],
+                      run: dict, args: argparse.Namespace) -> float:
+    """What a decode step took in the cluster under a load over the profile's, at the load's mean batch
+    (its output tokens over its steps, one per factor): its mean ratio to the decode worker's model,
+    times that model's prediction over the profile's there. The worker refits its model as it goes,
+    and a refit from small batches says little of one, so both are read where the load ran."""
+    batch = max(1.0, run["total_output_tokens"] / len(factors)) if factors else 1.0
     mean_len = args.prompt_len + args.output_len / 2
-    return used, in_cluster_decode(cluster, ratio).predict(1, mean_len) / models.decode.predict(1, mean_len)
+    return ratio * in_cluster_decode(cluster, 1.0).predict(batch, mean_len) / models.decode.predict(batch, mean_len)
 
 
 def parse_args() -> argparse.Namespace:
