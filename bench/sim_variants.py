@@ -2,9 +2,12 @@
 points: candidate laws for what the simulated cluster lacks, each a config and a truth.
 
 - ``own_cores``: every worker on cores of its own (no simulated host), at the truth as measured.
-- ``decode_by_cpu``: the host counting the decode worker's core in use for only the share of its
-  steps its engine computes (``SimConfig.decode_cpu_share``: the decode engine thread's CPU at the
-  calibration load over the time the simulated decode worker computed there).
+- ``decode_by_share``: the decode worker's stretch from the share of its core the front end and its
+  own threads take, as the prefill worker's, rather than from its steps measured against the load
+  (``SimConfig.decode_step_ratio`` off).
+- ``decode_by_cpu``: that, with the host counting the decode worker's core in use for only the
+  share of its steps its engine computes (``SimConfig.decode_cpu_share``: the decode engine thread's
+  CPU at the calibration load over the time the simulated decode worker computed there).
 - ``per_forward``: the prefill worker's in-cluster cost as a fixed cost per forward rather than a
   factor on every forward (a loaded worker's batched forwards pay it once).
 """
@@ -17,8 +20,8 @@ from collections.abc import Callable
 from common.slo.cost_models import CostModels, PrefillModel
 from simulator.config import SimConfig
 
-VARIANTS = {"own_cores": "workers on cores of their own", "decode_by_cpu": "decode core by its engine's CPU",
-            "per_forward": "in-cluster cost per forward"}
+VARIANTS = {"own_cores": "workers on cores of their own", "decode_by_share": "decode stretched by its core's share",
+            "decode_by_cpu": "decode core by its engine's CPU", "per_forward": "in-cluster cost per forward"}
 
 
 def per_forward_cost(model: PrefillModel, ratio: float, tokens: int) -> PrefillModel:
@@ -44,15 +47,19 @@ def variants_beside(models: CostModels, truth: CostModels, own_cores: SimConfig,
     compared host charges at the calibration load; ``decode_engine_cores`` and ``decode_busy``: the
     real decode engine thread's cores and the simulated decode worker's busy share there;
     ``stretch_of``: a config's stretch at the calibration load, simulated."""
+    by_share = dataclasses.replace(shared, decode_step_ratio=(0.0, 0.0))
+    stretch_by_share = stretch_of(by_share)
     cpu_share = min(1.0, max(0.05, decode_engine_cores / max(decode_busy, 1e-9)))
-    by_cpu = dataclasses.replace(shared, decode_cpu_share=cpu_share)
+    by_cpu = dataclasses.replace(by_share, decode_cpu_share=cpu_share)
     stretch_by_cpu = stretch_of(by_cpu)
     alone = alone_at(truth, stretch)
     per_forward = CostModels(per_forward_cost(models.prefill, forward_ratio / stretch["prefill"], prompt_len),
                              alone.decode)
-    variants = {"own_cores": (own_cores, truth), "decode_by_cpu": (by_cpu, alone_at(truth, stretch_by_cpu)),
+    variants = {"own_cores": (own_cores, truth), "decode_by_share": (by_share, alone_at(truth, stretch_by_share)),
+                "decode_by_cpu": (by_cpu, alone_at(truth, stretch_by_cpu)),
                 "per_forward": (shared, per_forward)}
     figures = {"decode_engine_cores_calibration": decode_engine_cores, "simulated_decode_busy_calibration": decode_busy,
-               "decode_cpu_share": cpu_share, "calibration_stretch_by_cpu_prefill": stretch_by_cpu["prefill"],
+               "decode_cpu_share": cpu_share, "calibration_stretch_by_share_decode": stretch_by_share["decode"],
+               "calibration_stretch_by_cpu_prefill": stretch_by_cpu["prefill"],
                "calibration_stretch_by_cpu_decode": stretch_by_cpu["decode"]}
     return variants, figures

@@ -36,25 +36,26 @@ simulated ``fcfs`` near saturation where the real one is not).
 The gateway and the load tester run on the workers' two cores here (``pdserve up`` pins one worker
 to each, the rest where the OS puts them), and take more of them the higher the load: a prefill
 forward's wall time grows with load while its CPU time does not. The simulated host charges that
-(``simulator.host``): the front end's cores, measured at the unloaded and calibration loads and at
-a heavier one (``--front-end-rate``, not compared either) and fitted as a power of the rate, stretch
-the forwards of the prefill worker whose core they take. A decode step slows with the load more
-than that share explains (its engine thread also waits on its own process's RPC threads), so the
-decode worker's stretch is what its steps took in the cluster over the profile's at the
-calibration and the heavier load, fitted so (``SimConfig.decode_step_ratio``; ``bench/sim_host.py``).
-The truth above was measured with that share in it, so the simulated workers run at it divided by
-the stretch the simulated host charges at the calibration load. Each point also shows the simulation without the host (``sim_own_cores_*``:
-every worker on cores of its own, the truth as measured), the host with the decode worker's core
-counted in use for only the share of its steps its engine computes (``sim_decode_by_cpu_*``:
-``SimConfig.decode_cpu_share``, the decode engine thread's CPU at the calibration load over the
-time the simulated decode worker computed there; a simulated step's time includes the waits on
-its own threads that leave the core to the front end), and the host with the prefill worker's
-in-cluster cost as a fixed cost per forward (``sim_per_forward_*``: the profile plus what a
-calibration forward took beyond it, so that a loaded worker's batched forwards pay it once, where
-the compared simulation scales every forward by it), each with whether it is within 15%, and the
-cores every process used while the real point ran (``real_cores_used``: gateway, each worker,
-load tester). The variants (``bench/sim_variants.py``) run against the same real points: a paired
-comparison.
+(``simulator.host``): the front end's cores, measured at the unloaded and calibration loads and at a
+heavier one (``--front-end-rate``, not compared either) and fitted as a power of the rate, stretch
+the forwards of the prefill worker whose core they take. A decode step slows with the load more than
+that share explains (its engine thread also waits on its own process's RPC threads), so the decode
+worker's stretch is what its steps took in the cluster over the profile's at the calibration and the
+heavier load, fitted so (``SimConfig.decode_step_ratio``; ``bench/sim_host.py``). The truth above
+was measured with that share in it, so the simulated workers run at it divided by the stretch the
+simulated host charges at the calibration load. Each point also shows the simulation without the
+host (``sim_own_cores_*``: every worker on cores of its own, the truth as measured), the host with
+the decode worker stretched by the share of its core the others take, as the prefill worker is
+(``sim_decode_by_share_*``), that with the decode worker's core counted in use for only the share of
+its steps its engine computes (``sim_decode_by_cpu_*``: ``SimConfig.decode_cpu_share``, the decode
+engine thread's CPU at the calibration load over the time the simulated decode worker computed
+there; a simulated step's time includes the waits on its own threads that leave the core to the
+front end), and the host with the prefill worker's in-cluster cost as a fixed cost per forward
+(``sim_per_forward_*``: the profile plus what a calibration forward took beyond it, so that a loaded
+worker's batched forwards pay it once, where the compared simulation scales every forward by it),
+each with whether it is within 15%, and the cores every process used while the real point ran
+(``real_cores_used``: gateway, each worker, load tester). The variants (``bench/sim_variants.py``)
+run against the same real points: a paired comparison.
 
 Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
 "sim_admitted_attainment", "real_cores_used", "sim_stretch", "real_refusals", "sim_refusals",
@@ -245,7 +246,7 @@ def plot(points: list[dict], out: Path) -> None:
             ps = [p for p in points if p["policy"] == policy]
             ax.plot([p["rate"] for p in ps], [p[f"real_{key}"] for p in ps], "o-", color=color, label=f"{policy} real")
             ax.plot([p["rate"] for p in ps], [p[f"sim_{key}"] for p in ps], "s--", color=color, label=f"{policy} sim")
-            for (variant, label), marker in zip(VARIANTS.items(), ("x:", "^-.", "v-.")):
+            for (variant, label), marker in zip(VARIANTS.items(), ("x:", "d:", "^-.", "v-.")):
                 if ps and f"sim_{variant}_{key}" in ps[0]:
                     ax.plot([p["rate"] for p in ps], [p[f"sim_{variant}_{key}"] for p in ps], marker, color=color,
                             alpha=0.6, label=f"{policy} sim, {label}")
