@@ -1,6 +1,6 @@
 """The simulated host of ``bench/sim_vs_real.py``, fitted from a real cluster's measured loads: the
-cores its front end and its workers' own threads used, and what its decode steps took, each as a
-power of the request rate (``simulator.host``)."""
+cores its front end and its workers' own threads used, and (for a variant) what its decode steps
+took, each as a power of the request rate (``simulator.host``)."""
 
 from __future__ import annotations
 
@@ -16,20 +16,23 @@ HOST_FIGURES = ("front_end_cores", "prefill_own", "decode_own", "decode_step_rat
                 "calibration_stretch")  # the figures shown as the host
 
 
-def host_config(own_cores: SimConfig, loads: tuple[tuple[float, dict[str, float]], ...],
-                decode_scales: list[tuple[float, float]]) -> SimConfig:
-    """The simulated host's config from the measured loads: the front end's cores and each role's
-    own threads' (``(rate, cores used)``), fitted as powers of the rate, and the decode step's time in
-    the cluster over the profile's at two loads (``(rate, scale)``), fitted so."""
+def host_config(own_cores: SimConfig, loads: tuple[tuple[float, dict[str, float]], ...]) -> SimConfig:
+    """The simulated host's config from the measured loads (``(rate, cores used)``): the front end's
+    cores and each role's own threads', fitted as powers of the rate."""
     def law(figure: Callable[[dict[str, float]], float]) -> tuple[float, float]:
         fitted = RateLaw.fit([(rate, figure(used)) for rate, used in loads])
         return fitted.at_one, fitted.exponent
 
-    step = RateLaw.fit(decode_scales)
     return replace(own_cores, host_cores=len(available_cores()), front_end_cores=law(front_end),
                    prefill_own_cores=law(lambda u: own_threads(u, "prefill")),
-                   decode_own_cores=law(lambda u: own_threads(u, "decode")),
-                   decode_step_ratio=(step.at_one, step.exponent))
+                   decode_own_cores=law(lambda u: own_threads(u, "decode")))
+
+
+def decode_step_law(decode_scales: list[tuple[float, float]]) -> tuple[float, float]:
+    """``SimConfig.decode_step_ratio`` through what a decode step took in the cluster over the
+    profile's at two loads (``(rate, scale)``)."""
+    fitted = RateLaw.fit(decode_scales)
+    return fitted.at_one, fitted.exponent
 
 
 def host_figures(shared: SimConfig, loads: tuple[tuple[float, dict[str, float]], ...],
@@ -38,7 +41,8 @@ def host_figures(shared: SimConfig, loads: tuple[tuple[float, dict[str, float]],
     figures: dict[str, float] = {"host_cores": shared.host_cores}
     figures.update({f"decode_load_scale_{at}": scale for at, (_, scale) in zip(("calibration", "heavier"), decode_scales)})
     for name, law in (("front_end_cores", shared.front_end_cores), ("prefill_own_cores", shared.prefill_own_cores),
-                      ("decode_own_cores", shared.decode_own_cores), ("decode_step_ratio", shared.decode_step_ratio)):
+                      ("decode_own_cores", shared.decode_own_cores),
+                      ("decode_step_ratio", decode_step_law(decode_scales))):
         figures[f"{name}_at_1"], figures[f"{name}_exponent"] = law
     for at, (rate, used) in zip(("unloaded", "calibration", "heavier"), loads):
         figures[f"front_end_cores_{at}"] = front_end(used)

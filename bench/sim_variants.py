@@ -2,11 +2,11 @@
 points: candidate laws for what the simulated cluster lacks, each a config and a truth.
 
 - ``own_cores``: every worker on cores of its own (no simulated host), at the truth as measured.
-- ``decode_by_share``: the decode worker's stretch from the share of its core the front end and its
-  own threads take, as the prefill worker's, rather than from its steps measured against the load
-  (``SimConfig.decode_step_ratio`` off).
-- ``decode_by_cpu``: that, with the host counting the decode worker's core in use for only the
-  share of its steps its engine computes (``SimConfig.decode_cpu_share``: the decode engine thread's
+- ``decode_measured``: the decode worker's stretch measured against the load (what its steps took
+  in the cluster over the profile's at two loads, ``SimConfig.decode_step_ratio``) rather than
+  taken from the share of its core the front end and its own threads take.
+- ``decode_by_cpu``: the host counting the decode worker's core in use for only the share of its
+  steps its engine computes (``SimConfig.decode_cpu_share``: the decode engine thread's
   CPU at the calibration load over the time the simulated decode worker computed there).
 - ``per_forward``: the prefill worker's in-cluster cost as a fixed cost per forward rather than a
   factor on every forward (a loaded worker's batched forwards pay it once).
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from common.slo.cost_models import CostModels, PrefillModel
 from simulator.config import SimConfig
 
-VARIANTS = {"own_cores": "workers on cores of their own", "decode_by_share": "decode stretched by its core's share",
+VARIANTS = {"own_cores": "workers on cores of their own", "decode_measured": "decode stretch measured by load",
             "decode_by_cpu": "decode core by its engine's CPU", "per_forward": "in-cluster cost per forward"}
 
 
@@ -40,26 +40,26 @@ def alone_at(truth: CostModels, stretch: dict[str, float]) -> CostModels:
 
 
 def variants_beside(models: CostModels, truth: CostModels, own_cores: SimConfig, shared: SimConfig,
-                    stretch: dict[str, float], forward_ratio: float, prompt_len: int, decode_engine_cores: float,
-                    decode_busy: float, stretch_of: Callable[[SimConfig], dict[str, float]]
+                    measured: SimConfig, stretch: dict[str, float], forward_ratio: float, prompt_len: int,
+                    decode_engine_cores: float, decode_busy: float, stretch_of: Callable[[SimConfig], dict[str, float]]
                     ) -> tuple[dict[str, tuple[SimConfig, CostModels]], dict[str, float]]:
-    """The variants (``VARIANTS``), and the figures they were made from. ``stretch``: what the
-    compared host charges at the calibration load; ``decode_engine_cores`` and ``decode_busy``: the
+    """The variants (``VARIANTS``), and the figures they were made from. ``measured``: the compared
+    host's config with the decode step's stretch measured; ``stretch``: what the compared host
+    charges at the calibration load; ``decode_engine_cores`` and ``decode_busy``: the
     real decode engine thread's cores and the simulated decode worker's busy share there;
     ``stretch_of``: a config's stretch at the calibration load, simulated."""
-    by_share = dataclasses.replace(shared, decode_step_ratio=(0.0, 0.0))
-    stretch_by_share = stretch_of(by_share)
+    stretch_measured = stretch_of(measured)
     cpu_share = min(1.0, max(0.05, decode_engine_cores / max(decode_busy, 1e-9)))
-    by_cpu = dataclasses.replace(by_share, decode_cpu_share=cpu_share)
+    by_cpu = dataclasses.replace(shared, decode_cpu_share=cpu_share)
     stretch_by_cpu = stretch_of(by_cpu)
     alone = alone_at(truth, stretch)
     per_forward = CostModels(per_forward_cost(models.prefill, forward_ratio / stretch["prefill"], prompt_len),
                              alone.decode)
-    variants = {"own_cores": (own_cores, truth), "decode_by_share": (by_share, alone_at(truth, stretch_by_share)),
+    variants = {"own_cores": (own_cores, truth), "decode_measured": (measured, alone_at(truth, stretch_measured)),
                 "decode_by_cpu": (by_cpu, alone_at(truth, stretch_by_cpu)),
                 "per_forward": (shared, per_forward)}
     figures = {"decode_engine_cores_calibration": decode_engine_cores, "simulated_decode_busy_calibration": decode_busy,
-               "decode_cpu_share": cpu_share, "calibration_stretch_by_share_decode": stretch_by_share["decode"],
+               "decode_cpu_share": cpu_share, "calibration_stretch_measured_decode": stretch_measured["decode"],
                "calibration_stretch_by_cpu_prefill": stretch_by_cpu["prefill"],
                "calibration_stretch_by_cpu_decode": stretch_by_cpu["decode"]}
     return variants, figures

@@ -38,16 +38,15 @@ to each, the rest where the OS puts them), and take more of them the higher the 
 forward's wall time grows with load while its CPU time does not. The simulated host charges that
 (``simulator.host``): the front end's cores, measured at the unloaded and calibration loads and at a
 heavier one (``--front-end-rate``, not compared either) and fitted as a power of the rate, stretch
-the forwards of the prefill worker whose core they take. A decode step slows with the load more than
-that share explains (its engine thread also waits on its own process's RPC threads), so the decode
-worker's stretch is what its steps took in the cluster over the profile's at the calibration and the
-heavier load, fitted so (``SimConfig.decode_step_ratio``; ``bench/sim_host.py``). The truth above
+the forwards of the workers whose cores they take (``bench/sim_host.py``). The truth above
 was measured with that share in it, so the simulated workers run at it divided by the stretch the
 simulated host charges at the calibration load. Each point also shows the simulation without the
 host (``sim_own_cores_*``: every worker on cores of its own, the truth as measured), the host with
-the decode worker stretched by the share of its core the others take, as the prefill worker is
-(``sim_decode_by_share_*``), that with the decode worker's core counted in use for only the share of
-its steps its engine computes (``sim_decode_by_cpu_*``: ``SimConfig.decode_cpu_share``, the decode
+the decode worker's stretch measured against the load rather than taken from its core's share
+(``sim_decode_measured_*``: what a decode step took in the cluster over the profile's at the
+calibration and the heavier load, at each load's mean batch, fitted as a power of the rate;
+``SimConfig.decode_step_ratio``), the host with the decode worker's core counted in use for only
+the share of its steps its engine computes (``sim_decode_by_cpu_*``: ``SimConfig.decode_cpu_share``, the decode
 engine thread's CPU at the calibration load over the time the simulated decode worker computed
 there; a simulated step's time includes the waits on its own threads that leave the core to the
 front end), and the host with the prefill worker's in-cluster cost as a fixed cost per forward
@@ -81,7 +80,7 @@ from bench.common import device_name, emit, progress  # noqa: E402
 from bench.cluster_readings import (call_overheads, guards_now, hop_seconds, in_cluster_decode,  # noqa: E402
                                     observed_ratios, overhead_buckets, ratios_between)
 from bench.process_cores import cores_used, front_end  # noqa: E402
-from bench.sim_host import HOST_FIGURES, host_config, host_figures  # noqa: E402
+from bench.sim_host import HOST_FIGURES, decode_step_law, host_config, host_figures  # noqa: E402
 from bench.sim_variants import VARIANTS, alone_at, variants_beside  # noqa: E402
 from bench.slo import bench_point, point_summary, slo_classes  # noqa: E402
 from client.bench.cli import add_bench_args  # noqa: E402
@@ -286,7 +285,8 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     heavier, heavier_decode_scale = heavier_load(cluster, models, args, work)
     decode_scales.append((args.front_end_rate, heavier_decode_scale))
     loads = (args.base_rate, unloaded_used), (args.calibration_rate, used), (args.front_end_rate, heavier)
-    shared = host_config(own_cores, loads, decode_scales)
+    shared = host_config(own_cores, loads)
+    measured = replace(shared, decode_step_ratio=decode_step_law(decode_scales))
     # the truth was measured with the front end on the workers' cores: the simulated host charges
     # that itself, so the truth it runs is what the calibration load's stretch leaves
     def at_calibration(config: SimConfig) -> dict:
@@ -295,7 +295,8 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
 
     calibration = at_calibration(shared)
     stretch = calibration["stretch"]
-    variants, figures = variants_beside(models, truth, own_cores, shared, stretch, forward_ratio, args.prompt_len,
+    variants, figures = variants_beside(models, truth, own_cores, shared, measured, stretch, forward_ratio,
+                                        args.prompt_len,
                                         used["decode-0/engine"], calibration["busy"].get("decode", 0.0),
                                         lambda config: at_calibration(config)["stretch"])
     machine.update(figures)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sim_host import host_config
+from bench.sim_host import decode_step_law, host_config
 from bench.sim_variants import per_forward_cost
 from bench.sim_vs_real import compare
 from common.slo.cost_models import PrefillModel
@@ -54,10 +54,10 @@ def test_the_host_is_fitted_through_the_measured_loads_and_the_decode_step_throu
 
     # the front end at 0.05 · r^0.6 cores exactly, the decode worker's own threads flat at 0.04
     loads = tuple((r, used(0.03 * r ** 0.6, 0.02 * r ** 0.6, 0.04)) for r in (2.0, 6.0, 18.0))
-    config = host_config(SimConfig(hop_s=0.001), loads, [(6.0, 1.1), (18.0, 1.1 * 3 ** 0.2)])
+    config = host_config(SimConfig(hop_s=0.001), loads)
     assert config.front_end_cores == (pytest.approx(0.05), pytest.approx(0.6))
     assert config.decode_own_cores == (pytest.approx(0.04), pytest.approx(0.0, abs=1e-12))
     assert config.prefill_own_cores == (0.0, 0.0)  # none measured beside its engine
-    ratio = RateLaw(*config.decode_step_ratio)
+    assert config.hop_s == 0.001 and config.host_cores >= 1 and config.decode_step_ratio == (0.0, 0.0)
+    ratio = RateLaw(*decode_step_law([(6.0, 1.1), (18.0, 1.1 * 3 ** 0.2)]))
     assert ratio.at(6.0) == pytest.approx(1.1) and ratio.exponent == pytest.approx(0.2)
-    assert config.hop_s == 0.001 and config.host_cores >= 1
