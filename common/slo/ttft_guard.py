@@ -24,6 +24,16 @@ made every later prediction carry the worst such delay. The calibration, a ratio
 learns only from calls sent with nothing ahead (its prediction is then the model of its own
 prompt, not of a queue partly computed already).
 
+A headroom below 1 is learnt from outcomes met with room: a loose class's requests mostly finish
+far inside their SLO, and its headroom relaxes to ~0.8. That says little of a request with no
+slack left, so two checks of a promise at its boundary apply at least ``BOUNDARY_HEADROOM``: that
+a newcomer would not push a queued request past its deadline (the queued one was promised its
+SLO), and a waiter's last useful moment (``last_useful_admission``: sent then, its call has exactly
+its prediction's time). Both kinds of miss recurred at twice the knee on two cores: 1 s-TTFT
+requests whose calls took twice their prediction behind tighter ones queued ahead by deadline, and
+requests sent after 0.8-0.9 s in the admission queue whose calls overran a prediction taken under
+a relaxed headroom.
+
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
 reads the clock it is given), so a simulator can drive it on a virtual clock.
 """
@@ -43,6 +53,9 @@ Queued = tuple[float, int, float]  # (TTFT deadline, inf without one; prompt tok
 
 
 TTFT_HEADROOM = 1.0  # where the closed loop starts the margin on predicted prefill calls: on the safe side
+# the least headroom a promise already made is checked under: a queued request another would push
+# back, a waiter at its last useful moment (module docstring)
+BOUNDARY_HEADROOM = 1.0
 
 
 def prefill_calibration(clock: Callable[[], float] = time.monotonic) -> Calibration:
@@ -266,9 +279,11 @@ class TtftGuard:
         return self._pushes(prompt_tokens, deadline, now, list(self.queued.values()), cut, self.ratio(),
                             self.overhead.value(), self._queued_len(cut))
 
-    def option(self, prompt_tokens: int, deadline: float, now: float, ttft_s: float = 0.0) -> tuple[bool, float | None]:
+    def option(self, prompt_tokens: int, deadline: float, now: float, ttft_s: float = 0.0,
+               least_headroom: float = 0.0) -> tuple[bool, float | None]:
         """``(pushes_queued_past, predict_s)`` for one request, the worker's state read once for
-        both (an admission round asks every worker this for every waiting request)."""
+        both (an admission round asks every worker this for every waiting request); the prediction
+        under at least ``least_headroom``."""
         if self.model is None:
             return False, None
         mine, cut, ratio, overhead = list(self.queued.values()), self.forward_cut, self.ratio(), self.overhead.value()
@@ -276,8 +291,9 @@ class TtftGuard:
         if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead, per_token):
             return True, None
         ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)
-        return False, self._predict_tokens(ahead, prompt_tokens, scale=(ratio, overhead, self.headrooms.margin(ttft_s)),
-                                           cut=cut, queued_len=per_token)
+        margin = max(least_headroom, self.headrooms.margin(ttft_s))
+        return False, self._predict_tokens(ahead, prompt_tokens, scale=(ratio, overhead, margin), cut=cut,
+                                           queued_len=per_token)
 
     def _pushes(self, prompt_tokens: int, deadline: float, now: float, mine: list[Queued], cut: int, ratio: float,
                 overhead: float, per_token: float) -> bool:
@@ -297,7 +313,8 @@ class TtftGuard:
             if queued_deadline < deadline or queued_deadline == float("inf"):
                 continue
             ahead = self._ahead(mine, earlier, total - earlier, queued_deadline, cut)
-            for margin in {self.headrooms.margin(t) for t in due}:  # each its own class's: the promise it was made
+            # each its own class's, the promise it was made, and no less than the boundary's
+            for margin in {max(BOUNDARY_HEADROOM, self.headrooms.margin(t)) for t in due}:
                 scale = ratio, overhead, margin
                 on_time_now = now + self._predict_tokens(ahead, scale=scale, cut=cut, queued_len=per_token) \
                     <= queued_deadline
@@ -324,18 +341,19 @@ def _around(queued: list[Queued], deadline: float) -> tuple[int, int]:
 
 
 def best_prefill_s(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
-                   now: float, ttft_s: float = 0.0) -> float:
+                   now: float, ttft_s: float = 0.0, least_headroom: float = 0.0) -> float:
     """The least predicted prefill call (seconds) over the workers where the request makes no
     queued request late; inf when there is none; 0 when no worker has a model, or when one is
     idle and no call to it has been observed yet: a worker with nothing to do never refuses on
     a model's word alone, and its first call teaches the calibration. ``prompt_tokens``: the
     prompt's tokens, or per guard what that worker would compute (less its cached prefix);
-    ``ttft_s``: the request's TTFT SLO, whose class's headroom the predictions carry."""
-    return _least(guards, _options(guards, prompt_tokens, deadline, now, ttft_s))
+    ``ttft_s``: the request's TTFT SLO, whose class's headroom the predictions carry (and at least
+    ``least_headroom``)."""
+    return _least(guards, _options(guards, prompt_tokens, deadline, now, ttft_s, least_headroom))
 
 
 def _options(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float, now: float,
-             ttft_s: float) -> list[tuple[TtftGuard, float | None]] | None:
+             ttft_s: float, least_headroom: float = 0.0) -> list[tuple[TtftGuard, float | None]] | None:
     """The workers where the request makes no queued request late, each with its prediction (None
     without a model); None when one is idle and untested (``best_prefill_s``: then 0)."""
     if any(g.idle_and_untested() for g in guards):
@@ -343,7 +361,7 @@ def _options(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], 
     per_guard = [prompt_tokens] * len(guards) if isinstance(prompt_tokens, int) else list(prompt_tokens)
     options = []
     for g, n in zip(guards, per_guard):
-        pushes, predicted = g.option(n, deadline, now, ttft_s)
+        pushes, predicted = g.option(n, deadline, now, ttft_s, least_headroom)
         if not pushes:
             options.append((g, predicted))
     return options
@@ -381,5 +399,7 @@ def ttft_refusal(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[in
 def last_useful_admission(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
                           now: float, ttft_s: float = 0.0) -> float:
     """The latest moment a request (TTFT SLO ``ttft_s``) waiting for a decode worker can still be
-    admitted and get its first token by ``deadline``: the deadline less its best predicted prefill."""
-    return deadline - best_prefill_s(guards, prompt_tokens, deadline, now, ttft_s)
+    admitted and get its first token by ``deadline``: the deadline less its best predicted prefill,
+    under at least ``BOUNDARY_HEADROOM`` (sent then, it has no slack left for a prediction its
+    class's headroom relaxed on requests that had)."""
+    return deadline - best_prefill_s(guards, prompt_tokens, deadline, now, ttft_s, BOUNDARY_HEADROOM)

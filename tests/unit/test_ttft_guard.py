@@ -151,13 +151,19 @@ def test_the_overhead_a_prediction_adds_is_the_miss_budgets_quantile_of_recent_c
 
 def test_the_one_pass_check_of_queued_requests_agrees_with_predicting_each_in_turn():
     """``pushes_queued_past`` against its definition: each queued request with a later deadline
-    predicted (``predict_s``) with and without the newcomer, one at a time."""
+    predicted (``predict_s``, under its class's headroom or ``BOUNDARY_HEADROOM``, the larger) with
+    and without the newcomer, one at a time."""
     import random
 
+    from common.slo.ttft_guard import BOUNDARY_HEADROOM
+
+    def predict(guard: TtftGuard, prompt: int, d: float, t: float) -> float:
+        margin = guard.headrooms.margin(t)
+        return guard.predict_s(prompt, d, ttft_s=t) * max(BOUNDARY_HEADROOM, margin) / margin  # type: ignore[operator]
+
     def brute_force(guard: TtftGuard, prompt: int, deadline: float, now: float) -> bool:
-        return any(d >= deadline and d != INF and now + guard.predict_s(0, d, ttft_s=t) <= d  # type: ignore[operator]
-                   and now + guard.predict_s(prompt, d, ttft_s=t) > d  # type: ignore[operator]
-                   for d, _, t in guard.queued.values())
+        return any(d >= deadline and d != INF and now + predict(guard, 0, d, t) <= d
+                   and now + predict(guard, prompt, d, t) > d for d, _, t in guard.queued.values())
 
     rng = random.Random(5)
     checked = pushed = 0
@@ -244,3 +250,28 @@ def test_a_refusal_the_class_headroom_alone_caused_relaxes_it_and_no_other():
     assert ttft_refusal([guard], 300, 0.025, arrived=0.0, now=0.0) is not None
     assert tighter.shut_out == 0
     assert ttft_refusal([guard], 300, 0.040, arrived=0.0, now=0.0) is None and predicted == pytest.approx(0.030)
+
+
+def test_a_promise_at_its_boundary_is_checked_under_a_headroom_of_at_least_one():
+    """A loose class's headroom relaxes on outcomes met with room; a queued request of it, and a
+    waiter at its last useful moment, have none, and are checked under at least BOUNDARY_HEADROOM."""
+    from common.slo.ttft_guard import BOUNDARY_HEADROOM, last_useful_admission
+
+    clock = Clock()
+    guard = _guard(clock)
+    guard.calibration.observe(0.010, 0.010)  # tested: its predictions decide
+    guard.headrooms.of(0.050).margin = 0.5  # the queued request's class, relaxed
+    guard.sent("queued", deadline=0.050, tokens=300, ttft_s=0.050)  # 30 ms alone, due at 50 ms
+    # 250 tokens ahead of it: 55 ms, late by the prediction itself, in time under its class's 0.5
+    assert BOUNDARY_HEADROOM == 1.0
+    assert guard.pushes_queued_past(250, deadline=0.020, now=clock.now)
+    assert not guard.pushes_queued_past(150, deadline=0.020, now=clock.now)  # 45 ms: in time
+    # a waiter of that class: its last useful moment leaves the whole prediction (65 ms: the queue
+    # ahead by deadline and its own 350 tokens), not half of it
+    guard.headrooms.of(0.200).margin = 0.5
+    predicted = MODEL.predict_forwards(650, 0, attention=300 ** 2 + 350 ** 2)
+    assert last_useful_admission([guard], 350, deadline=0.200, now=0.0, ttft_s=0.200) == pytest.approx(0.200 - predicted)
+    # where the class's headroom is above it, that one applies
+    guard.headrooms.of(0.200).margin = 1.5
+    assert last_useful_admission([guard], 350, deadline=0.200, now=0.0, ttft_s=0.200) == pytest.approx(
+        0.200 - 1.5 * predicted)
