@@ -24,15 +24,10 @@ made every later prediction carry the worst such delay. The calibration, a ratio
 learns only from calls sent with nothing ahead (its prediction is then the model of its own
 prompt, not of a queue partly computed already).
 
-A headroom below 1 is learnt from outcomes met with room: a loose class's requests mostly finish
-far inside their SLO, and its headroom relaxes to ~0.8. That says little of a request with no
-slack left, so two checks of a promise at its boundary apply at least ``BOUNDARY_HEADROOM``: that
-a newcomer would not push a queued request past its deadline (the queued one was promised its
-SLO), and a waiter's last useful moment (``last_useful_admission``: sent then, its call has exactly
-its prediction's time). Both kinds of miss recurred at twice the knee on two cores: 1 s-TTFT
-requests whose calls took twice their prediction behind tighter ones queued ahead by deadline, and
-requests sent after 0.8-0.9 s in the admission queue whose calls overran a prediction taken under
-a relaxed headroom.
+A loose class's headroom relaxes to ~0.8 on the outcomes it meets with room, which says little of
+a request with no slack left: a queued request a newcomer would push back, and a waiter at its last
+useful moment (``last_useful_admission``), are checked under at least ``BOUNDARY_HEADROOM`` (at
+twice the knee both missed under a relaxed one: 1 s-TTFT calls at twice their prediction).
 
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
 reads the clock it is given), so a simulator can drive it on a virtual clock.
