@@ -35,15 +35,15 @@ def decode_step_law(decode_scales: list[tuple[float, float]]) -> tuple[float, fl
     return fitted.at_one, fitted.exponent
 
 
-def host_figures(shared: SimConfig, loads: tuple[tuple[float, dict[str, float]], ...],
+def host_figures(measured: SimConfig, loads: tuple[tuple[float, dict[str, float]], ...],
                  decode_scales: list[tuple[float, float]], stretch: dict[str, float]) -> dict[str, float]:
-    """What the host's config was fitted from and to, for the result."""
-    figures: dict[str, float] = {"host_cores": shared.host_cores}
+    """What the host's config was fitted from and to, for the result: ``measured``, the host with the
+    decode step's law (``host_config`` and ``decode_step_law``'s), fitted from ``loads`` and
+    ``decode_scales``."""
+    figures: dict[str, float] = {"host_cores": measured.host_cores}
     figures.update({f"decode_load_scale_{at}": scale for at, (_, scale) in zip(("calibration", "heavier"), decode_scales)})
-    for name, law in (("front_end_cores", shared.front_end_cores), ("prefill_own_cores", shared.prefill_own_cores),
-                      ("decode_own_cores", shared.decode_own_cores),
-                      ("decode_step_ratio", decode_step_law(decode_scales))):
-        figures[f"{name}_at_1"], figures[f"{name}_exponent"] = law
+    for name in ("front_end_cores", "prefill_own_cores", "decode_own_cores", "decode_step_ratio"):
+        figures[f"{name}_at_1"], figures[f"{name}_exponent"] = getattr(measured, name)
     for at, (rate, used) in zip(("unloaded", "calibration", "heavier"), loads):
         figures[f"front_end_cores_{at}"] = front_end(used)
         for role in ("prefill", "decode"):

@@ -300,7 +300,7 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
                                         used["decode-0/engine"], calibration["busy"].get("decode", 0.0),
                                         lambda config: at_calibration(config)["stretch"])
     machine.update(figures)
-    machine.update(host_figures(shared, loads, decode_scales, stretch))
+    machine.update(host_figures(measured, loads, decode_scales, stretch))
     progress("the host: " + ", ".join(f"{k} {v:.3g}" for k, v in machine.items() if k.startswith(HOST_FIGURES)))
     return truth, machine, shared, alone_at(truth, stretch), variants
 

@@ -31,8 +31,8 @@ from gateway.router import router_for
 from gateway.front_door import FrontDoor
 from gateway.servicer import GatewayServicer
 from gateway.tenants import TenantTable
-from gateway.validation import ModelLimits
 from gateway.stream_interval import StreamInterval
+from gateway.validation import ModelLimits
 from wire.v1 import gateway_pb2_grpc, worker_pb2_grpc
 
 if TYPE_CHECKING:

@@ -273,9 +273,9 @@ class SimGateway:
         flight.sent_at = self.sim.now
         flight.headroom_at = guard.headrooms.margin(flight.ttft_s)
         if self.host is not None:  # served from here on: its workers' own threads carry it
+            assert flight.decode is not None  # reserved before its prefill (``_reserved``)
             for served in (worker, flight.decode):
-                if served is not None:
-                    self.host.handed(served.worker_id, self.sim.now)
+                self.host.handed(served.worker_id, self.sim.now)
         params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
         left_ms = max(0.001, (flight.deadline - self.sim.now) * 1000) if flight.ttft_s else 0.0
 
