@@ -44,6 +44,9 @@ def summary_table(result: dict[str, object], per_class: dict[str, dict[str, floa
     if "p99_send_late_ms" in result:  # the load tester's own lag: its latencies carry it too
         rows.append(("Load tester's send lag, P99 / max (ms)",
                      f"{result['p99_send_late_ms']:.1f} / {result['max_send_late_ms']:.1f}"))
+    if "p99_read_lag_ms" in result:
+        rows.append(("Load tester's read lag, P99 (ms)", f"{result['p99_read_lag_ms']:.1f}"))
+        rows.append(("Misses within the tester's lag", result["misses_within_read_lag"]))
     lines += [_row(name, value) for name, value in rows]
     for name in metrics:
         lines.append("{:-^60}".format(f" {name.upper()} (ms) "))

@@ -12,6 +12,7 @@ import grpc
 
 from client.async_client import auth_metadata
 from client.bench.metrics import RequestRecord
+from client.bench.read_lag import ReadLag
 from client.bench.workload import PlannedRequest, SloClass
 from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -25,6 +26,8 @@ async def schedule(plan: list[PlannedRequest], max_concurrency: int | None, send
     """Returns the records (in plan order) and the wall time from the first send to the last finish."""
     gate = asyncio.Semaphore(max_concurrency or len(plan) or 1)
     started = time.perf_counter()
+    read_lag = ReadLag(started)
+    probe = asyncio.create_task(read_lag.run())
 
     async def one(item: PlannedRequest) -> RequestRecord:
         await asyncio.sleep(max(0.0, item.send_at - (time.perf_counter() - started)))
@@ -32,10 +35,16 @@ async def schedule(plan: list[PlannedRequest], max_concurrency: int | None, send
         async with gate:
             record = await send(item, started)
         record.send_late_s = late
+        if record.token_times:  # the probe's wake-ups up to two periods past the first token are in
+            await asyncio.sleep(max(0.0, started + record.token_times[0] + 2 * read_lag.period_s - time.perf_counter()))
+            record.read_lag_s = read_lag.worst(record.start, record.token_times[0])
         on_done(record)
         return record
 
-    records = await asyncio.gather(*(one(item) for item in plan))
+    try:
+        records = await asyncio.gather(*(one(item) for item in plan))
+    finally:
+        probe.cancel()
     return list(records), time.perf_counter() - started
 
 

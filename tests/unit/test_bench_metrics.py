@@ -67,3 +67,45 @@ def test_a_request_sent_late_by_the_load_testers_own_event_loop_says_so():
     assert records[1].send_late_s >= 0.09
     result = summarize(records, 1.0, [99], [])
     assert result["max_send_late_ms"] >= 90 and result["max_send_late_ms"] == pytest.approx(records[1].send_late_s * 1000)
+
+
+def test_the_testers_lag_while_a_first_token_waits_is_recorded_and_explains_only_misses_it_covers():
+    import asyncio
+    import time
+
+    from client.bench.runner import schedule
+    from client.bench.workload import PlannedRequest
+
+    plan = [PlannedRequest(i, [1], 1, None, 0.0) for i in range(2)]
+
+    async def send(item: PlannedRequest, started: float) -> RequestRecord:
+        sent = time.perf_counter() - started
+        await asyncio.sleep(0.03)
+        if item.index == 0:
+            time.sleep(0.12)  # the tester's loop blocked while this request's first token waits
+            first = time.perf_counter() - started
+        else:
+            await asyncio.sleep(0.3)  # this one's first token comes well after the stall
+            first = time.perf_counter() - started
+        return RequestRecord(item.index, 1, sent, "c", 100.0, None, [first], [1])
+
+    records, _ = asyncio.run(schedule(plan, None, send, lambda r: None))
+    assert records[0].read_lag_s >= 0.1  # the stall covered its wait
+    assert records[1].read_lag_s >= 0.1  # sent before the stall too: the stall lies inside its wait
+    late = RequestRecord(2, 1, 0.0, "c", 100.0, None, [0.15], [1], read_lag_s=0.06)  # 150 ms, 60 of them the tester's
+    too_late = RequestRecord(3, 1, 0.0, "c", 100.0, None, [0.25], [1], read_lag_s=0.06)
+    result = summarize([late, too_late], 1.0, [99], [])
+    assert result["misses_within_read_lag"] == 1
+    assert result["p99_read_lag_ms"] == pytest.approx(60)
+
+
+def test_a_request_whose_wait_saw_no_stall_has_no_read_lag():
+    from client.bench.read_lag import ReadLag
+
+    lag = ReadLag(started=0.0, period_s=0.005)
+    for t, late in ((0.10, 0.0), (0.20, 0.08), (0.30, 0.001)):
+        lag.record(t, late)
+    assert lag.worst(0.21, 0.28) == pytest.approx(0.0)  # the 0.001 wake-up at 0.30 comes after the window
+    assert lag.worst(0.21, 0.29) == pytest.approx(0.001)
+    assert lag.worst(0.05, 0.19) == pytest.approx(0.08)  # a stall ending 2 periods after the first token counts
+    assert lag.worst(0.05, 0.18) == pytest.approx(0.0)
