@@ -54,7 +54,9 @@ wanted engine && step engine 150 python3 bench/engine.py --preset "$preset" --dt
     --out "$out/engine-$preset-$device.json"
 wanted profile && step profile 120 python3 -m pdserve profile --preset "$preset" --device "$device" \
     --out "$out/profile-$preset-$device.json"
-wanted slo && step slo 420 python3 bench/slo.py --device "$device" --preset "$preset" "${mps[@]}" --workload fixed \
+# the slo step's clusters' logs and the load tester's per-request records come back under $out/work
+mkdir -p "$out/work"
+wanted slo && TMPDIR="$out/work" step slo 420 python3 bench/slo.py --device "$device" --preset "$preset" "${mps[@]}" --workload fixed \
     --grid "${SLO_GRID:-128,192,256,320,384}" --duration-s "${SLO_SECONDS:-10}" \
     --out "$out/slo-$preset-$device-fixed.json" --plot "$out/slo-$preset-$device-fixed.png"
 wanted front-end && step front-end 300 python3 bench/front_end_cost.py --device "$device" --preset "$preset" "${mps[@]}" \
