@@ -57,7 +57,7 @@ wanted profile && step profile 120 python3 -m pdserve profile --preset "$preset"
 # the slo step's clusters' logs and the load tester's per-request records come back under $out/work
 mkdir -p "$out/work"
 wanted slo && TMPDIR="$out/work" step slo 420 python3 bench/slo.py --device "$device" --preset "$preset" "${mps[@]}" --workload fixed \
-    --grid "${SLO_GRID:-128,192,256,320,384}" --duration-s "${SLO_SECONDS:-10}" \
+    --grid "${SLO_GRID:-128,192,256,320,384}" --detailed --duration-s "${SLO_SECONDS:-10}" \
     --out "$out/slo-$preset-$device-fixed.json" --plot "$out/slo-$preset-$device-fixed.png"
 wanted front-end && step front-end 300 python3 bench/front_end_cost.py --device "$device" --preset "$preset" "${mps[@]}" \
     --policy scorpio --stream-interval 0,default --rate "${FRONT_RATE:-128}" --num-prompts "$(( ${FRONT_RATE:-128} * 10 ))" \

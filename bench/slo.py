@@ -74,7 +74,8 @@ def bench_point(address: str, rate: float, args: argparse.Namespace, slo_mix: st
                 num_prompts: int | None = None, requests: tuple[str, ...] = RANDOM, seed: int = 7) -> dict:
     host, port = address.rsplit(":", 1)
     n = num_prompts or max(args.min_prompts, round(rate * args.duration_s))
-    return run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir, seed)
+    detail = ("--save-detailed",) if getattr(args, "detailed", False) else ()
+    return run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir, seed, extra=detail)
 
 
 def point_seed(rate: float) -> int:
@@ -152,6 +153,7 @@ def _say_what_the_front_end_lost(result: dict) -> None:
 
 def run_workload(workload: Workload, args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"pdserve-slo-{workload.name}-"))
+    progress(f"[{workload.name}] the clusters' logs and each point's results go under {work}")
     grid = [float(r) for r in args.grid.split(",")]
     fcfs, slo_mix = run_policy("fcfs", grid, args, workload, workload.slo_mix, work / "knee", stop_below=0.9)
     knee = fcfs[-1]["rate"]
@@ -210,6 +212,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="the workers' device, e.g. cuda (both share it)")
     parser.add_argument("--mps", action="store_true", help="run the workers under a CUDA MPS daemon, as `pdserve up "
                         "--mps` does (with --device cuda: two workers on one GPU without it time-slice between them)")
+    parser.add_argument("--detailed", action="store_true", help="keep every request's timings and id in the load "
+                        "tester's results, next to the clusters' logs (what bench/front_end_gap.py reads)")
     args = parser.parse_args()
     if args.mps and not args.device.startswith("cuda"):
         parser.error(f"--mps runs workers on a GPU under CUDA MPS; give --device cuda (not {args.device})")

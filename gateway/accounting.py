@@ -41,9 +41,10 @@ class RequestAccounting:
         met = (not req.ttft_ms or ttft * 1000 <= req.ttft_ms) and (not req.tpot_ms or tpot * 1000 <= req.tpot_ms)
         if req.slo_class:
             self.metrics.slo.labels("gateway", req.slo_class, "met" if met else "missed").inc()
-        log.info("finished: %s, %d tokens, ttft %.1f ms, tpot %.2f ms, e2e %.1f ms%s", reason, self.tokens,
-                 ttft * 1000, tpot * 1000, e2e * 1000, f", SLO {'met' if met else 'missed'}" if req.slo_class else "",
-                 extra={"status": reason})
+        # ttft counts from the handler; "allowed" is what its plan set aside for its front (gateway.delivery)
+        log.info("finished: %s, %d tokens, ttft %.1f ms, tpot %.2f ms, e2e %.1f ms, allowed %.1f ms%s", reason,
+                 self.tokens, ttft * 1000, tpot * 1000, e2e * 1000, req.delivery_s * 1000,
+                 f", SLO {'met' if met else 'missed'}" if req.slo_class else "", extra={"status": reason})
 
     def failed(self, code: str, reason: str, message: str, before_work: bool) -> None:
         self.metrics.finished(code)

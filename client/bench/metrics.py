@@ -35,6 +35,7 @@ class RequestRecord:
     # the tester's loop's worst lag from the send to the first token's read (client.bench.read_lag):
     # a TTFT carries up to this much of the tester's own backlog
     read_lag_s: float = 0.0
+    request_id: str = ""  # the server's id for it (over gRPC), which its logs name it by
 
     @property
     def ok(self) -> bool:
@@ -125,4 +126,5 @@ def detailed(records: list[RequestRecord]) -> dict[str, list[object]]:
     return {"ttfts": [r.ttft if r.ok else None for r in records], "itls": [r.itls for r in records],
             "output_lens": [r.output_len for r in records], "input_lens": [r.input_len for r in records],
             "start_times": [r.start for r in records], "errors": [r.error for r in records],
-            "slo_classes": [r.slo_class for r in records]}
+            "slo_classes": [r.slo_class for r in records], "request_ids": [r.request_id for r in records],
+            "ttft_slos_ms": [r.ttft_slo_ms for r in records]}

@@ -84,6 +84,7 @@ async def send_one(stub: gateway_pb2_grpc.GatewayStub, item: PlannedRequest, ign
         slo=slo_message(cls))
     try:
         async for message in stub.Generate(request, timeout=timeout_s, metadata=metadata):
+            record.request_id = record.request_id or message.request_id
             if message.token_ids:
                 record.token_times.append(time.perf_counter() - started)
                 record.tokens_per_message.append(len(message.token_ids))
