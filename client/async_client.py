@@ -11,6 +11,7 @@ import grpc
 
 from client.convert import chunk, cluster_info, completion, generate_request, not_ready_message
 from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions
+from wire.request_start import stamp
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 UNARY_TIMEOUT_S = 10.0  # Abort and Info when the client has no timeout of its own
@@ -48,7 +49,7 @@ class AsyncClient:
                      timeout_s: float | None = None) -> AsyncIterator[Chunk]:
         """Yields every response message as a Chunk; the last one has the finish reason."""
         request = generate_request(prompt, options, slo, request_id, tenant)
-        call = self._stub.Generate(request, timeout=self._timeout(timeout_s), metadata=self._metadata)
+        call = self._stub.Generate(request, timeout=self._timeout(timeout_s), metadata=(*(self._metadata or ()), stamp()))
         try:
             async for message in call:
                 yield chunk(message, time.perf_counter())

@@ -22,6 +22,7 @@ import grpc
 from common.process.logs import request_id_var
 from common.process.metrics import Metrics
 from common.text.chat_template import ChatTemplate, ChatTemplateError
+from gateway import request_start
 from gateway.accounting import RequestAccounting
 from gateway.arrival_wait import ArrivalWait
 from gateway.delivery import DeliveryAllowance
@@ -142,13 +143,17 @@ class FrontDoor:
         remaining = caller.time_remaining
         return dataclasses.replace(validated, received_at=received_at, tenant=tenant or validated.tenant,
                                    deadline=received_at + remaining if remaining is not None else None,
-                                   delivery_s=self._front_allowance(caller.front))
+                                   delivery_s=self._front_allowance(caller, received_at))
 
-    def _front_allowance(self, front: str) -> float:
-        """Seconds of the client's TTFT this process spends outside the request's flow: before its
-        handler runs (gRPC) and delivering its first token."""
-        before = self.arrival.allowance() if self.arrival is not None and front == "grpc" else 0.0
-        return before + self.delivery.allowance(front)
+    def _front_allowance(self, caller: Caller, received_at: float) -> float:
+        """Seconds of the client's TTFT spent outside the request's flow: before ``received_at``
+        (perf_counter), as the request's own stamp says (``gateway.request_start``), else as this
+        process's probe estimates it (gRPC); and delivering its first token."""
+        received_wall = time.time() - (time.perf_counter() - received_at)
+        before = request_start.waited_s(caller.metadata, received_wall)
+        if before is None:
+            before = self.arrival.allowance() if self.arrival is not None and caller.front == "grpc" else 0.0
+        return before + self.delivery.allowance(caller.front)
 
     def _render_chat(self, request: gateway_pb2.GenerateRequest) -> str:
         messages = request.messages.messages

@@ -26,6 +26,7 @@ from client.bench.metrics import RequestRecord
 from client.bench.runner import Goodput, new_record, schedule
 from client.bench.sse import HttpStatusError, get_json, post_events
 from client.bench.workload import PlannedRequest
+from wire.request_start import stamp
 
 BACKENDS = ("pdserve", "openai", "openai-chat")
 ENDPOINTS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
@@ -117,7 +118,7 @@ async def _stream(target: OpenAITarget, item: PlannedRequest, ignore_eos: bool, 
                   started: float) -> None:
     completion_tokens: int | None = None
     async for event in post_events(target.url, request_body(target, item, ignore_eos),
-                                   {**target.headers(), **slo_headers(item)}):
+                                   {**target.headers(), **slo_headers(item), **dict([stamp()])}):
         if isinstance(event.get("error"), dict):  # a failure after the stream began
             record.error = ERROR_TYPES.get(str(event["error"].get("type")), "INTERNAL")
             return

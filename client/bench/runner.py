@@ -14,6 +14,7 @@ from client.async_client import auth_metadata
 from client.bench.metrics import RequestRecord
 from client.bench.read_lag import ReadLag
 from client.bench.workload import PlannedRequest, SloClass
+from wire.request_start import stamp
 from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
@@ -83,7 +84,7 @@ async def send_one(stub: gateway_pb2_grpc.GatewayStub, item: PlannedRequest, ign
         sampling=gateway_pb2.SamplingParams(max_tokens=item.output_len, ignore_eos=ignore_eos),
         slo=slo_message(cls))
     try:
-        async for message in stub.Generate(request, timeout=timeout_s, metadata=metadata):
+        async for message in stub.Generate(request, timeout=timeout_s, metadata=(*(metadata or ()), stamp())):
             record.request_id = record.request_id or message.request_id
             if message.token_ids:
                 record.token_times.append(time.perf_counter() - started)

@@ -19,6 +19,7 @@ import pytest
 
 from common.model.location import ensure_model
 from pdserve.cluster import LocalCluster
+from wire.request_start import HEADER
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.checkpoints import random_prompts, reference_greedy
 from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, start_cluster
@@ -105,3 +106,31 @@ def test_a_waiting_request_is_refused_when_its_ttft_deadline_leaves_no_time_to_p
     long_one.join()
     assert_pools_whole(scorpio_cluster)
 
+
+
+def _stamped_call(address: str, prompt: list[int], ttft_ms: int, sent_ago_s: float) -> tuple[list[int], grpc.RpcError | None]:
+    request = gateway_pb2.GenerateRequest(
+        token_ids=gateway_pb2.TokenIds(ids=prompt), slo=gateway_pb2.SLO(ttft_ms=ttft_ms, tpot_ms=TPOT_MS),
+        sampling=gateway_pb2.SamplingParams(max_tokens=4, ignore_eos=True))
+    with grpc.insecure_channel(address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        tokens: list[int] = []
+        try:
+            for message in stub.Generate(request, timeout=60,
+                                         metadata=((HEADER, f"t={time.time() - sent_ago_s:.6f}"),)):
+                tokens += message.token_ids
+        except grpc.RpcError as exc:
+            return tokens, exc
+    return tokens, None
+
+
+def test_a_request_stamped_by_its_client_is_planned_from_its_stamp(scorpio_cluster):
+    prompt = random_prompts([12], seed=24)[0]
+    # sent 50 ms before it reached the gateway: 250 ms of its 300 are left, a 1 ms prefill fits
+    tokens, error = _stamped_call(scorpio_cluster.address, prompt, 300, sent_ago_s=0.05)
+    assert error is None and len(tokens) == 4, error
+    # sent 400 ms ago: its 300 ms TTFT is already gone, whatever the gateway could do now
+    tokens, error = _stamped_call(scorpio_cluster.address, prompt, 300, sent_ago_s=0.4)
+    assert error is not None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and not tokens
+    assert "TTFT" in error.details(), error.details()
+    assert_pools_whole(scorpio_cluster)

@@ -1,0 +1,56 @@
+"""The moment a client (or a proxy in front of the gateway) sent a request, when it says so.
+
+A request's TTFT, as its client measures it, starts at the send; the gateway's starts when its
+handler runs. What lies between (the network, a proxy, and above all the wait inside this
+process while gRPC queues the call behind a busy event loop) the gateway can only estimate
+(``gateway.arrival_wait``: its own probe's round trips, a quantile over the last two seconds).
+An estimate that lags the moment admits the tightest classes exactly when it reads low: on an
+H200 at 1.5× the knee 28% of the admitted 100 ms-TTFT requests missed by the client's clock while
+the gateway counted 99.9% of all admitted in time (``bench/results/slo-h200-1b-fixed-3635ef7.json``).
+
+So a client may stamp its request (``wire.request_start``), as load balancers stamp the requests
+they forward: header or gRPC metadata ``x-request-start: t=<seconds since the epoch>`` (milliseconds
+or microseconds as an integer are read too: ``t=1732650000123``). The gateway then plans the
+request from that moment: the wait already spent is known exactly, not estimated, its TTFT
+deadline moves earlier by it, and its outcome counts it, so the closed loop sees what the client
+sees. A stamp can only make its own request's plan stricter: one in the future (a client clock
+ahead of the gateway's) or older than ``OLDEST_S`` (a clock far behind, or a replay) is ignored,
+and the estimate applies as for a request without one. The clocks must agree to well within a
+TTFT: the stamp is for clients on the gateway's host, or proxies kept in step by NTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from wire.request_start import HEADER
+
+OLDEST_S = 60.0  # a stamp older than this is a clock apart from the gateway's, not a wait
+
+
+def waited_s(metadata: Sequence[tuple[str, str | bytes]], received_wall: float) -> float | None:
+    """Seconds from the request's stamp to ``received_wall`` (the wall-clock time it reached the
+    gateway); None without a usable stamp (absent, malformed, in the future, older than ``OLDEST_S``)."""
+    value = next((v for k, v in metadata if k.lower() == HEADER), None)
+    if value is None:
+        return None
+    sent = _epoch_seconds(value.decode(errors="replace") if isinstance(value, bytes) else value)
+    if sent is None:
+        return None
+    waited = received_wall - sent
+    return waited if 0.0 <= waited <= OLDEST_S else None
+
+
+def _epoch_seconds(value: str) -> float | None:
+    text = value.strip().removeprefix("t=")
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    if number != number or number <= 0:  # NaN, or nothing
+        return None
+    if number >= 1e14:  # microseconds
+        return number / 1e6
+    if number >= 1e11:  # milliseconds
+        return number / 1e3
+    return number

@@ -1,0 +1,54 @@
+"""A request's own stamp of when it was sent (``x-request-start``) replaces the gateway's estimate
+of the wait before its handler, and can only make its plan stricter."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gateway.arrival_wait import ArrivalWait
+from gateway.front_door import Caller, FrontDoor
+from gateway.request_start import OLDEST_S, waited_s
+from wire.request_start import HEADER, stamp
+from gateway.validation import ModelLimits
+
+RECEIVED = 1_732_650_000.5  # the wall-clock moment the request reached the gateway
+
+
+@pytest.mark.parametrize("value", ["t=1732650000.42", "1732650000.42", "t=1732650000420", "t=1732650000420000",
+                                   b"t=1732650000.42"])
+def test_a_stamp_in_seconds_milliseconds_or_microseconds_gives_the_wait_before_the_gateway(value):
+    assert waited_s([("authorization", "Bearer k"), (HEADER, value)], RECEIVED) == pytest.approx(0.08, abs=1e-6)
+
+
+@pytest.mark.parametrize("value", ["", "t=", "t=soon", "t=nan", "t=-5", f"t={RECEIVED + 0.5}",
+                                   f"t={RECEIVED - OLDEST_S - 1}"])
+def test_a_stamp_that_is_malformed_in_the_future_or_too_old_is_ignored(value):
+    assert waited_s([(HEADER, value)], RECEIVED) is None
+
+
+def test_no_stamp_no_wait_and_the_header_name_is_case_blind():
+    assert waited_s([("authorization", "Bearer k")], RECEIVED) is None
+    assert waited_s([("X-Request-Start", "t=1732650000.3")], RECEIVED) == pytest.approx(0.2)
+    name, value = stamp(now=lambda: 1732650000.25)
+    assert (name, waited_s([(name, value)], RECEIVED)) == (HEADER, pytest.approx(0.25))
+
+
+def test_the_front_plans_a_stamped_request_from_its_stamp_and_others_from_the_probe():
+    clock = [0.0]
+    probe = ArrivalWait(clock=lambda: clock[0])
+    probe.sent()
+    clock[0] += 0.01
+    probe.answered()  # the probe estimates 10 ms before a handler
+    front = FrontDoor(None, tokenizer=None, limits=ModelLimits(max_model_len=64, vocab_size=100), chat=None,  # type: ignore[arg-type]
+                      arrival=probe)
+    received_at = time.perf_counter() - 0.02  # the handler began 20 ms ago
+    sent = time.time() - 0.02 - 0.07  # stamped 70 ms before that
+    stamped = Caller(((HEADER, f"t={sent:.6f}"),))
+    assert front._front_allowance(stamped, received_at) == pytest.approx(0.07, abs=0.005)
+    assert front._front_allowance(Caller(()), received_at) == pytest.approx(0.01)
+    http = Caller(((HEADER, f"t={sent:.6f}"),), front="http")  # the OpenAI front reads the same header
+    assert front._front_allowance(http, received_at) == pytest.approx(0.07, abs=0.005)
+    ahead = Caller(((HEADER, f"t={time.time() + 5:.6f}"),))  # a client clock ahead: the estimate stands
+    assert front._front_allowance(ahead, received_at) == pytest.approx(0.01)
