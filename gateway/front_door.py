@@ -151,7 +151,9 @@ class FrontDoor:
         process's probe estimates it (gRPC); and delivering its first token."""
         received_wall = time.time() - (time.perf_counter() - received_at)
         before = request_start.waited_s(caller.metadata, received_wall)
-        if before is None:
+        if before is not None:
+            self.metrics.stamped_wait.labels("gateway").observe(before)
+        else:
             before = self.arrival.allowance() if self.arrival is not None and caller.front == "grpc" else 0.0
         return before + self.delivery.allowance(caller.front)
 

@@ -51,6 +51,9 @@ class Metrics:
                               labels, buckets=TPOT_BUCKETS, registry=r)
         self.e2e = Histogram("pdserve:e2e_request_latency_seconds", "Request latency, first byte in to last out",
                              labels, buckets=LATENCY_BUCKETS, registry=r)
+        self.stamped_wait = Histogram("pdserve:request_start_wait_seconds", "From a request's own stamp "
+                                      "(x-request-start) to its handler: the wait before the gateway its TTFT plan "
+                                      "counts", labels, buckets=LATENCY_BUCKETS, registry=r)
         self.retries = Counter("pdserve:request_retries", "Requests retried on other workers after a worker failed "
                                "before their first token, by the failed worker's role", [*labels, "failed_role"],
                                registry=r)

@@ -52,3 +52,6 @@ def test_the_front_plans_a_stamped_request_from_its_stamp_and_others_from_the_pr
     assert front._front_allowance(http, received_at) == pytest.approx(0.07, abs=0.005)
     ahead = Caller(((HEADER, f"t={time.time() + 5:.6f}"),))  # a client clock ahead: the estimate stands
     assert front._front_allowance(ahead, received_at) == pytest.approx(0.01)
+    sample = front.metrics.registry.get_sample_value
+    assert sample("pdserve:request_start_wait_seconds_count", {"role": "gateway"}) == 2  # the two stamps used
+    assert sample("pdserve:request_start_wait_seconds_sum", {"role": "gateway"}) == pytest.approx(0.14, abs=0.01)
