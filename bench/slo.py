@@ -27,6 +27,7 @@ the repeats.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -74,8 +75,13 @@ def bench_point(address: str, rate: float, args: argparse.Namespace, slo_mix: st
                 num_prompts: int | None = None, requests: tuple[str, ...] = RANDOM, seed: int = 7) -> dict:
     host, port = address.rsplit(":", 1)
     n = num_prompts or max(args.min_prompts, round(rate * args.duration_s))
-    detail = ("--save-detailed",) if getattr(args, "detailed", False) else ()
-    return run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir, seed, extra=detail)
+    if not getattr(args, "detailed", False):
+        return run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir, seed)
+    result = run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir, seed,
+                             extra=("--save-detailed",))
+    result.pop("itls", None)  # every token's gap: megabytes a point, and bench/front_end_gap.py needs none
+    (out_dir / f"{rate:g}.json").write_text(json.dumps(result))
+    return result
 
 
 def point_seed(rate: float) -> int:
