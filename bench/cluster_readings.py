@@ -10,7 +10,9 @@ from bench.common import progress
 from common.process.scrape import scrape_metrics
 from common.slo.cost_models import DecodeModel
 from pdserve.cluster import LocalCluster
+from common.slo.ratio_histogram import LAGS
 from simulator.config import call_overhead_from_histogram, factors_from_histogram
+from simulator.step_noise import memory_from_correlations
 
 
 def guards_now(cluster: LocalCluster) -> tuple[dict[str, float], dict[str, float]]:
@@ -77,6 +79,19 @@ def observed_ratios(cluster: LocalCluster, role: str) -> dict[float, float]:
            if k.startswith("pdserve:cost_model_observed_ratio_bucket{")}
     out[-1.0] = next(v for k, v in mine.items() if k.startswith("pdserve:cost_model_observed_ratio_sum{"))
     return out
+
+
+def step_memory(cluster: LocalCluster) -> tuple[float, float]:
+    """The decode worker's steps' memory now (``SimConfig.decode_step_memory``), fitted through its
+    ``pdserve:cost_model_ratio_autocorrelation`` at the two lags it keeps (its last few thousand steps)."""
+    name = next(n for n in cluster.processes if n.startswith("decode"))
+    samples = scrape_metrics(cluster.metrics_ports[name])
+    near, far = (next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_ratio_autocorrelation{")
+                      and 'model="decode"' in k and f'lag="{lag}"' in k) for lag in LAGS)
+    w, rho = memory_from_correlations(near, far)
+    progress(f"  decode steps: log-ratios correlate {near:.2f} / {far:.2f} at {LAGS[0]} / {LAGS[1]} steps apart "
+             f"(memory w {w:.2f}, rho {rho:.3f})")
+    return w, rho
 
 
 def ratios_between(before: dict[float, float], after: dict[float, float]) -> tuple[float, tuple[float, ...]]:

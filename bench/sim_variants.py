@@ -8,6 +8,8 @@ points: candidate laws for what the simulated cluster lacks, each a config and a
 - ``decode_by_cpu``: the host counting the decode worker's core in use for only the share of its
   steps its engine computes (``SimConfig.decode_cpu_share``: the decode engine thread's
   CPU at the calibration load over the time the simulated decode worker computed there).
+- ``steps_independent``: the decode worker's steps drawn one at a time, without the memory the
+  real worker's steps show (``SimConfig.decode_step_memory``: slow in stretches).
 - ``per_forward``: the prefill worker's in-cluster cost as a fixed cost per forward rather than a
   factor on every forward (a loaded worker's batched forwards pay it once).
 """
@@ -21,7 +23,8 @@ from common.slo.cost_models import CostModels, PrefillModel
 from simulator.config import SimConfig
 
 VARIANTS = {"own_cores": "workers on cores of their own", "decode_measured": "decode stretch measured by load",
-            "decode_by_cpu": "decode core by its engine's CPU", "per_forward": "in-cluster cost per forward"}
+            "decode_by_cpu": "decode core by its engine's CPU", "steps_independent": "decode steps independent",
+            "per_forward": "in-cluster cost per forward"}
 
 
 def per_forward_cost(model: PrefillModel, ratio: float, tokens: int) -> PrefillModel:
@@ -57,9 +60,11 @@ def variants_beside(models: CostModels, truth: CostModels, own_cores: SimConfig,
                              alone.decode)
     variants = {"own_cores": (own_cores, truth), "decode_measured": (measured, alone_at(truth, stretch_measured)),
                 "decode_by_cpu": (by_cpu, alone_at(truth, stretch_by_cpu)),
+                "steps_independent": (dataclasses.replace(shared, decode_step_memory=(0.0, 0.0)), alone),
                 "per_forward": (shared, per_forward)}
     figures = {"decode_engine_cores_calibration": decode_engine_cores, "simulated_decode_busy_calibration": decode_busy,
                "decode_cpu_share": cpu_share, "calibration_stretch_measured_decode": stretch_measured["decode"],
                "calibration_stretch_by_cpu_prefill": stretch_by_cpu["prefill"],
-               "calibration_stretch_by_cpu_decode": stretch_by_cpu["decode"]}
+               "calibration_stretch_by_cpu_decode": stretch_by_cpu["decode"],
+               "decode_step_memory_w": shared.decode_step_memory[0], "decode_step_memory_rho": shared.decode_step_memory[1]}
     return variants, figures

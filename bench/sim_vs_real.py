@@ -78,7 +78,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit, progress  # noqa: E402
 from bench.cluster_readings import (call_overheads, guards_now, hop_seconds, in_cluster_decode,  # noqa: E402
-                                    observed_ratios, overhead_buckets, ratios_between)
+                                    observed_ratios, overhead_buckets, ratios_between, step_memory)
 from bench.process_cores import cores_used, front_end  # noqa: E402
 from bench.sim_host import HOST_FIGURES, decode_step_law, host_config, host_figures  # noqa: E402
 from bench.sim_variants import VARIANTS, alone_at, variants_beside  # noqa: E402
@@ -283,6 +283,7 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     decode_scales = [(args.calibration_rate, decode_load_scale(cluster, models, step_ratio, step_factors,
                                                                calibration_run, args))]
     heavier, heavier_decode_scale = heavier_load(cluster, models, args, work)
+    own_cores = replace(own_cores, decode_step_memory=step_memory(cluster))  # the heavier load's last steps
     decode_scales.append((args.front_end_rate, heavier_decode_scale))
     loads = (args.base_rate, unloaded_used), (args.calibration_rate, used), (args.front_end_rate, heavier)
     shared = host_config(own_cores, loads)

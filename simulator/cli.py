@@ -48,6 +48,9 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
                               "pdserve:prefill_call_overhead_seconds shows it); default none")
     cluster.add_argument("--step-noise", type=float, default=DEFAULTS.step_noise,
                          help="coefficient of variation of every forward's time around its cost model")
+    cluster.add_argument("--decode-step-memory", type=_pair, default=DEFAULTS.decode_step_memory, metavar="W,RHO",
+                         help="decode steps slow in stretches: factors k steps apart correlate w*rho^k (a decode "
+                              "worker's pdserve:cost_model_ratio_autocorrelation shows it); default 0,0: independent")
     cluster.add_argument("--prefill-scale", type=float, default=DEFAULTS.prefill_scale,
                          help="forwards take this x the profile's prediction (the guards start from the profile)")
     cluster.add_argument("--decode-scale", type=float, default=DEFAULTS.decode_scale)
@@ -100,6 +103,16 @@ def _rate_law(text: str) -> tuple[float, float]:
     return at_one, exponent
 
 
+def _pair(text: str) -> tuple[float, float]:
+    try:
+        weight, persistence = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected W,RHO, got {text!r}") from None
+    if not (0 <= weight <= 1 and 0 <= persistence < 1):
+        raise argparse.ArgumentTypeError("a step memory needs 0 <= W <= 1 and 0 <= RHO < 1")
+    return weight, persistence
+
+
 def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
     values = dict(prefill=args.prefill, decode=args.decode, policy=args.policy, max_batch_size=args.max_batch_size,
                   max_num_tokens=args.max_num_tokens, num_kv_blocks=args.num_kv_blocks,
@@ -109,7 +122,7 @@ def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
                   slo_target=args.slo_target, seed=args.seed, host_cores=args.host_cores,
                   front_end_cores=args.front_end_cores, prefill_own_cores=args.prefill_own_cores,
                   decode_own_cores=args.decode_own_cores, decode_cpu_share=args.decode_cpu_share,
-                  decode_step_ratio=args.decode_step_ratio,
+                  decode_step_ratio=args.decode_step_ratio, decode_step_memory=args.decode_step_memory,
                   call_overhead_s=tuple(ms / 1000 for ms in args.call_overhead_ms))
     values.update(overrides)
     return SimConfig(**values)  # type: ignore[arg-type]

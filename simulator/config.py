@@ -40,6 +40,10 @@ class SimConfig:
     # (``factors_from_histogram``)
     decode_step_factors: tuple[float, ...] = ()
     prefill_forward_factors: tuple[float, ...] = ()
+    # a decode step's factor's memory of the steps before, (w, rho): factors k steps apart correlate
+    # about w·rho^k (``simulator.step_noise``); (0, 0): independent. Measured: a decode worker's
+    # ``pdserve:cost_model_ratio_autocorrelation`` (``memory_from_correlations``)
+    decode_step_memory: tuple[float, float] = (0.0, 0.0)
     prefill_scale: float = 1.0  # the workers' forwards take this × what their cost model (which
     decode_scale: float = 1.0  # the guards start from) predicts: a profile that is off, a busy host
     # the host's cores (0: the workers have theirs to themselves) and the cores the gateway and its
@@ -79,6 +83,10 @@ class SimConfig:
             raise ValueError("host cores and the rate laws' figures and exponents must be >= 0")
         if not 0 < self.decode_cpu_share <= 1:
             raise ValueError("decode_cpu_share must be in (0, 1]")
+        weight, persistence = self.decode_step_memory
+        if not (0 <= weight <= 1 and 0 <= persistence < 1):
+            raise ValueError(f"decode_step_memory is (w, rho) with 0 <= w <= 1 and 0 <= rho < 1, got "
+                             f"{self.decode_step_memory}")
 
     @property
     def exact(self) -> bool:

@@ -17,7 +17,6 @@ stretch the front end's share of the worker's cores gives at its start.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from typing import NamedTuple
@@ -31,6 +30,7 @@ from common.slo.cost_models import CostModels
 from simulator.config import SimConfig
 from simulator.events import Simulation
 from simulator.host import HostCpu
+from simulator.step_noise import step_factors
 
 OutputListener = Callable[[RequestOutput], None]
 MAX_RUN = 512  # steps a decode worker runs ahead at most
@@ -63,7 +63,8 @@ class SimWorker:
         self._inbox: list[Callable[[], None]] = []
         rng = random.Random(f"{config.seed}-{worker_id}")
         factors = config.prefill_forward_factors if self.role == "prefill" else config.decode_step_factors
-        self._noise = (lambda: rng.choice(factors)) if factors else _noise(config.step_noise, rng)
+        memory = config.decode_step_memory if self.role == "decode" else (0.0, 0.0)
+        self._noise = step_factors(factors, config.step_noise, memory, rng)
         self._exact = config.exact and truth is None
 
     def call(self, fn: Callable[[], None]) -> None:
@@ -289,11 +290,3 @@ class SimDecodeWorker(SimWorker):
 
 def _seconds(steps: list[Step]) -> float:
     return sum(step.seconds for step in steps)
-
-
-def _noise(cv: float, rng: random.Random) -> Callable[[], float]:
-    """Multiplicative log-normal noise of mean 1 and coefficient of variation ``cv``."""
-    if cv <= 0:
-        return lambda: 1.0
-    sigma = math.sqrt(math.log1p(cv * cv))
-    return lambda: rng.lognormvariate(-sigma * sigma / 2, sigma)

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from common.slo.ratio_histogram import RatioHistogram
+from common.slo.ratio_histogram import LAGS, MEMORY_STEPS, RatioHistogram
 
 disable_created_metrics()  # the *_created series only add noise to every scrape
 
@@ -204,6 +204,14 @@ class _RatioHistograms(Collector):
         for labels, ratios in self.series:
             family.add_metric(labels, [(_le(le), float(n)) for le, n in ratios.cumulative()], ratios.total)
         yield family
+        memory = GaugeMetricFamily("pdserve:cost_model_ratio_autocorrelation", "Correlation of the log of those "
+                                   "ratios `lag` steps (forwards) apart, over about the last "
+                                   f"{MEMORY_STEPS} (slowdowns in stretches, not one at a time)",
+                                   labels=["role", "model", "worker", "lag"])
+        for labels, ratios in self.series:
+            for lag in LAGS:
+                memory.add_metric([*labels, str(lag)], ratios.correlation(lag))
+        yield memory
 
 
 def _le(bound: float) -> str:
