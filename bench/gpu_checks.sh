@@ -6,7 +6,8 @@
 #      transformers, a 1P1D cluster on one GPU (cuda_ipc and gRPC hand-offs), no compile mid-load
 #   2. bench/engine.py: decode and prefill tokens/s against transformers on the GPU
 #   3. pdserve profile: the GPU cost model the simulator's --cost-model takes
-#   4. bench/slo.py under MPS: fcfs against scorpio on `fixed`, both workers on the one GPU
+#   4. bench/slo.py under MPS: fcfs against scorpio on `fixed`, both workers on the one GPU, every
+#      request's timings kept and joined with the gateway's log (bench/front_end_gap.py)
 #   5. bench/front_end_cost.py under MPS: the gateway's CPU per request where its event loop,
 #      not the GPU, sets the knee (at FRONT_RATE req/s, default 128, below the knee), streaming
 #      token by token (--stream-interval-ms 0) and as pdserve up starts it (auto there)
@@ -59,6 +60,10 @@ mkdir -p "$out/work"
 wanted slo && TMPDIR="$out/work" step slo 420 python3 bench/slo.py --device "$device" --preset "$preset" "${mps[@]}" --workload fixed \
     --grid "${SLO_GRID:-128,192,256,320,384}" --detailed --duration-s "${SLO_SECONDS:-10}" \
     --out "$out/slo-$preset-$device-fixed.json" --plot "$out/slo-$preset-$device-fixed.png"
+if wanted slo; then  # per request: the tester's TTFT against the gateway's, and the wait neither saw
+    work_dir=$(ls -dt "$out"/work/pdserve-slo-* 2>/dev/null | head -n 1)
+    [[ -n $work_dir ]] && step gap 60 python3 bench/front_end_gap.py "$work_dir" --out "$out/front-end-gap.json"
+fi
 wanted front-end && step front-end 300 python3 bench/front_end_cost.py --device "$device" --preset "$preset" "${mps[@]}" \
     --policy scorpio --stream-interval 0,default --rate "${FRONT_RATE:-128}" --num-prompts "$(( ${FRONT_RATE:-128} * 10 ))" \
     --out "$out/front-end-cost-$preset-$device.json"
