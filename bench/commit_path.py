@@ -34,6 +34,7 @@ import grpc  # noqa: E402
 from bench.common import device_name, emit, progress  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
+from pdserve.ports import free_port  # noqa: E402
 from wire.v1 import gateway_pb2, gateway_pb2_grpc, worker_pb2  # noqa: E402
 
 METHOD = "/bench.Hop/Call"
@@ -104,14 +105,7 @@ def hop_figures(prompt_len: int, n: int) -> tuple[float, float]:
 
 
 def _free_ports(n: int) -> list[int]:
-    import socket
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    return [free_port() for _ in range(n)]
 
 
 async def token_gaps(address: str, prompt_len: int, requests: int, output_len: int) -> dict[str, float]:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit, progress  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
-from pdserve.cluster import free_port  # noqa: E402
+from pdserve.ports import free_port  # noqa: E402
 
 
 def _status(pid: int) -> dict[str, int]:

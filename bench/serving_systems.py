@@ -9,7 +9,8 @@ import urllib.request
 from pathlib import Path
 
 from bench.peer_runs import peer_env
-from pdserve.cluster import ClusterSpec, LocalCluster, free_port
+from pdserve.cluster import ClusterSpec, LocalCluster
+from pdserve.ports import free_port
 
 READY_TIMEOUT_S = 600.0
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from common.kv_transfer.shm import pool_segment_name, unlink_shared
 from gateway.stream_interval import SHARED_CORES_S
 from pdserve.device_share import device_workers, worker_device
 from pdserve.mps import MpsDaemon, start_mps, stop_mps
+from pdserve.ports import free_port
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 _counter = itertools.count()
@@ -313,10 +313,3 @@ def _ready_counts(info: gateway_pb2.InfoResponse | None) -> dict[str, int]:
         if worker.state == "ready":
             counts[worker.role] += 1
     return counts
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now, on ``host``."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from common.process.metrics import Metrics
 from common.process.scrape import scrape_metrics
-from pdserve.cluster import free_port
+from pdserve.ports import free_port
 
 
 def test_every_sample_is_read_back_by_its_name_with_labels():
