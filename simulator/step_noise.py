@@ -32,7 +32,7 @@ def step_factors(factors: Sequence[float], cv: float, memory: tuple[float, float
         n = len(ordered)
         # the factor at the latent's rank: Φ(z) through the empirical quantile
         of_latent: Callable[[float], float] = lambda z: ordered[min(n - 1, int(0.5 * (1 + math.erf(z / SQRT2)) * n))]
-        independent: Draw = lambda: rng.choice(ordered)
+        independent: Draw = lambda: rng.choice(factors)  # as given: one seed draws what it drew before
     elif cv > 0:
         sigma = math.sqrt(math.log1p(cv * cv))
         of_latent = lambda z: math.exp(-sigma * sigma / 2 + sigma * z)  # the log-normal's own normal
