@@ -12,8 +12,9 @@ Workloads (``--workload``, repeatable, or ``all``):
 - ``bursty``: bursty arrivals (gamma, CV² = 2), long-tailed prompts up to 3,500 tokens and short
   outputs (up to 128), six fixed classes TTFT 0.5/2/3/0.5/1/7.5 s × TPOT 30/30/30/50/50/50 ms.
 
-Rates: a grid up to the first rate where fcfs meets fewer than 90% of SLOs (the knee), then 1.5×
-and 2× the knee. Each point runs ``--duration-s`` of arrivals (at least ``--min-prompts``), so an
+Rates: a grid up to the first rate where fcfs meets fewer than 90% of SLOs (the knee; past the
+grid's end by its last step, up to four more rates, while fcfs still meets there), then 1.5× and
+2× the knee. Each point runs ``--duration-s`` of arrivals (at least ``--min-prompts``), so an
 overload is measured in its steady state. Every cluster gets a short unloaded run first (so
 neither policy pays for cold connections in its measurements). Each rate draws its own prompts
 (``point_seed``), the same for both policies: one seed for all would repeat a run's prompts
@@ -62,6 +63,7 @@ WORKLOADS = {
 
 
 TESTER_LAG_WARN_MS = 10.0  # p99 of the load tester's lateness that a point's figures should be read with
+GRID_EXTENSION = 4  # rates tried past the grid's end, by its last step, while fcfs still meets there
 FRONT_END_GAP_WARN = 0.02  # the gateway's own attainment above the tester's by more than this: said so
 
 
@@ -157,10 +159,19 @@ def _say_what_the_front_end_lost(result: dict) -> None:
                  "latencies carry its own backlog (pdserve bench --processes)")
 
 
+def extended_grid(grid: list[float], more: int = GRID_EXTENSION) -> list[float]:
+    """``grid`` and ``more`` rates past its end by its last step: tried only while fcfs still meets
+    its SLOs there (``run_policy`` stops at the knee), so a device faster than the grid's author's
+    finds its knee instead of reporting twice the grid's end (an H200 met 100% at 256 req/s, the
+    end of a grid made on an H100, and fell to 29% at 384)."""
+    step = grid[-1] - grid[-2] if len(grid) > 1 else grid[-1]
+    return grid + [grid[-1] + step * k for k in range(1, more + 1)]
+
+
 def run_workload(workload: Workload, args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"pdserve-slo-{workload.name}-"))
     progress(f"[{workload.name}] the clusters' logs and each point's results go under {work}")
-    grid = [float(r) for r in args.grid.split(",")]
+    grid = extended_grid([float(r) for r in args.grid.split(",")])
     fcfs, slo_mix = run_policy("fcfs", grid, args, workload, workload.slo_mix, work / "knee", stop_below=0.9)
     knee = fcfs[-1]["rate"]
     knee_found = fcfs[-1]["adherence"] < 0.9
