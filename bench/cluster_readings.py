@@ -9,8 +9,8 @@ import statistics
 from bench.common import progress
 from common.process.scrape import scrape_metrics
 from common.slo.cost_models import DecodeModel
-from pdserve.cluster import LocalCluster
 from common.slo.ratio_histogram import LAGS
+from pdserve.cluster import LocalCluster
 from simulator.config import call_overhead_from_histogram, factors_from_histogram
 from simulator.step_noise import memory_from_correlations
 

@@ -19,6 +19,7 @@ from client.bench.workload import PlannedRequest
 from common.slo.cost_models import CostModels
 from simulator.config import POLICIES, SimConfig
 from simulator.run import simulate
+from simulator.step_noise import check_memory
 
 DEFAULTS = SimConfig()
 
@@ -93,24 +94,28 @@ def _milliseconds(text: str) -> tuple[float, ...]:
     return values
 
 
-def _rate_law(text: str) -> tuple[float, float]:
+def _two_floats(text: str, form: str) -> tuple[float, float]:
     try:
-        at_one, exponent = (float(v) for v in text.split(","))
+        first, second = (float(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected AT_1,EXPONENT, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {form}, got {text!r}") from None
+    return first, second
+
+
+def _rate_law(text: str) -> tuple[float, float]:
+    at_one, exponent = _two_floats(text, "AT_1,EXPONENT")
     if min(at_one, exponent) < 0:
         raise argparse.ArgumentTypeError("a rate law's figure and exponent must be >= 0")
     return at_one, exponent
 
 
 def _pair(text: str) -> tuple[float, float]:
+    memory = _two_floats(text, "W,RHO")
     try:
-        weight, persistence = (float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected W,RHO, got {text!r}") from None
-    if not (0 <= weight <= 1 and 0 <= persistence < 1):
-        raise argparse.ArgumentTypeError("a step memory needs 0 <= W <= 1 and 0 <= RHO < 1")
-    return weight, persistence
+        check_memory(memory)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return memory
 
 
 def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from common.engine.scheduler import TPOT_GUARDED, TTFT_GUARDED
 from common.slo.promise import DEFAULT_TARGET
+from simulator.step_noise import check_memory
 
 POLICIES = ("scorpio", "fcfs", "round_robin", "ttft_guard", "tpot_guard")
 
@@ -83,10 +84,7 @@ class SimConfig:
             raise ValueError("host cores and the rate laws' figures and exponents must be >= 0")
         if not 0 < self.decode_cpu_share <= 1:
             raise ValueError("decode_cpu_share must be in (0, 1]")
-        weight, persistence = self.decode_step_memory
-        if not (0 <= weight <= 1 and 0 <= persistence < 1):
-            raise ValueError(f"decode_step_memory is (w, rho) with 0 <= w <= 1 and 0 <= rho < 1, got "
-                             f"{self.decode_step_memory}")
+        check_memory(self.decode_step_memory, "decode_step_memory")
 
     @property
     def exact(self) -> bool:

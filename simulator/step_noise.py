@@ -46,12 +46,18 @@ def step_factors(factors: Sequence[float], cv: float, memory: tuple[float, float
     return lambda: of_latent(latent.next())
 
 
+def check_memory(memory: tuple[float, float], what: str = "a step memory") -> None:
+    """ValueError unless ``memory`` is ``(w, ρ)`` with 0 ≤ w ≤ 1 and 0 ≤ ρ < 1."""
+    weight, persistence = memory
+    if not (0 <= weight <= 1 and 0 <= persistence < 1):
+        raise ValueError(f"{what} is (w, rho) with 0 <= w <= 1 and 0 <= rho < 1, got {memory}")
+
+
 class Persistent:
     """The latent standard normal above; ``next`` moves it one step."""
 
     def __init__(self, weight: float, persistence: float, rng: random.Random) -> None:
-        if not 0 <= weight <= 1 or not 0 <= persistence < 1:
-            raise ValueError(f"a memory needs 0 <= w <= 1 and 0 <= rho < 1, got {weight} and {persistence}")
+        check_memory((weight, persistence))
         self.weight, self.persistence, self._rng = weight, persistence, rng
         self._slow = rng.gauss(0.0, 1.0)
 

@@ -127,7 +127,9 @@ class SimWorker:
         """A call arrived during a step (a decode worker's run ahead stops at the step in progress)."""
 
     def forward_s(self, batch: ScheduledBatch) -> float:
-        raise NotImplementedError
+        """What ``batch`` takes on this worker's cost model: each kind of worker says (the prefill and
+        decode workers below both do; a worker of no kind is never built)."""
+        raise NotImplementedError(f"{type(self).__name__} has no forward of its own")
 
 
 class SimPrefillWorker(SimWorker):
