@@ -145,8 +145,10 @@ def main() -> None:
     dtype = resolve_dtype(args.dtype, "cpu")
     most = max(max(len(lens) for lens in SHAPES.values()), len(CREDIT))
     total = max(max(sum(lens) for lens in SHAPES.values()), 300 * len(CREDIT))
+    # the torch attention path: its stage is the one with a second stage (the C++ kernel's has none)
     engine = LLMEngine(EngineConfig(model=args.model, preset=args.preset, dtype=dtype, enable_prefix_caching=False,
-                                    num_kv_blocks=(total + most * NEW_TOKENS) // 16 + most + 8, max_batch_size=most))
+                                    num_kv_blocks=(total + most * NEW_TOKENS) // 16 + most + 8, max_batch_size=most,
+                                    attention_backend="torch"))
     stage = engine.runner.stage
     if stage is None or stage.long is None:
         sys.exit("this engine has no dense decode stage (the torch attention path on a CPU has one)")

@@ -22,9 +22,10 @@ half the time of decode attention). So the allocation follows the longest contex
 ``SHRINK_SLACK`` more than that. A reallocation allocates and copies the stage, a pause of every
 decoding request: grown one step at a time, a long prompt's growing context reallocated it every
 64 tokens, and under long-tailed load reallocations took 9% of a decode worker's time, in pauses
-of up to 357 ms (tiny model, two cores). Rows likewise: an allocation holds ``GROWTH`` more slots
-than are occupied (in steps of ``ROW_STEP``, at most ``max_slots``), not the batch size the worker
-allows (64 by default): allocating all of those whatever ran, the reallocations left under
+of up to 357 ms (tiny model, two cores). Rows likewise, where the allocation is zeroed (the
+matmuls' stage): it holds ``GROWTH`` more slots than are occupied (in steps of ``ROW_STEP``, at
+most ``max_slots``), not the batch size the worker allows (64 by default): allocating all of
+those whatever ran, the reallocations left under
 long-tailed load still paused decoding for up to 217 ms.
 
 Attended whole, one long context makes every row of the step cost its length: one request of
@@ -35,7 +36,14 @@ beside the first; the cost model's step at the batch's mean length then holds fo
 batches too.
 With ``kernel`` set (the ``cpu`` attention backend) the stage's attention is the C++ kernel
 (``common.cpu_kernels.decode_attention``): it reads only each row's own positions, so a long
-context costs only itself and the second stage is not kept.
+context costs only itself and the second stage is not kept. Nor does it need the allocation
+zeroed (no position past a row's context enters its softmax or its sum), so the kernel's stage
+is allocated uninitialised with a row for every slot the worker allows: memory never written
+costs neither time nor pages, and a growing batch never reallocates. What a reallocation costs
+is mostly the fresh pages it touches (the OS zeroes a page at its first touch): stages of
+16-32 rows grown as the batch grew paused every decoding request for 20-175 ms at twice the
+knee (tiny model, two cores, vs_vllm's mixed workload), a 15 ms-TPOT request's whole budget
+for a dozen tokens. Only a wider context reallocates it, copying the occupied rows.
 The Triton path on GPUs reads the pool directly and has no stage.
 """
 
@@ -209,12 +217,15 @@ class DecodeStage:
         rows = max(self._slot_of.values(), default=-1) + 1  # slots past the last occupied hold nothing
         if needed <= self.width <= allocation(needed) + SHRINK_SLACK and rows <= self.slots_held:
             return
-        width, slots = allocation(needed), slot_allocation(rows, self.max_slots)
+        width = allocation(needed)
+        slots = self.max_slots if self.kernel else slot_allocation(rows, self.max_slots)
         data, kept, copied = self.cache.data, min(width, self.width), min(rows, self.slots_held)
         shape = (slots, self.cache.num_kv_heads, width, data.shape[-1])
-        # zeros, not empty: a masked position's value still enters the matmul with weight 0
-        keys = [data.new_zeros(shape) for _ in range(self.cache.num_layers)]
-        values = [data.new_zeros(shape) for _ in range(self.cache.num_layers)]
+        # The matmuls need zeros: a masked position's value still enters them with weight 0. The
+        # kernel reads no position past a row's context, so its memory is touched only as written.
+        new = data.new_empty if self.kernel else data.new_zeros
+        keys = [new(shape) for _ in range(self.cache.num_layers)]
+        values = [new(shape) for _ in range(self.cache.num_layers)]
         for old, new in zip(self.keys + self.values, keys + values):
             new[:copied, :, :kept] = old[:copied, :, :kept]
         self.keys, self.values, self.width, self.slots_held = keys, values, width, slots

@@ -115,6 +115,36 @@ def test_the_stage_on_the_kernel_attends_as_the_pool_while_contexts_grow_and_req
         lens = {u: c + 1 for u, c in lens.items()}
 
 
+def test_the_kernel_stage_never_reallocates_for_a_growing_batch_and_reads_nothing_it_did_not_write():
+    """Its allocation is left uninitialised (here: NaN everywhere, as fresh memory may hold
+    anything), with a row for every slot: a batch growing from 3 to 40 attends as the pool does in
+    the very same tensors."""
+    model = parse_model_config({"vocab_size": 10, "hidden_size": 4 * 32, "intermediate_size": 8,
+                                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})
+    gen = torch.Generator().manual_seed(9)
+    cache = PagedKVCache(model, 40 * 16, 16, torch.float32, torch.device("cpu"))
+    cache.data.copy_(torch.randn(cache.data.shape, generator=gen))
+    stage = DecodeStage(cache, max_slots=64, kernel=True)
+    for tensor in stage.keys + stage.values:
+        tensor.fill_(float("nan"))
+    allocated = [t.data_ptr() for t in stage.keys + stage.values]
+    tables = {u: list(range(u * 16, u * 16 + 16)) for u in range(40)}  # 256 positions each
+    lens = {u: 150 + 7 * u % 90 for u in range(40)}  # never a whole number of the kernel's rows
+    for n in (3, 9, 17, 40, 12):
+        uids, ctx = list(range(n)), [lens[u] for u in range(n)]
+        q, k, v = (torch.randn(n, h, 32, generator=gen) for h in (4, 2, 2))
+        blocks = torch.tensor([tables[u][(c - 1) // 16] for u, c in zip(uids, ctx)])
+        cache.write(1, blocks, torch.tensor([(c - 1) % 16 for c in ctx]), k, v)
+        width = max(-(-c // 16) for c in ctx)
+        meta = AttentionMetadata(slot_blocks=blocks, slot_offsets=torch.zeros(n, dtype=torch.int64), prefills=(),
+                                 num_prefill_rows=0, decode_block_tables=torch.tensor([tables[u][:width] for u in uids]),
+                                 decode_context_lens=torch.tensor(ctx))
+        got = stage.attend(q, k, v, 1, stage.plan(uids, ctx, [tables[u] for u in uids]), 0.125, None)
+        torch.testing.assert_close(got, decode_attention(q, cache, 1, meta, 0.125, None), rtol=1e-5, atol=1e-5)
+        assert [t.data_ptr() for t in stage.keys + stage.values] == allocated, f"reallocated at a batch of {n}"
+        lens = {u: c + 1 for u, c in lens.items()}
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 5, 300])
 def test_the_cpu_norms_and_rope_compute_what_the_torch_ops_compute(dtype, rows):
