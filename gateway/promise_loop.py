@@ -90,3 +90,6 @@ class PromiseLoop:
         for kind, worker_id, by_class in margins:
             for slo_ms, margin in by_class.items():
                 self.metrics.margin.labels(self.metrics.role, kind, worker_id, f"{slo_ms:g}").set(margin)
+        if p.prefill is not None and p.prefill.ttft is not None:
+            self.metrics.margin.labels(self.metrics.role, "ttft_boundary", p.prefill.worker_id, "0").set(
+                p.prefill.guard.boundary.margin)

@@ -102,7 +102,9 @@ class Metrics:
                                 registry=r)
         self.margin = Gauge("pdserve:slo_guard_margin", "The margin a guard applies to its predictions, steered to "
                             "hold the attainment target: ttft_headroom per prefill worker, tpot_epsilon (VBS ε) per "
-                            "decode worker, each per SLO class (the SLO in ms, two significant digits)",
+                            "decode worker, each per SLO class (the SLO in ms, two significant digits); "
+                            "ttft_boundary per prefill worker (slo_ms 0: all classes), the least a promise already "
+                            "made is checked under",
                             [*labels, "kind", "worker", "slo_ms"], registry=r)
         self.prefill_call_overhead = Histogram(
             "pdserve:prefill_call_overhead_seconds", "Of each prefill call, the time at the gateway beyond what the "

@@ -26,8 +26,10 @@ prompt, not of a queue partly computed already).
 
 A loose class's headroom relaxes to ~0.8 on the outcomes it meets with room, which says little of
 a request with no slack left: a queued request a newcomer would push back, and a waiter at its last
-useful moment (``last_useful_admission``), are checked under at least ``BOUNDARY_HEADROOM`` (at
-twice the knee both missed under a relaxed one: 1 s-TTFT calls at twice their prediction).
+useful moment (``last_useful_admission``), are checked under at least the worker's boundary margin
+(at twice the knee both missed under a relaxed one: 1 s-TTFT calls at twice their prediction). That
+margin is steered by how far calls outrun their predictions, the pushes of later sends included
+(``common.slo.boundary``); it starts at, and never goes below, ``BOUNDARY_HEADROOM``.
 
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
 reads the clock it is given), so a simulator can drive it on a virtual clock.
@@ -39,6 +41,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
+from common.slo.boundary import BOUNDARY_HEADROOM, BoundaryMargin, boundary_controller  # noqa: F401 - re-exported
 from common.slo.calibration import Calibration, WindowQuantile
 from common.slo.cost_models import PrefillModel
 from common.slo.forward_budget import TightestSlo, forward_budget
@@ -48,9 +51,6 @@ Queued = tuple[float, int, float]  # (TTFT deadline, inf without one; prompt tok
 
 
 TTFT_HEADROOM = 1.0  # where the closed loop starts the margin on predicted prefill calls: on the safe side
-# the least headroom a promise already made is checked under: a queued request another would push
-# back, a waiter at its last useful moment (module docstring)
-BOUNDARY_HEADROOM = 1.0
 
 
 def prefill_calibration(clock: Callable[[], float] = time.monotonic) -> Calibration:
@@ -85,7 +85,7 @@ def new_guard(model: PrefillModel | None, forward_tokens: int, target: float = D
     """A prefill worker's guard as the gateway (or the simulator, on its virtual clock) makes it."""
     return TtftGuard(model, forward_tokens, prefill_calibration(clock),
                      overhead=call_overhead(target, clock), headrooms=ttft_headrooms(target, clock),
-                     tightest=TightestSlo(clock=clock))
+                     tightest=TightestSlo(clock=clock), boundary=BoundaryMargin(boundary_controller(target, clock)))
 
 
 @dataclass(slots=True, eq=False)
@@ -110,6 +110,8 @@ class TtftGuard:
     tightest: TightestSlo = field(default_factory=TightestSlo)  # of the requests sent there: its forwards' cut
     # the worker's own calibration of all its forwards, busy or not, as last reported (0: none)
     forward_ratio: float = 0.0
+    # the margin promises already made are checked under, and the calls it follows (``common.slo.boundary``)
+    boundary: BoundaryMargin = field(default_factory=BoundaryMargin)
 
     def heard(self, queued_tokens: int, running: int) -> None:
         """The worker's own account of its load (registration, heartbeat)."""
@@ -133,10 +135,23 @@ class TtftGuard:
     def sent(self, request_id: str, deadline: float, tokens: int, ttft_s: float = 0.0) -> None:
         """A request with this deadline (and TTFT SLO ``ttft_s``; 0: none) and prompt ``tokens`` to compute went there."""
         self.tightest.observe(ttft_s)
+        if self.model is not None:
+            self._follow(request_id, deadline, tokens)
         self.disturbed.update(self.queued)
         if not self.queued and not self.others_tokens:
             self.alone.add(request_id)
         self.queued[request_id] = (deadline, tokens, ttft_s)
+
+    def _follow(self, request_id: str, deadline: float, tokens: int) -> None:
+        """The boundary margin follows the call from here: predicted as an admission predicts it
+        (under no headroom); the queued requests with a later deadline wait for its tokens too."""
+        cut, scale = self.forward_cut, (self.ratio(), self.overhead.value(), 1.0)
+        per_token = self._queued_len(cut)
+        predicted = self._predict_tokens(self.queued_ahead(deadline), tokens, scale=scale, cut=cut,
+                                         queued_len=per_token)
+        total = self.queued_tokens
+        push = (self._raw(total, tokens, cut, per_token) - self._raw(total, 0, cut, per_token)) * scale[0]
+        self.boundary.sent(request_id, predicted, (r for r, (d, _, _) in self.queued.items() if d > deadline), push)
 
     def answered(self, request_id: str, observed_s: float, predicted_s: float | None,
                  worker_s: float | None = None, forward_ratio: float = 0.0) -> None:
@@ -146,6 +161,7 @@ class TtftGuard:
         ahead) what ``predicted_s`` (uncalibrated; None or 0: no prediction was made) really took
         and the overhead what the rest cost."""
         self.queued.pop(request_id, None)
+        self.boundary.answered(request_id, observed_s)
         if forward_ratio > 0:
             self.forward_ratio = forward_ratio
         disturbed, alone = request_id in self.disturbed, request_id in self.alone
@@ -162,6 +178,7 @@ class TtftGuard:
         """The call ended without an answer (failed, cancelled): its tokens leave the queue and
         nothing is learnt. Idempotent."""
         self.queued.pop(request_id, None)
+        self.boundary.dropped(request_id)
         self.disturbed.discard(request_id)
         self.alone.discard(request_id)
 
@@ -275,10 +292,10 @@ class TtftGuard:
                             self.overhead.value(), self._queued_len(cut))
 
     def option(self, prompt_tokens: int, deadline: float, now: float, ttft_s: float = 0.0,
-               least_headroom: float = 0.0) -> tuple[bool, float | None]:
+               at_boundary: bool = False) -> tuple[bool, float | None]:
         """``(pushes_queued_past, predict_s)`` for one request, the worker's state read once for
         both (an admission round asks every worker this for every waiting request); the prediction
-        under at least ``least_headroom``."""
+        under at least the boundary margin when the request is ``at_boundary`` (it has no slack left)."""
         if self.model is None:
             return False, None
         mine, cut, ratio, overhead = list(self.queued.values()), self.forward_cut, self.ratio(), self.overhead.value()
@@ -286,7 +303,7 @@ class TtftGuard:
         if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead, per_token):
             return True, None
         ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)
-        margin = max(least_headroom, self.headrooms.margin(ttft_s))
+        margin = max(self.boundary.margin if at_boundary else 0.0, self.headrooms.margin(ttft_s))
         return False, self._predict_tokens(ahead, prompt_tokens, scale=(ratio, overhead, margin), cut=cut,
                                            queued_len=per_token)
 
@@ -309,7 +326,7 @@ class TtftGuard:
                 continue
             ahead = self._ahead(mine, earlier, total - earlier, queued_deadline, cut)
             # each its own class's, the promise it was made, and no less than the boundary's
-            for margin in {max(BOUNDARY_HEADROOM, self.headrooms.margin(t)) for t in due}:
+            for margin in {max(self.boundary.margin, self.headrooms.margin(t)) for t in due}:
                 scale = ratio, overhead, margin
                 on_time_now = now + self._predict_tokens(ahead, scale=scale, cut=cut, queued_len=per_token) \
                     <= queued_deadline
@@ -336,19 +353,19 @@ def _around(queued: list[Queued], deadline: float) -> tuple[int, int]:
 
 
 def best_prefill_s(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
-                   now: float, ttft_s: float = 0.0, least_headroom: float = 0.0) -> float:
+                   now: float, ttft_s: float = 0.0, at_boundary: bool = False) -> float:
     """The least predicted prefill call (seconds) over the workers where the request makes no
     queued request late; inf when there is none; 0 when no worker has a model, or when one is
     idle and no call to it has been observed yet: a worker with nothing to do never refuses on
     a model's word alone, and its first call teaches the calibration. ``prompt_tokens``: the
     prompt's tokens, or per guard what that worker would compute (less its cached prefix);
     ``ttft_s``: the request's TTFT SLO, whose class's headroom the predictions carry (and at least
-    ``least_headroom``)."""
-    return _least(guards, _options(guards, prompt_tokens, deadline, now, ttft_s, least_headroom))
+    each worker's boundary margin when the request is ``at_boundary``)."""
+    return _least(guards, _options(guards, prompt_tokens, deadline, now, ttft_s, at_boundary))
 
 
 def _options(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float, now: float,
-             ttft_s: float, least_headroom: float = 0.0) -> list[tuple[TtftGuard, float | None]] | None:
+             ttft_s: float, at_boundary: bool = False) -> list[tuple[TtftGuard, float | None]] | None:
     """The workers where the request makes no queued request late, each with its prediction (None
     without a model); None when one is idle and untested (``best_prefill_s``: then 0)."""
     if any(g.idle_and_untested() for g in guards):
@@ -356,7 +373,7 @@ def _options(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], 
     per_guard = [prompt_tokens] * len(guards) if isinstance(prompt_tokens, int) else list(prompt_tokens)
     options = []
     for g, n in zip(guards, per_guard):
-        pushes, predicted = g.option(n, deadline, now, ttft_s, least_headroom)
+        pushes, predicted = g.option(n, deadline, now, ttft_s, at_boundary)
         if not pushes:
             options.append((g, predicted))
     return options
@@ -395,6 +412,6 @@ def last_useful_admission(guards: Collection[TtftGuard], prompt_tokens: int | Se
                           now: float, ttft_s: float = 0.0) -> float:
     """The latest moment a request (TTFT SLO ``ttft_s``) waiting for a decode worker can still be
     admitted and get its first token by ``deadline``: the deadline less its best predicted prefill,
-    under at least ``BOUNDARY_HEADROOM`` (sent then, it has no slack left for a prediction its
-    class's headroom relaxed on requests that had)."""
-    return deadline - best_prefill_s(guards, prompt_tokens, deadline, now, ttft_s, BOUNDARY_HEADROOM)
+    under at least each worker's boundary margin (sent then, it has no slack left for a prediction
+    its class's headroom relaxed on requests that had)."""
+    return deadline - best_prefill_s(guards, prompt_tokens, deadline, now, ttft_s, at_boundary=True)

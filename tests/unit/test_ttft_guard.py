@@ -151,15 +151,13 @@ def test_the_overhead_a_prediction_adds_is_the_miss_budgets_quantile_of_recent_c
 
 def test_the_one_pass_check_of_queued_requests_agrees_with_predicting_each_in_turn():
     """``pushes_queued_past`` against its definition: each queued request with a later deadline
-    predicted (``predict_s``, under its class's headroom or ``BOUNDARY_HEADROOM``, the larger) with
+    predicted (``predict_s``, under its class's headroom or the boundary margin, the larger) with
     and without the newcomer, one at a time."""
     import random
 
-    from common.slo.ttft_guard import BOUNDARY_HEADROOM
-
     def predict(guard: TtftGuard, prompt: int, d: float, t: float) -> float:
         margin = guard.headrooms.margin(t)
-        return guard.predict_s(prompt, d, ttft_s=t) * max(BOUNDARY_HEADROOM, margin) / margin  # type: ignore[operator]
+        return guard.predict_s(prompt, d, ttft_s=t) * max(guard.boundary.margin, margin) / margin  # type: ignore[operator]
 
     def brute_force(guard: TtftGuard, prompt: int, deadline: float, now: float) -> bool:
         return any(d >= deadline and d != INF and now + predict(guard, 0, d, t) <= d
@@ -171,6 +169,7 @@ def test_the_one_pass_check_of_queued_requests_agrees_with_predicting_each_in_tu
         guard = _guard(Clock(), forward_tokens=rng.choice([0, 250, 1000]))
         for ttft_s in (0.1, 0.3, 1.0):  # each class's own headroom
             guard.headrooms.of(ttft_s).margin = rng.uniform(0.8, 1.5)
+        guard.boundary.controller.margin = rng.choice([1.0, rng.uniform(1.0, 1.6)])
         for i in range(rng.randint(0, 12)):
             deadline = rng.choice([INF, round(rng.uniform(0.05, 1.0), 2), 0.5])  # repeats on purpose
             guard.sent(f"r{i}", deadline, rng.randint(1, 600), rng.choice([0.0, 0.1, 0.3, 1.0]))
@@ -275,3 +274,48 @@ def test_a_promise_at_its_boundary_is_checked_under_a_headroom_of_at_least_one()
     guard.headrooms.of(0.200).margin = 1.5
     assert last_useful_admission([guard], 350, deadline=0.200, now=0.0, ttft_s=0.200) == pytest.approx(
         0.200 - 1.5 * predicted)
+
+
+def _tested(clock: Clock) -> TtftGuard:
+    guard = _guard(clock)
+    guard.calibration.observe(0.010, 0.010)  # calibrated at 1: predictions are the model's (no overhead yet)
+    return guard
+
+
+def test_a_call_is_expected_to_wait_for_every_later_send_that_goes_before_it():
+    """300 tokens queued (30 ms by the model), then 200 with an earlier deadline go before them:
+    the queued call is now expected to take 50 ms, and taking that teaches the boundary margin no
+    miss; taking 1.3 times it raises the margin to 1.3."""
+    clock = Clock()
+    guard = _tested(clock)
+    guard.sent("late", deadline=1.0, tokens=300, ttft_s=1.0)
+    assert guard.boundary.expected["late"] == pytest.approx(0.030)
+    guard.sent("early", deadline=0.5, tokens=200, ttft_s=0.5)
+    assert guard.boundary.expected["late"] == pytest.approx(0.050)
+    assert guard.boundary.expected["early"] == pytest.approx(MODEL.predict_forwards(500, 0))  # the oldest is ahead
+    guard.answered("late", observed_s=0.050, predicted_s=0.030)
+    assert guard.boundary.margin == 1.0 and guard.boundary.controller.misses == 0
+    guard.answered("early", observed_s=1.3 * guard.boundary.expected["early"], predicted_s=0.050)
+    assert guard.boundary.margin == pytest.approx(1.3) and guard.boundary.controller.misses == 1
+    assert not guard.boundary.expected
+    guard.sent("gone", deadline=1.0, tokens=100)
+    guard.dropped("gone")  # no answer: nothing learnt, nothing kept
+    assert not guard.boundary.expected and guard.boundary.controller.outcomes == 2
+
+
+def test_calls_that_outrun_their_predictions_make_a_queued_promise_harder_to_push_and_fast_ones_never_easier():
+    clock = Clock()
+    guard = _tested(clock)
+    guard.sent("queued", deadline=0.065, tokens=300, ttft_s=1.0)  # 30 ms alone, due at 65 ms
+    assert not guard.pushes_queued_past(300, deadline=0.020, now=0.0)  # 60 ms with it: on time
+    for i in range(40):  # calls answered in half their predicted time: the margin stays at the model's word
+        guard.sent(f"quick{i}", deadline=INF, tokens=100)
+        clock.now += 0.01
+        guard.answered(f"quick{i}", observed_s=0.5 * guard.boundary.expected[f"quick{i}"], predicted_s=0.010)
+    assert guard.boundary.margin == 1.0
+    assert not guard.pushes_queued_past(300, deadline=0.020, now=0.0)
+    guard.sent("slow", deadline=INF, tokens=100)
+    guard.answered("slow", observed_s=1.25 * guard.boundary.expected["slow"], predicted_s=0.010)
+    assert guard.boundary.margin == pytest.approx(1.25)
+    # 60 ms × 1.25 is past the queued request's 65 ms, while the 30 ms it is expected alone is not
+    assert guard.pushes_queued_past(300, deadline=0.020, now=0.0)
