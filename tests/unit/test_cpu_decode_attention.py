@@ -86,6 +86,23 @@ def test_what_the_kernel_does_not_cover_is_named():
     assert "float16" in (unsupported(64, torch.float16) or "")
 
 
+def _step_on_both(stage: DecodeStage, cache: PagedKVCache, tables: dict[int, list[int]], lens: dict[int, int],
+                  gen: torch.Generator, heads: int) -> None:
+    """One decode step of the requests ``lens`` (id -> context, its new token included) with 16-token
+    blocks: the new K/V written to the pool's layer 1, then the stage on the kernel attends as the pool does."""
+    uids, ctx = list(lens), list(lens.values())
+    n, kv_heads, dim = len(uids), cache.num_kv_heads, cache.data.shape[-1]
+    q, k, v = (torch.randn(n, h, dim, generator=gen) for h in (heads, kv_heads, kv_heads))
+    blocks = torch.tensor([tables[u][(c - 1) // 16] for u, c in zip(uids, ctx)])
+    cache.write(1, blocks, torch.tensor([(c - 1) % 16 for c in ctx]), k, v)
+    width = max(-(-c // 16) for c in ctx)
+    meta = AttentionMetadata(slot_blocks=blocks, slot_offsets=torch.zeros(n, dtype=torch.int64), prefills=(),
+                             num_prefill_rows=0, decode_block_tables=torch.tensor([tables[u][:width] for u in uids]),
+                             decode_context_lens=torch.tensor(ctx))
+    got = stage.attend(q, k, v, 1, stage.plan(uids, ctx, [tables[u] for u in uids]), 0.125, None)
+    torch.testing.assert_close(got, decode_attention(q, cache, 1, meta, 0.125, None), rtol=1e-5, atol=1e-5)
+
+
 def test_the_stage_on_the_kernel_attends_as_the_pool_while_contexts_grow_and_requests_change():
     model = parse_model_config({"vocab_size": 10, "hidden_size": 6 * 64, "intermediate_size": 8,
                                 "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2})
@@ -100,18 +117,7 @@ def test_the_stage_on_the_kernel_attends_as_the_pool_while_contexts_grow_and_req
         if step == 2:
             del lens[1]
             lens[3] = 40  # a newcomer, filled from the pool
-        uids, ctx = list(lens), list(lens.values())
-        n = len(uids)
-        q, k, v = (torch.randn(n, h, 64, generator=gen) for h in (6, 2, 2))
-        blocks = torch.tensor([tables[u][(c - 1) // 16] for u, c in zip(uids, ctx)])
-        cache.write(1, blocks, torch.tensor([(c - 1) % 16 for c in ctx]), k, v)
-        width = max(-(-c // 16) for c in ctx)
-        meta = AttentionMetadata(slot_blocks=blocks, slot_offsets=torch.zeros(n, dtype=torch.int64), prefills=(),
-                                 num_prefill_rows=0, decode_block_tables=torch.tensor([tables[u][:width] for u in uids]),
-                                 decode_context_lens=torch.tensor(ctx))
-        plan = stage.plan(uids, ctx, [tables[u] for u in uids])
-        got = stage.attend(q, k, v, 1, plan, 0.125, None)
-        torch.testing.assert_close(got, decode_attention(q, cache, 1, meta, 0.125, None), rtol=1e-5, atol=1e-5)
+        _step_on_both(stage, cache, tables, lens, gen, heads=6)
         lens = {u: c + 1 for u, c in lens.items()}
 
 
@@ -131,16 +137,7 @@ def test_the_kernel_stage_never_reallocates_for_a_growing_batch_and_reads_nothin
     tables = {u: list(range(u * 16, u * 16 + 16)) for u in range(40)}  # 256 positions each
     lens = {u: 150 + 7 * u % 90 for u in range(40)}  # never a whole number of the kernel's rows
     for n in (3, 9, 17, 40, 12):
-        uids, ctx = list(range(n)), [lens[u] for u in range(n)]
-        q, k, v = (torch.randn(n, h, 32, generator=gen) for h in (4, 2, 2))
-        blocks = torch.tensor([tables[u][(c - 1) // 16] for u, c in zip(uids, ctx)])
-        cache.write(1, blocks, torch.tensor([(c - 1) % 16 for c in ctx]), k, v)
-        width = max(-(-c // 16) for c in ctx)
-        meta = AttentionMetadata(slot_blocks=blocks, slot_offsets=torch.zeros(n, dtype=torch.int64), prefills=(),
-                                 num_prefill_rows=0, decode_block_tables=torch.tensor([tables[u][:width] for u in uids]),
-                                 decode_context_lens=torch.tensor(ctx))
-        got = stage.attend(q, k, v, 1, stage.plan(uids, ctx, [tables[u] for u in uids]), 0.125, None)
-        torch.testing.assert_close(got, decode_attention(q, cache, 1, meta, 0.125, None), rtol=1e-5, atol=1e-5)
+        _step_on_both(stage, cache, tables, {u: lens[u] for u in range(n)}, gen, heads=4)
         assert [t.data_ptr() for t in stage.keys + stage.values] == allocated, f"reallocated at a batch of {n}"
         lens = {u: c + 1 for u, c in lens.items()}
 
