@@ -85,11 +85,10 @@ class PromiseLoop:
         margins = []
         if p.prefill is not None and p.prefill.ttft is not None:
             margins.append(("ttft_headroom", p.prefill.worker_id, p.prefill.guard.headrooms))
+            self.metrics.margin.labels(self.metrics.role, "ttft_boundary", p.prefill.worker_id, "0").set(
+                p.prefill.guard.boundary.margin)  # one for all classes
         if p.decode is not None and p.decode.decode_view is not None:
             margins.append(("tpot_epsilon", p.decode.worker_id, p.decode.view.epsilons))
         for kind, worker_id, by_class in margins:
             for slo_ms, margin in by_class.items():
                 self.metrics.margin.labels(self.metrics.role, kind, worker_id, f"{slo_ms:g}").set(margin)
-        if p.prefill is not None and p.prefill.ttft is not None:
-            self.metrics.margin.labels(self.metrics.role, "ttft_boundary", p.prefill.worker_id, "0").set(
-                p.prefill.guard.boundary.margin)

@@ -26,7 +26,8 @@ from common.slo.admission_round import AdmissionRound
 from common.slo.promise import decoding_late, outcome
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
 from common.slo.tpot_guard import DecodeView, tpot_epsilons
-from common.slo.ttft_guard import TtftGuard, last_useful_admission, new_guard, ttft_refusal
+from common.slo.ttft_decision import last_useful_admission, ttft_refusal
+from common.slo.ttft_guard import TtftGuard, new_guard
 from simulator.config import SimConfig
 from simulator.events import Simulation
 from simulator.flight import Flight, Waiter

@@ -1,4 +1,5 @@
-"""The TTFT guard's view of one prefill worker's queue, and the best first token over workers.
+"""The TTFT guard's view of one prefill worker's queue (its decisions over all of a role's
+workers: ``common.slo.ttft_decision``).
 
 A ``TtftGuard`` belongs to one prefill worker. It knows the worker's fitted prefill model, how
 wrong that model typically is (``calibration``: the median ratio of the time the worker itself
@@ -38,10 +39,10 @@ reads the clock it is given), so a simulator can drive it on a virtual clock.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from common.slo.boundary import BOUNDARY_HEADROOM, BoundaryMargin, boundary_controller  # noqa: F401 - re-exported
+from common.slo.boundary import BoundaryMargin, boundary_controller
 from common.slo.calibration import Calibration, WindowQuantile
 from common.slo.cost_models import PrefillModel
 from common.slo.forward_budget import TightestSlo, forward_budget
@@ -350,68 +351,3 @@ def _around(queued: list[Queued], deadline: float) -> tuple[int, int]:
         else:
             later += tokens
     return earlier, later
-
-
-def best_prefill_s(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
-                   now: float, ttft_s: float = 0.0, at_boundary: bool = False) -> float:
-    """The least predicted prefill call (seconds) over the workers where the request makes no
-    queued request late; inf when there is none; 0 when no worker has a model, or when one is
-    idle and no call to it has been observed yet: a worker with nothing to do never refuses on
-    a model's word alone, and its first call teaches the calibration. ``prompt_tokens``: the
-    prompt's tokens, or per guard what that worker would compute (less its cached prefix);
-    ``ttft_s``: the request's TTFT SLO, whose class's headroom the predictions carry (and at least
-    each worker's boundary margin when the request is ``at_boundary``)."""
-    return _least(guards, _options(guards, prompt_tokens, deadline, now, ttft_s, at_boundary))
-
-
-def _options(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float, now: float,
-             ttft_s: float, at_boundary: bool = False) -> list[tuple[TtftGuard, float | None]] | None:
-    """The workers where the request makes no queued request late, each with its prediction (None
-    without a model); None when one is idle and untested (``best_prefill_s``: then 0)."""
-    if any(g.idle_and_untested() for g in guards):
-        return None
-    per_guard = [prompt_tokens] * len(guards) if isinstance(prompt_tokens, int) else list(prompt_tokens)
-    options = []
-    for g, n in zip(guards, per_guard):
-        pushes, predicted = g.option(n, deadline, now, ttft_s, at_boundary)
-        if not pushes:
-            options.append((g, predicted))
-    return options
-
-
-def _least(guards: Collection[TtftGuard], options: list[tuple[TtftGuard, float | None]] | None) -> float:
-    if options is None:
-        return 0.0
-    if not options:
-        return float("inf") if guards else 0.0
-    return min((s for _, s in options if s is not None), default=0.0)
-
-
-def ttft_refusal(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], ttft_s: float, arrived: float,
-                 now: float) -> str | None:
-    """Why a request that arrived at ``arrived`` with TTFT SLO ``ttft_s`` cannot get its first
-    token in time (None: it can). The decision of the TTFT guard, for the gateway and the
-    simulator alike. A refusal a worker's headroom alone caused (its prediction under the
-    headroom's probe, ``MarginController.probe``, would have fit) counts toward relaxing that
-    headroom (``MarginController.refused``: a class its margin shuts out is tried again)."""
-    options = _options(guards, prompt_tokens, arrived + ttft_s, now, ttft_s)
-    best = _least(guards, options)
-    if best == float("inf"):
-        return "on every prefill worker the request would make queued requests miss theirs"
-    left_s = ttft_s - (now - arrived)
-    if best > left_s:
-        for guard, predicted in options or ():
-            headroom = guard.headrooms.of(ttft_s)
-            if predicted is not None and predicted * headroom.probe() / headroom.margin <= left_s:
-                headroom.refused()
-        return f"the best prefill worker is predicted to need {best * 1000:.0f} ms"
-    return None
-
-
-def last_useful_admission(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
-                          now: float, ttft_s: float = 0.0) -> float:
-    """The latest moment a request (TTFT SLO ``ttft_s``) waiting for a decode worker can still be
-    admitted and get its first token by ``deadline``: the deadline less its best predicted prefill,
-    under at least each worker's boundary margin (sent then, it has no slack left for a prediction
-    its class's headroom relaxed on requests that had)."""
-    return deadline - best_prefill_s(guards, prompt_tokens, deadline, now, ttft_s, at_boundary=True)

@@ -65,7 +65,7 @@ def test_a_queued_request_already_predicted_late_does_not_block_newcomers():
 def best_prefill_now_s(registry: WorkerRegistry, tokens: int, deadline: float) -> float:
     import time
 
-    from common.slo.ttft_guard import best_prefill_s
+    from common.slo.ttft_decision import best_prefill_s
 
     return best_prefill_s(routable_guards(registry), tokens, deadline, time.perf_counter())
 

@@ -7,7 +7,8 @@ import pytest
 from common.slo.calibration import Calibration
 from common.slo.cost_models import PrefillModel
 from common.slo.promise import ClassMargins
-from common.slo.ttft_guard import TtftGuard, best_prefill_s
+from common.slo.ttft_decision import best_prefill_s
+from common.slo.ttft_guard import TtftGuard
 
 MODEL = PrefillModel(threshold=100, base_s=0.010, per_token_s=1e-4)  # 10 ms + 0.1 ms per token above 100
 INF = float("inf")
@@ -234,7 +235,7 @@ def test_a_refusal_the_class_headroom_alone_caused_relaxes_it_and_no_other():
     """A class margin hears only its class's outcomes, so one high enough to refuse the class whole
     would never come down; refusals that the margin alone caused (its probe would have admitted
     the request) count toward stepping it down, and one the work alone causes does not."""
-    from common.slo.ttft_guard import ttft_refusal
+    from common.slo.ttft_decision import ttft_refusal
 
     guard = _guard(Clock())
     guard.calibration.observe(0.010, 0.010)  # tested: its predictions decide
@@ -254,7 +255,8 @@ def test_a_refusal_the_class_headroom_alone_caused_relaxes_it_and_no_other():
 def test_a_promise_at_its_boundary_is_checked_under_a_headroom_of_at_least_one():
     """A loose class's headroom relaxes on outcomes met with room; a queued request of it, and a
     waiter at its last useful moment, have none, and are checked under at least BOUNDARY_HEADROOM."""
-    from common.slo.ttft_guard import BOUNDARY_HEADROOM, last_useful_admission
+    from common.slo.boundary import BOUNDARY_HEADROOM
+    from common.slo.ttft_decision import last_useful_admission
 
     clock = Clock()
     guard = _guard(clock)
