@@ -177,22 +177,21 @@ class RequestFlow:
         # what this worker will compute: its guard predicts, queues and calibrates on that
         tokens, guard = prompt.uncached_tokens(worker.prefix), worker.guard
         ahead, raw_s = guard.queued_ahead(deadline), guard.predict_s(tokens, deadline, calibrated=False)
-        sent = p.prefill_sent = time.perf_counter()
-        p.prefill_predicted_s = guard.predict_s(tokens, deadline, ttft_s=req.ttft_ms / 1000, now=sent)
+        p.prefill_predicted_s = guard.predict_s(tokens, deadline, ttft_s=req.ttft_ms / 1000)
         p.prefill_headroom = guard.headrooms.margin(req.ttft_ms / 1000)
         worker.inflight += 1
-        guard.sent(req.request_id, deadline, tokens, req.ttft_ms / 1000, now=sent)
+        guard.sent(req.request_id, deadline, tokens, req.ttft_ms / 1000)
+        sent = p.prefill_sent = time.perf_counter()
         try:
             reply = await worker.stub.Prefill(request, timeout=call_timeout(req, PREFILL_TIMEOUT_S))
-            answered = time.perf_counter()
-            p.prefill_call_s = answered - sent
+            p.prefill_call_s = time.perf_counter() - sent
             p.prefilled(reply)
             if len(prompt) - reply.cached_tokens != tokens:  # its cache changed since its last digest
                 raw_s = guard.raw_for(ahead, len(prompt) - reply.cached_tokens)
             # teach the TTFT guard what the prefill call (queue, forward, KV transfer, both RPC
             # hops, this event loop's own lag) really takes on this worker now
             worker_s = (reply.prefill_ms + reply.transfer_ms) / 1000
-            guard.answered(req.request_id, p.prefill_call_s, raw_s, worker_s, reply.forward_ratio, now=answered)
+            guard.answered(req.request_id, p.prefill_call_s, raw_s, worker_s, reply.forward_ratio)
             if self.metrics is not None:
                 self.metrics.prefill_call_overhead.labels("gateway").observe(max(0.0, p.prefill_call_s - worker_s))
             if raw_s and self.metrics is not None:

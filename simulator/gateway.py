@@ -269,7 +269,7 @@ class SimGateway:
         guard = self.guards[worker.worker_id]
         flight.prefill = worker
         flight.predicted_s = guard.predict_s(flight.tokens, flight.deadline, calibrated=False)
-        guard.sent(flight.request_id, flight.deadline, flight.tokens, flight.ttft_s, now=self.sim.now)
+        guard.sent(flight.request_id, flight.deadline, flight.tokens, flight.ttft_s)
         self.inflight[worker.worker_id] += 1
         flight.sent_at = self.sim.now
         flight.headroom_at = guard.headrooms.margin(flight.ttft_s)
@@ -318,7 +318,7 @@ class SimGateway:
         guard = self.guards[flight.prefill.worker_id]
         observed = now - flight.sent_at
         guard.answered(flight.request_id, observed, flight.predicted_s, observed - 2 * self.config.hop_s - overhead_s,
-                       flight.prefill.core.load.forward_calibration_ratio, now=now)
+                       flight.prefill.core.load.forward_calibration_ratio)
         self.inflight[flight.prefill.worker_id] -= 1
         flight.first_token_at = now
         outcome(now - flight.arrived, flight.ttft_s, guard.headrooms.of(flight.ttft_s), flight.headroom_at)

@@ -29,9 +29,8 @@ A loose class's headroom relaxes to ~0.8 on the outcomes it meets with room, whi
 a request with no slack left: a queued request a newcomer would push back, and a waiter at its last
 useful moment (``last_useful_admission``), are checked under at least the worker's boundary margin
 (at twice the knee both missed under a relaxed one: 1 s-TTFT calls at twice their prediction). That
-margin is steered by how far calls that came near their deadlines outrun their predictions, the
-pushes of later sends included (``common.slo.boundary``); it starts at, and never goes below,
-``BOUNDARY_HEADROOM``.
+margin is steered by how far calls outrun their predictions, the pushes of later sends included
+(``common.slo.boundary``); it starts at, and never goes below, ``BOUNDARY_HEADROOM``.
 
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
 reads the clock it is given), so a simulator can drive it on a virtual clock.
@@ -48,7 +47,6 @@ from common.slo.calibration import Calibration, WindowQuantile
 from common.slo.cost_models import PrefillModel
 from common.slo.forward_budget import TightestSlo, forward_budget
 from common.slo.promise import DEFAULT_TARGET, ClassMargins, MarginController
-from common.slo.under_way import ForwardUnderWay
 
 Queued = tuple[float, int, float]  # (TTFT deadline, inf without one; prompt tokens; TTFT SLO s, 0: none)
 
@@ -115,8 +113,6 @@ class TtftGuard:
     forward_ratio: float = 0.0
     # the margin promises already made are checked under, and the calls it follows (``common.slo.boundary``)
     boundary: BoundaryMargin = field(default_factory=BoundaryMargin)
-    # how far the worker is into its forward under way, which predictions made now need not wait for whole
-    under_way: ForwardUnderWay = field(default_factory=ForwardUnderWay)
 
     def heard(self, queued_tokens: int, running: int) -> None:
         """The worker's own account of its load (registration, heartbeat)."""
@@ -137,53 +133,35 @@ class TtftGuard:
         """Prompt tokens this gateway sent there and still awaits."""
         return sum(tokens for _, tokens, _ in self.queued.values())
 
-    def sent(self, request_id: str, deadline: float, tokens: int, ttft_s: float = 0.0,
-             now: float | None = None) -> None:
-        """A request with this deadline (and TTFT SLO ``ttft_s``; 0: none) and prompt ``tokens`` to
-        compute went there at ``now`` (None: not known; then no prediction is credited with the
-        forward under way)."""
+    def sent(self, request_id: str, deadline: float, tokens: int, ttft_s: float = 0.0) -> None:
+        """A request with this deadline (and TTFT SLO ``ttft_s``; 0: none) and prompt ``tokens`` to compute went there."""
         self.tightest.observe(ttft_s)
-        credit = self._follow(request_id, deadline, tokens, ttft_s, now) if self.model is not None else 0.0
-        idle = not self.queued and not self.others_tokens
-        self.under_way.sent(request_id, now, idle, credit)
+        if self.model is not None:
+            self._follow(request_id, deadline, tokens)
         self.disturbed.update(self.queued)
-        if idle:
+        if not self.queued and not self.others_tokens:
             self.alone.add(request_id)
         self.queued[request_id] = (deadline, tokens, ttft_s)
 
-    def _follow(self, request_id: str, deadline: float, tokens: int, ttft_s: float, now: float | None) -> float:
+    def _follow(self, request_id: str, deadline: float, tokens: int) -> None:
         """The boundary margin follows the call from here: predicted as an admission predicts it
-        (under no headroom); the queued requests with a later deadline wait for its tokens too.
-        Returns the credit of the forward under way its prediction had."""
+        (under no headroom); the queued requests with a later deadline wait for its tokens too."""
         cut, scale = self.forward_cut, (self.ratio(), self.overhead.value(), 1.0)
         per_token = self._queued_len(cut)
-        credit = self._credit(now, scale[0], cut)
         predicted = self._predict_tokens(self.queued_ahead(deadline), tokens, scale=scale, cut=cut,
-                                         queued_len=per_token, credit=credit)
+                                         queued_len=per_token)
         total = self.queued_tokens
         push = (self._raw(total, tokens, cut, per_token) - self._raw(total, 0, cut, per_token)) * scale[0]
-        self.boundary.sent(request_id, predicted, ttft_s, (r for r, (d, _, _) in self.queued.items() if d > deadline),
-                           push)
-        return credit
-
-    def _credit(self, now: float | None, ratio: float, cut: int) -> float:
-        """Seconds of the forward under way already run at ``now`` (``common.slo.under_way``): at
-        most the oldest queued prompt's own forward; none while other gateways' work is queued."""
-        if now is None or self.others_tokens or not self.queued or self.model is None:
-            return 0.0
-        oldest = next(iter(self.queued.values()))[1]
-        return self.under_way.credit(now, ratio * self._raw(oldest, 0, cut, oldest))
+        self.boundary.sent(request_id, predicted, (r for r, (d, _, _) in self.queued.items() if d > deadline), push)
 
     def answered(self, request_id: str, observed_s: float, predicted_s: float | None,
-                 worker_s: float | None = None, forward_ratio: float = 0.0, now: float | None = None) -> None:
+                 worker_s: float | None = None, forward_ratio: float = 0.0) -> None:
         """The worker returned the request's first token after ``observed_s``, of which it spent
-        ``worker_s`` itself (None: not known), at ``now`` (None: not known): its tokens leave the
-        queue, and, unless a later send may have delayed it, the call teaches the calibration
-        (when it was sent with nothing ahead) what ``predicted_s`` (uncalibrated, as the model
-        says of the whole queue ahead; None or 0: no prediction was made) really took and the
-        overhead what the rest cost, beyond the prediction credited with the forward under way."""
+        ``worker_s`` itself (None: not known): its tokens leave the queue, and, unless a later send
+        may have delayed it, the call teaches the calibration (when it was sent with nothing
+        ahead) what ``predicted_s`` (uncalibrated; None or 0: no prediction was made) really took
+        and the overhead what the rest cost."""
         self.queued.pop(request_id, None)
-        credit = self.under_way.answered(request_id, now, self.queued)
         self.boundary.answered(request_id, observed_s)
         if forward_ratio > 0:
             self.forward_ratio = forward_ratio
@@ -195,13 +173,12 @@ class TtftGuard:
         if alone:
             self.calibration.observe(predicted_s, observed_s if worker_s is None else worker_s)
         if worker_s is not None:
-            self.overhead.observe(max(0.0, observed_s - max(0.0, self.ratio() * predicted_s - credit)))
+            self.overhead.observe(max(0.0, observed_s - self.ratio() * predicted_s))
 
     def dropped(self, request_id: str) -> None:
         """The call ended without an answer (failed, cancelled): its tokens leave the queue and
         nothing is learnt. Idempotent."""
         self.queued.pop(request_id, None)
-        self.under_way.dropped(request_id, self.queued)
         self.boundary.dropped(request_id)
         self.disturbed.discard(request_id)
         self.alone.discard(request_id)
@@ -213,21 +190,14 @@ class TtftGuard:
         ahead. So is the forward under way, whatever its requests' deadlines: it is not
         preempted, and it holds up to ``forward_tokens`` of what was queued when it began (0: all
         of it), while a prompt begun in chunks runs its remaining chunks before any newcomer.
-        Which later requests that forward holds only the worker knows, so all of them that were
-        queued when it began count (as far as this gateway saw when: ``common.slo.under_way``; all
-        of them when it did not see), up to one forward's tokens or the oldest request whole,
-        whichever is more. (Counting only the oldest missed a burst's forward of several prompts:
-        calls took 2.5x their prediction.) Work the worker last reported beyond what this gateway
-        had sent (other gateways') counts as ahead.
+        Which later requests that forward holds only the worker knows, so all of them count, up
+        to one forward's tokens or the oldest request whole, whichever is more. (Counting only the
+        oldest missed a burst's forward of several prompts: calls took 2.5x their prediction.)
+        Work the worker last reported beyond what this gateway had sent (other gateways') counts
+        as ahead.
         """
         mine = list(self.queued.values())
-        return self._ahead(mine, *_around(mine, self._may_run(), deadline), deadline)
-
-    def _may_run(self) -> list[bool]:
-        """Of the queued requests, in sending order, those the forward under way may hold: queued
-        when it began, as far as this gateway saw (all of them when it did not see)."""
-        members = self.under_way.members
-        return [members is None or request_id in members for request_id in self.queued]
+        return self._ahead(mine, *_around(mine, deadline), deadline)
 
     @property
     def forward_cut(self) -> int:
@@ -237,9 +207,8 @@ class TtftGuard:
         return forward_budget(self.model, self.tightest.value(), self.forward_tokens)
 
     def _ahead(self, mine: list[Queued], earlier: int, later: int, deadline: float, cut: int | None = None) -> int:
-        """``queued_ahead`` from the tokens queued with a deadline up to ``deadline``, and of those
-        after it the ones the forward under way may hold; ``cut``: ``forward_cut`` when the caller
-        read it once for many."""
+        """``queued_ahead`` from the tokens queued with a deadline up to ``deadline`` and after it;
+        ``cut``: ``forward_cut`` when the caller read it once for many."""
         if later:
             cut = self.forward_cut if cut is None else cut
             oldest = mine[0][1] if mine[0][0] > deadline else 0
@@ -247,24 +216,21 @@ class TtftGuard:
         return earlier + self.others_tokens
 
     def predict_s(self, prompt_tokens: int, deadline: float = float("inf"), calibrated: bool = True,
-                  ttft_s: float = 0.0, now: float | None = None) -> float | None:
+                  ttft_s: float = 0.0) -> float | None:
         """The queue ahead plus this prompt through the fitted model, one forward per
         ``forward_tokens`` (scaled by what calls have been taking, and by the headroom of the
-        class of ``ttft_s``, less what the forward under way has run at ``now``, when
-        ``calibrated``); None without a model."""
+        class of ``ttft_s``, when ``calibrated``); None without a model."""
         if self.model is None:
             return None
-        scale = self._scale(ttft_s) if calibrated else None
-        credit = self._credit(now, scale[0], self.forward_cut) if scale else 0.0
-        return self._predict_tokens(self.queued_ahead(deadline), prompt_tokens, calibrated, scale, credit=credit)
+        return self._predict_tokens(self.queued_ahead(deadline), prompt_tokens, calibrated,
+                                    self._scale(ttft_s) if calibrated else None)
 
     def _predict_tokens(self, ahead: int, prompt_tokens: int = 0, calibrated: bool = True,
                         scale: tuple[float, float, float] | None = None, cut: int | None = None,
-                        queued_len: float | None = None, credit: float = 0.0) -> float:
+                        queued_len: float | None = None) -> float:
         """``ahead`` queued tokens and a prompt of ``prompt_tokens`` through the model; ``scale``:
         (calibration ratio, overhead, headroom), ``cut``: ``forward_cut``, and ``queued_len``:
-        ``_queued_len``, when the caller read them once for many predictions; ``credit``: seconds of
-        the forward under way already run (``_credit``)."""
+        ``_queued_len``, when the caller read them once for many predictions."""
         assert self.model is not None
         cut = self.forward_cut if cut is None else cut
         tokens = ahead + prompt_tokens
@@ -274,7 +240,7 @@ class TtftGuard:
         if not calibrated:
             return raw
         ratio, overhead, margin = scale or self._scale()
-        return (max(0.0, raw * ratio - credit) + overhead) * margin
+        return (raw * ratio + overhead) * margin
 
     def _raw(self, ahead: int, prompt_tokens: int, cut: int, queued_len: float) -> float:
         """The model's time for ``ahead`` queued tokens (of ``queued_len`` attention work a token)
@@ -323,9 +289,8 @@ class TtftGuard:
         if self.model is None:
             return False
         cut = self.forward_cut
-        ratio = self.ratio()
-        return self._pushes(prompt_tokens, deadline, now, list(self.queued.values()), cut, ratio,
-                            self.overhead.value(), self._queued_len(cut), self._credit(now, ratio, cut))
+        return self._pushes(prompt_tokens, deadline, now, list(self.queued.values()), cut, self.ratio(),
+                            self.overhead.value(), self._queued_len(cut))
 
     def option(self, prompt_tokens: int, deadline: float, now: float, ttft_s: float = 0.0,
                at_boundary: bool = False) -> tuple[bool, float | None]:
@@ -336,41 +301,37 @@ class TtftGuard:
             return False, None
         mine, cut, ratio, overhead = list(self.queued.values()), self.forward_cut, self.ratio(), self.overhead.value()
         per_token = self._queued_len(cut)
-        credit = self._credit(now, ratio, cut)
-        if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead, per_token, credit):
+        if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead, per_token):
             return True, None
-        ahead = self._ahead(mine, *_around(mine, self._may_run(), deadline), deadline, cut)
+        ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)
         margin = max(self.boundary.margin if at_boundary else 0.0, self.headrooms.margin(ttft_s))
         return False, self._predict_tokens(ahead, prompt_tokens, scale=(ratio, overhead, margin), cut=cut,
-                                           queued_len=per_token, credit=credit)
+                                           queued_len=per_token)
 
     def _pushes(self, prompt_tokens: int, deadline: float, now: float, mine: list[Queued], cut: int, ratio: float,
-                overhead: float, per_token: float, credit: float = 0.0) -> bool:
-        """``pushes_queued_past`` with the queue, ``forward_cut``, ``ratio()``, the overhead,
-        ``_queued_len`` and ``_credit`` read."""
-        by_deadline = sorted(zip(mine, self._may_run()), key=lambda q: q[0][0])
-        may_run = sum(tokens for (_, tokens, _), may in by_deadline if may)
-        earlier = 0
+                overhead: float, per_token: float) -> bool:
+        """``pushes_queued_past`` with the queue, ``forward_cut``, ``ratio()``, the overhead and
+        ``_queued_len`` read."""
+        by_deadline = sorted(mine, key=lambda q: q[0])
+        total, earlier = sum(tokens for _, tokens, _ in mine), 0
         # each queued request's own ``queued_ahead`` from running sums in deadline order: one pass,
         # not one over the queue per request (a gateway with hundreds queued spent its core here)
         classes: set[float] = set()  # the TTFT SLOs of the requests due at this deadline
-        for i, ((queued_deadline, tokens, ttft_s), may) in enumerate(by_deadline):
+        for i, (queued_deadline, tokens, ttft_s) in enumerate(by_deadline):
             earlier += tokens
-            may_run -= tokens if may else 0  # left: the later ones the forward under way may hold
             classes.add(ttft_s)
-            if i + 1 < len(by_deadline) and by_deadline[i + 1][0][0] == queued_deadline:
+            if i + 1 < len(by_deadline) and by_deadline[i + 1][0] == queued_deadline:
                 continue  # equal deadlines: all of them are ahead of each
             due, classes = classes, set()
             if queued_deadline < deadline or queued_deadline == float("inf"):
                 continue
-            ahead = self._ahead(mine, earlier, may_run, queued_deadline, cut)
+            ahead = self._ahead(mine, earlier, total - earlier, queued_deadline, cut)
             # each its own class's, the promise it was made, and no less than the boundary's
             for margin in {max(self.boundary.margin, self.headrooms.margin(t)) for t in due}:
                 scale = ratio, overhead, margin
-                on_time_now = now + self._predict_tokens(ahead, scale=scale, cut=cut, queued_len=per_token,
-                                                         credit=credit) <= queued_deadline
-                with_it = now + self._predict_tokens(ahead, prompt_tokens, scale=scale, cut=cut, queued_len=per_token,
-                                                     credit=credit)
+                on_time_now = now + self._predict_tokens(ahead, scale=scale, cut=cut, queued_len=per_token) \
+                    <= queued_deadline
+                with_it = now + self._predict_tokens(ahead, prompt_tokens, scale=scale, cut=cut, queued_len=per_token)
                 if on_time_now and with_it > queued_deadline:
                     return True
         return False
@@ -381,13 +342,12 @@ class TtftGuard:
                 and self.reported_running == 0)
 
 
-def _around(queued: list[Queued], may_run: list[bool], deadline: float) -> tuple[int, int]:
-    """Prompt tokens queued with a deadline up to ``deadline``, and after it of those the forward
-    under way may hold (``may_run``, per queued request)."""
+def _around(queued: list[Queued], deadline: float) -> tuple[int, int]:
+    """Prompt tokens queued with a deadline up to ``deadline``, and after it."""
     earlier = later = 0
-    for (queued_deadline, tokens, _), may in zip(queued, may_run):
+    for queued_deadline, tokens, _ in queued:
         if queued_deadline <= deadline:
             earlier += tokens
-        elif may:
+        else:
             later += tokens
     return earlier, later

@@ -287,13 +287,12 @@ def _tested(clock: Clock) -> TtftGuard:
 def test_a_call_is_expected_to_wait_for_every_later_send_that_goes_before_it():
     """300 tokens queued (30 ms by the model), then 200 with an earlier deadline go before them:
     the queued call is now expected to take 50 ms, and taking that teaches the boundary margin no
-    miss; taking 1.3 times it raises the margin to 1.3. (Both come near their boundaries: 50 ms of
-    TTFT SLOs of 80 and 100 ms.)"""
+    miss; taking 1.3 times it raises the margin to 1.3."""
     clock = Clock()
     guard = _tested(clock)
-    guard.sent("late", deadline=1.0, tokens=300, ttft_s=0.080)
+    guard.sent("late", deadline=1.0, tokens=300, ttft_s=1.0)
     assert guard.boundary.expected["late"] == pytest.approx(0.030)
-    guard.sent("early", deadline=0.5, tokens=200, ttft_s=0.100)
+    guard.sent("early", deadline=0.5, tokens=200, ttft_s=0.5)
     assert guard.boundary.expected["late"] == pytest.approx(0.050)
     assert guard.boundary.expected["early"] == pytest.approx(MODEL.predict_forwards(500, 0))  # the oldest is ahead
     guard.answered("late", observed_s=0.050, predicted_s=0.030)
@@ -301,9 +300,8 @@ def test_a_call_is_expected_to_wait_for_every_later_send_that_goes_before_it():
     guard.answered("early", observed_s=1.3 * guard.boundary.expected["early"], predicted_s=0.050)
     assert guard.boundary.margin == pytest.approx(1.3) and guard.boundary.controller.misses == 1
     assert not guard.boundary.expected
-    guard.sent("gone", deadline=1.0, tokens=100, ttft_s=0.010)
+    guard.sent("gone", deadline=1.0, tokens=100)
     guard.dropped("gone")  # no answer: nothing learnt, nothing kept
-    guard.sent("none", deadline=INF, tokens=100)  # no TTFT SLO: no boundary, nothing followed
     assert not guard.boundary.expected and guard.boundary.controller.outcomes == 2
 
 
@@ -313,63 +311,13 @@ def test_calls_that_outrun_their_predictions_make_a_queued_promise_harder_to_pus
     guard.sent("queued", deadline=0.065, tokens=300, ttft_s=1.0)  # 30 ms alone, due at 65 ms
     assert not guard.pushes_queued_past(300, deadline=0.020, now=0.0)  # 60 ms with it: on time
     for i in range(40):  # calls answered in half their predicted time: the margin stays at the model's word
-        guard.sent(f"quick{i}", deadline=2.0, tokens=100, ttft_s=0.050)  # 40 ms of 50: near their boundary
+        guard.sent(f"quick{i}", deadline=INF, tokens=100)
         clock.now += 0.01
         guard.answered(f"quick{i}", observed_s=0.5 * guard.boundary.expected[f"quick{i}"], predicted_s=0.010)
-    assert guard.boundary.margin == 1.0 and guard.boundary.controller.outcomes == 40
+    assert guard.boundary.margin == 1.0
     assert not guard.pushes_queued_past(300, deadline=0.020, now=0.0)
-    # a call far from its boundary (40 ms of 1 s) stalled to three times its prediction: a short
-    # call's stall, which says little of a promise pushed to its deadline
-    guard.sent("stalled", deadline=2.0, tokens=100, ttft_s=1.0)
-    guard.answered("stalled", observed_s=3 * guard.boundary.expected["stalled"], predicted_s=0.010)
-    assert guard.boundary.margin == 1.0 and guard.boundary.controller.outcomes == 40
-    assert not guard.pushes_queued_past(300, deadline=0.020, now=0.0)
-    guard.sent("slow", deadline=2.0, tokens=100, ttft_s=0.050)
+    guard.sent("slow", deadline=INF, tokens=100)
     guard.answered("slow", observed_s=1.25 * guard.boundary.expected["slow"], predicted_s=0.010)
     assert guard.boundary.margin == pytest.approx(1.25)
     # 60 ms × 1.25 is past the queued request's 65 ms, while the 30 ms it is expected alone is not
     assert guard.pushes_queued_past(300, deadline=0.020, now=0.0)
-
-
-def test_a_request_sent_to_a_busy_worker_waits_for_the_rest_of_the_forward_under_way_not_all_of_it():
-    """The forward under way began when its call went to an idle worker; 20 ms later a newcomer
-    waits for 10 ms of it, not 30; once it has run longer than its own prediction, for none of
-    it; and for none of a later request queued after it began. An answer that leaves calls queued
-    begins the next forward, with any of them."""
-    guard = _tested(Clock())
-    alone = MODEL.predict_forwards(300, 0)  # 30 ms
-    both = MODEL.predict_forwards(600, 0, attention=2 * 300 ** 2)
-    assert guard.option(300, deadline=0.5, now=0.0) == (False, pytest.approx(MODEL.predict_forwards(300, 0)))
-    guard.sent("a", deadline=1.0, tokens=300, ttft_s=1.0, now=0.0)  # idle: its forward begins now
-    assert guard.option(300, deadline=0.5, now=0.020) == (False, pytest.approx(both - 0.020))
-    assert guard.option(300, deadline=0.5, now=0.500) == (False, pytest.approx(both - alone))
-    assert guard.predict_s(300, 0.5) == pytest.approx(both)  # no clock reading: no credit
-    assert guard.predict_s(300, 0.5, now=0.020) == pytest.approx(both - 0.020)
-    guard.sent("b", deadline=1.0, tokens=300, ttft_s=1.0, now=0.010)  # behind "a": no new forward
-    # "b" came after the forward under way began: a newcomer with an earlier deadline goes before it
-    assert guard.queued_ahead(0.5) == 300 and guard.queued_ahead(2.0) == 600
-    assert guard.option(300, deadline=0.5, now=0.020) == (False, pytest.approx(both - 0.020))
-    guard.answered("a", observed_s=0.035, predicted_s=alone, now=0.035)  # "b" begins about now
-    assert guard.option(300, deadline=0.5, now=0.045) == (False, pytest.approx(both - 0.010))
-    guard.heard(queued_tokens=900, running=1)  # another gateway's 600 tokens: whose forwards it cannot see
-    assert guard.others_tokens == 600
-    assert guard.option(300, deadline=0.5, now=0.045)[1] == pytest.approx(
-        MODEL.predict_forwards(1200, 0, attention=300 * 300 + 300 ** 2))
-    guard.heard(queued_tokens=300, running=1)
-    guard.answered("b", observed_s=0.040, predicted_s=both, now=0.050)  # nothing left: idle, no credit
-    assert guard.under_way.since is None and guard.option(300, deadline=0.5, now=0.060)[1] == pytest.approx(alone)
-
-
-def test_the_overhead_is_what_a_call_took_beyond_its_credited_prediction():
-    """A call sent 20 ms into a 30 ms forward waits 10 ms for it: answered after 45 ms where the
-    model says 30 + 30 ms less the 20 ms credited, it cost 5 ms beyond its prediction (uncredited,
-    it would have looked 15 ms early and taught nothing)."""
-    guard = _tested(Clock())
-    alone = MODEL.predict_forwards(300, 0)
-    guard.sent("a", deadline=1.0, tokens=300, ttft_s=1.0, now=0.0)
-    raw = guard.predict_s(300, 1.0, calibrated=False)  # the whole queue ahead, as the gateway passes it
-    guard.sent("b", deadline=1.0, tokens=300, ttft_s=1.0, now=0.020)
-    guard.dropped("a")  # "a" was disturbed by "b" and teaches nothing; "b" was not
-    guard.answered("b", observed_s=0.045, predicted_s=raw, worker_s=0.040, now=0.065)
-    assert raw == pytest.approx(2 * alone)
-    assert guard.overhead.value() == pytest.approx(0.045 - (raw - 0.020))
