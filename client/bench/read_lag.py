@@ -8,6 +8,10 @@ sleeps ``PERIOD_S`` at a time and records how much later than asked each wake-up
 request's read lag is the largest of the wake-ups from its send to ``2 × PERIOD_S`` past its
 first token (the probe wakes at the end of the same stall that delayed the read, just before or
 just after it).
+
+Only the wake-ups some request may still ask about are kept: from the earliest send still waiting
+for its read lag (``watch``/``unwatch``) on. Keeping every one, a tester grew by 46 MB an hour of
+run whatever its load (tracemalloc, 720,000 wake-ups).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import bisect
 import time
 
 PERIOD_S = 0.005  # a few hundred wake-ups a second: nothing beside the thousands of messages relayed
+TRIM_EVERY = 1024  # wake-ups recorded between two drops of those no request may ask about
 
 
 class ReadLag:
@@ -25,10 +30,36 @@ class ReadLag:
         self._started = started  # the run's start on perf_counter: times below count from it
         self._woke: list[float] = []  # when each wake-up came, ascending
         self._late: list[float] = []  # how much later than asked it came
+        self._watched: dict[float, int] = {}  # run times from which requests may ask, and how many from each
+        self._trim_at = TRIM_EVERY  # the length at which the next drop comes
+
+    def watch(self, since: float) -> None:
+        """A request sent at or after ``since`` (run time) will ask for its ``worst``: the wake-ups
+        from then on are kept until it ``unwatch``es."""
+        self._watched[since] = self._watched.get(since, 0) + 1
+
+    def unwatch(self, since: float) -> None:
+        left = self._watched.pop(since, 0) - 1
+        if left > 0:
+            self._watched[since] = left
 
     def record(self, woke_at: float, late_s: float) -> None:
         self._woke.append(woke_at)
         self._late.append(max(0.0, late_s))
+        if len(self._woke) >= self._trim_at:
+            self._trim()
+
+    def _trim(self) -> None:
+        """Drops the wake-ups before the earliest watched time (all but the last when none is: a
+        request not yet sent asks only about what comes after its send)."""
+        horizon = min(self._watched, default=self._woke[-1])
+        gone = bisect.bisect_left(self._woke, horizon)
+        del self._woke[:gone], self._late[:gone]
+        self._trim_at = len(self._woke) + TRIM_EVERY
+
+    def __len__(self) -> int:
+        """Wake-ups kept now."""
+        return len(self._woke)
 
     def worst(self, since: float, until: float) -> float:
         """The largest lag of a wake-up from ``since`` to ``until + 2 × period`` (run time)."""

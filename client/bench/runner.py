@@ -32,13 +32,19 @@ async def schedule(plan: list[PlannedRequest], max_concurrency: int | None, send
 
     async def one(item: PlannedRequest) -> RequestRecord:
         await asyncio.sleep(max(0.0, item.send_at - (time.perf_counter() - started)))
-        late = max(0.0, time.perf_counter() - started - item.send_at)  # this process's own delay
-        async with gate:
-            record = await send(item, started)
-        record.send_late_s = late
-        if record.token_times:  # the probe's wake-ups up to two periods past the first token are in
-            await asyncio.sleep(max(0.0, started + record.token_times[0] + 2 * read_lag.period_s - time.perf_counter()))
-            record.read_lag_s = read_lag.worst(record.start, record.token_times[0])
+        now = time.perf_counter() - started
+        late = max(0.0, now - item.send_at)  # this process's own delay
+        read_lag.watch(now)  # its send, and so the start of what it asks about, comes at or after now
+        try:
+            async with gate:
+                record = await send(item, started)
+            record.send_late_s = late
+            if record.token_times:  # the probe's wake-ups up to two periods past the first token are in
+                await asyncio.sleep(max(0.0, started + record.token_times[0] + 2 * read_lag.period_s
+                                        - time.perf_counter()))
+                record.read_lag_s = read_lag.worst(record.start, record.token_times[0])
+        finally:
+            read_lag.unwatch(now)
         on_done(record)
         return record
 

@@ -109,3 +109,28 @@ def test_a_request_whose_wait_saw_no_stall_has_no_read_lag():
     assert lag.worst(0.21, 0.29) == pytest.approx(0.001)
     assert lag.worst(0.05, 0.19) == pytest.approx(0.08)  # a stall ending 2 periods after the first token counts
     assert lag.worst(0.05, 0.18) == pytest.approx(0.0)
+
+
+def test_the_read_lag_keeps_only_the_wake_ups_a_request_may_still_ask_about():
+    """An hour of wake-ups with nothing in flight is not kept; those from a send still waiting for
+    its read lag are, and it reads the same worst as if all had been kept."""
+    from client.bench.read_lag import TRIM_EVERY, ReadLag
+
+    lag = ReadLag(started=0.0, period_s=0.005)
+    t = 0.0
+    for i in range(720_000):  # an hour at 200 wake-ups a second, no request in flight
+        t = i * 0.005
+        lag.record(t, 0.0005)
+    assert len(lag) <= TRIM_EVERY
+    lag.watch(t)  # a request sent now
+    stall_at = t + 30.0
+    for i in range(1, 20_000):  # 100 s more, one 90 ms stall 30 s in
+        w = t + i * 0.005
+        lag.record(w, 0.09 if abs(w - stall_at) < 0.0025 else 0.0005)
+    assert lag.worst(t, stall_at - 0.008) == pytest.approx(0.09)  # its window saw the stall: still kept
+    assert lag.worst(t, stall_at - 0.2) == pytest.approx(0.0005)
+    lag.unwatch(t)
+    lag.record(t + 101.0, 0.0)
+    for i in range(TRIM_EVERY):
+        lag.record(t + 102.0 + i * 0.005, 0.0)
+    assert len(lag) <= TRIM_EVERY  # nothing watched: the 100 s went
