@@ -18,6 +18,7 @@ stretch the front end's share of the worker's cores gives at its start.
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -37,7 +38,7 @@ MAX_RUN = 512  # steps a decode worker runs ahead at most
 FIRST_RUN = 4  # ... at first: a run that ends uncut doubles the next one, a cut one halves it
 
 
-class SimWorker:
+class SimWorker(ABC):
     role = ""  # "prefill" or "decode": which of the config's forward factors it draws
 
     def __init__(self, sim: Simulation, worker_id: str, config: SimConfig, models: CostModels,
@@ -126,10 +127,10 @@ class SimWorker:
     def _interrupted(self) -> None:
         """A call arrived during a step (a decode worker's run ahead stops at the step in progress)."""
 
+    @abstractmethod
     def forward_s(self, batch: ScheduledBatch) -> float:
         """What ``batch`` takes on this worker's cost model: each kind of worker says (the prefill and
-        decode workers below both do; a worker of no kind is never built)."""
-        raise NotImplementedError(f"{type(self).__name__} has no forward of its own")
+        decode workers below both do; a worker of no kind cannot be built)."""
 
 
 class SimPrefillWorker(SimWorker):
