@@ -57,7 +57,9 @@ def summarize(runs: list[dict], target: float = DEFAULT_TARGET) -> tuple[list[di
 
 def one_side(code: Path, workload: str, rates: str, policy: str, work: Path) -> list[dict]:
     """One fresh cluster of the code at ``code`` through ``rates``: its points."""
-    done = subprocess.run([sys.executable, str(ONE_RUN), workload, rates, policy, str(work)], cwd=code,
+    # its text, not its path: run as a script, its own directory (this tree's bench/) would shadow
+    # the packages of the side's tree
+    done = subprocess.run([sys.executable, "-c", ONE_RUN.read_text(), workload, rates, policy, str(work)], cwd=code,
                           env={**os.environ, "PYTHONPATH": str(code)}, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"a run of {code} failed:\n{done.stderr[-3000:]}")

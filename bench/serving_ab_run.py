@@ -4,7 +4,10 @@ warmed, then through one of vs_vllm's workloads at each rate in turn, each with 
 vs_vllm draws them. It imports nothing of its own directory's tree, so it runs any commit that
 has ``bench.vs_vllm``'s workloads.
 
-    PYTHONPATH=WORKTREE python bench/serving_ab_run.py WORKLOAD RATES POLICY WORK_DIR
+    cd WORKTREE && PYTHONPATH=WORKTREE python -c "$(cat bench/serving_ab_run.py)" WORKLOAD RATES POLICY WORK_DIR
+
+(its text through ``-c``: run as a script, its own directory would come first on the path, and
+this ``bench/common.py`` would shadow the ``common`` package)
 
 Last line: ``{"points": [{"workload", "rate", "goodput", "admitted_attainment", "rejected"}, ...]}``.
 """
