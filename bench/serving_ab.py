@@ -11,6 +11,7 @@ each side's runs held the target attainment. Run with ``--base`` the commit the 
 (an A/A run), it shows the noise a difference must clear.
 
     python bench/serving_ab.py --base REV [--workload mixed] [--rates 16,48] [--rounds 3] [--out f.json] [--plot f.png]
+    python bench/serving_ab.py --base REV --workload mixed --workload bursty --rates mixed=16,48 --rates bursty=24,48
 
 Last line: ``{"base", "change", "runs": [{"side", "round", "workload", "rate", "goodput",
 "admitted_attainment", "rejected"}, ...], "summary": [{"workload", "rate", "side", "median_goodput",
@@ -55,6 +56,25 @@ def summarize(runs: list[dict], target: float = DEFAULT_TARGET) -> tuple[list[di
     return summary, ratios
 
 
+def rates_by_workload(specs: list[str], workloads: list[str]) -> dict[str, str]:
+    """``--rates`` as given (``16,48`` for every workload, ``bursty=24,48`` for one; a later one
+    wins) for each workload run. ValueError on a rate that is not a positive number or a
+    workload not run."""
+    rates = dict.fromkeys(workloads, "16,48")
+    for spec in specs:
+        name, _, values = spec.rpartition("=")
+        if name and name not in rates:
+            raise ValueError(f"--rates {spec!r}: {name!r} is not a workload run here ({', '.join(workloads)})")
+        try:
+            if not values or any(float(v) <= 0 for v in values.split(",")):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"--rates {spec!r}: rates are positive numbers, comma-separated") from None
+        for workload in [name] if name else workloads:
+            rates[workload] = values
+    return rates
+
+
 def one_side(code: Path, workload: str, rates: str, policy: str, work: Path) -> list[dict]:
     """One fresh cluster of the code at ``code`` through ``rates``: its points."""
     # its text, not its path: run as a script, its own directory (this tree's bench/) would shadow
@@ -97,7 +117,9 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the commit (any git revision) the working tree is compared with")
     parser.add_argument("--workload", action="append", choices=("mixed", "bursty"),
                         help="vs_vllm's workloads (repeatable; default: mixed)")
-    parser.add_argument("--rates", default="16,48", help="request rates each run serves, in order (req/s)")
+    parser.add_argument("--rates", action="append", default=[],
+                        help="request rates each run serves, in order (req/s; default 16,48); WORKLOAD=RATES "
+                             "for one workload (repeatable)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each side, alternated")
     parser.add_argument("--policy", default="scorpio")
     parser.add_argument("--out", type=Path, default=None)
@@ -105,6 +127,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    workloads = args.workload or ["mixed"]
+    try:
+        rates = rates_by_workload(args.rates, workloads)
+    except ValueError as exc:
+        parser.error(str(exc))
     base_rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], check=True,
                               capture_output=True, text=True).stdout.strip()
     change = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], check=True,
@@ -116,10 +143,11 @@ def main() -> None:
         try:
             for round_ in range(args.rounds):
                 for side, code in (("base", base), ("change", ROOT)):
-                    for workload in args.workload or ["mixed"]:
+                    for workload in workloads:
                         progress(f"round {round_ + 1}/{args.rounds}: {side} ({base_rev if side == 'base' else change}), "
-                                 f"{workload} at {args.rates} req/s ...")
-                        for p in one_side(code, workload, args.rates, args.policy, work / f"{side}-{round_}-{workload}"):
+                                 f"{workload} at {rates[workload]} req/s ...")
+                        for p in one_side(code, workload, rates[workload], args.policy,
+                                          work / f"{side}-{round_}-{workload}"):
                             runs.append({"side": side, "round": round_ + 1, **p})
                             progress(f"  {workload} {p['rate']:g} req/s: goodput {p['goodput']:.2f}, "
                                      f"{100 * p['admitted_attainment']:.1f}% of admitted, rejected {p['rejected']}")
