@@ -2,7 +2,7 @@
 
 A serving point on two shared cores moves a lot from run to run: the same code served `mixed` at
 16 req/s at 12.9-15.3 good req/s in five runs within an hour, and held 98.8-99.8% of admitted
-requests to both SLOs at `bursty`'s 48 (README, Measured against vLLM). One run of a change against
+requests to both SLOs at `bursty`'s 48 (README, Against vLLM). One run of a change against
 a run of the code before it says little. So this runs a pdserve cluster (``pdserve up``'s defaults,
 the policy given) from the code of ``--base`` (a git worktree, made and removed here) and from the
 working tree, in turns (base, then the change, ``--rounds`` times), each through vs_vllm's workloads

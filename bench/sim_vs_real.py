@@ -25,7 +25,7 @@ fcfs meets fewer than 90% of SLOs in simulation), by default half, the knee and 
 policies.
 
 Two alternatives to that truth, for finding what the simulated cluster lacks (neither is the
-default; README, The simulator, has the runs): ``--decode-truth refit`` runs the simulated decode
+default; docs/runs.md has the runs): ``--decode-truth refit`` runs the simulated decode
 steps at the decode worker's own model as refitted in the cluster (in-cluster steps slow with
 their batch more than the profile does), and ``--prefill-spread none`` runs every simulated
 forward at the calibration's mean (its spread, drawn independently per forward, collapses the

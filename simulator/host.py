@@ -26,7 +26,7 @@ The measured law is for a stretch the share's model misses: in a 1P1D cluster on
 SLO classes a decode step took 1.03-1.09x its worker's model at 6 req/s and 1.5-1.7x at 48-64
 req/s, where the cores' share above charges about 1.15-1.25x (the engine thread also waits on its
 own process's RPC threads, and the OS runs the front end on a busy core). It needs measuring
-where it grows: fitted through 6 and 18 req/s it came out flat (README, The simulator).
+where it grows: fitted through 6 and 18 req/s it came out flat (docs/runs.md, The simulator).
 
 With ``SimConfig.host_cores`` 0 (the default) none of this runs: the workers have their cores
 to themselves, as on a host with cores to spare for the front end.
