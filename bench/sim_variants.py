@@ -12,6 +12,10 @@ points: candidate laws for what the simulated cluster lacks, each a config and a
   real worker's steps show (``SimConfig.decode_step_memory``: slow in stretches).
 - ``per_forward``: the prefill worker's in-cluster cost as a fixed cost per forward rather than a
   factor on every forward (a loaded worker's batched forwards pay it once).
+- ``per_step``: the decode worker's the same way, a fixed cost per step beyond the profile rather
+  than a factor on every step: a one-request step's in-cluster cost scaled to a batch of sixteen
+  put it at 6.5 ms where the real worker's own refitted model put 5.1 (8af6a09), and its decode
+  admission refused 249 requests at the knee against the real one's 7.
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from common.slo.cost_models import CostModels, PrefillModel
+from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 from simulator.config import SimConfig
 
 VARIANTS = {"own_cores": "workers on cores of their own", "decode_measured": "decode stretch measured by load",
             "decode_by_cpu": "decode core by its engine's CPU", "steps_independent": "decode steps independent",
-            "per_forward": "in-cluster cost per forward"}
+            "per_forward": "in-cluster cost per forward", "per_step": "in-cluster cost per step"}
 
 
 def per_forward_cost(model: PrefillModel, ratio: float, tokens: int) -> PrefillModel:
@@ -36,6 +40,15 @@ def per_forward_cost(model: PrefillModel, ratio: float, tokens: int) -> PrefillM
     return dataclasses.replace(model, base_s=model.base_s + (ratio - 1) * model.predict(tokens))
 
 
+def per_step_cost(model: DecodeModel, ratio: float, mean_len: float) -> DecodeModel:
+    """``model`` taking ``ratio`` × its time for a one-request step at ``mean_len``, the difference a
+    fixed cost of every step (a step's cost inside the cluster beyond its profile, if it does not
+    grow with the batch); a ratio below one scales it."""
+    if ratio <= 1:
+        return model.scaled(ratio)
+    return dataclasses.replace(model, delta=model.delta + (ratio - 1) * model.predict(1, mean_len))
+
+
 def alone_at(truth: CostModels, stretch: dict[str, float]) -> CostModels:
     """The truth a simulated host runs its workers at: what was measured under the host's stretch,
     less the stretch it charges itself."""
@@ -44,12 +57,13 @@ def alone_at(truth: CostModels, stretch: dict[str, float]) -> CostModels:
 
 def variants_beside(models: CostModels, truth: CostModels, own_cores: SimConfig, shared: SimConfig,
                     measured: SimConfig, stretch: dict[str, float], forward_ratio: float, prompt_len: int,
-                    decode_engine_cores: float, decode_busy: float, stretch_of: Callable[[SimConfig], dict[str, float]]
+                    mean_len: float, decode_engine_cores: float, decode_busy: float, stretch_of: Callable[[SimConfig], dict[str, float]]
                     ) -> tuple[dict[str, tuple[SimConfig, CostModels]], dict[str, float]]:
     """The variants (``VARIANTS``), and the figures they were made from. ``measured``: the compared
     host's config with the decode step's stretch measured; ``stretch``: what the compared host
     charges at the calibration load; ``decode_engine_cores`` and ``decode_busy``: the
     real decode engine thread's cores and the simulated decode worker's busy share there;
+    ``mean_len``: a decoding request's mean context, where the one-request step was measured;
     ``stretch_of``: a config's stretch at the calibration load, simulated."""
     stretch_measured = stretch_of(measured)
     cpu_share = min(1.0, max(0.05, decode_engine_cores / max(decode_busy, 1e-9)))
@@ -58,10 +72,12 @@ def variants_beside(models: CostModels, truth: CostModels, own_cores: SimConfig,
     alone = alone_at(truth, stretch)
     per_forward = CostModels(per_forward_cost(models.prefill, forward_ratio / stretch["prefill"], prompt_len),
                              alone.decode)
+    step_ratio = truth.decode.predict(1, mean_len) / models.decode.predict(1, mean_len) / stretch["decode"]
+    per_step = CostModels(alone.prefill, per_step_cost(models.decode, step_ratio, mean_len))
     variants = {"own_cores": (own_cores, truth), "decode_measured": (measured, alone_at(truth, stretch_measured)),
                 "decode_by_cpu": (by_cpu, alone_at(truth, stretch_by_cpu)),
                 "steps_independent": (dataclasses.replace(shared, decode_step_memory=(0.0, 0.0)), alone),
-                "per_forward": (shared, per_forward)}
+                "per_forward": (shared, per_forward), "per_step": (shared, per_step)}
     figures = {"decode_engine_cores_calibration": decode_engine_cores, "simulated_decode_busy_calibration": decode_busy,
                "decode_cpu_share": cpu_share, "calibration_stretch_measured_decode": stretch_measured["decode"],
                "calibration_stretch_by_cpu_prefill": stretch_by_cpu["prefill"],

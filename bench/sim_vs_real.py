@@ -52,7 +52,7 @@ there; a simulated step's time includes the waits on its own threads that leave 
 front end), and the host with the prefill worker's in-cluster cost as a fixed cost per forward
 (``sim_per_forward_*``: the profile plus what a calibration forward took beyond it, so that a loaded
 worker's batched forwards pay it once, where the compared simulation scales every forward by it),
-each with whether it is within 15%, and the cores every process used while the real point ran
+the decode worker's the same way as a fixed cost per step (``sim_per_step_*``), each with whether it is within 15%, and the cores every process used while the real point ran
 (``real_cores_used``: gateway, each worker, load tester). The variants (``bench/sim_variants.py``)
 run against the same real points: a paired comparison.
 
@@ -245,7 +245,7 @@ def plot(points: list[dict], out: Path) -> None:
             ps = [p for p in points if p["policy"] == policy]
             ax.plot([p["rate"] for p in ps], [p[f"real_{key}"] for p in ps], "o-", color=color, label=f"{policy} real")
             ax.plot([p["rate"] for p in ps], [p[f"sim_{key}"] for p in ps], "s--", color=color, label=f"{policy} sim")
-            for (variant, label), marker in zip(VARIANTS.items(), ("x:", "d:", "^-.", "v-.")):
+            for (variant, label), marker in zip(VARIANTS.items(), ("x:", "d:", "^-.", "v-.", "<:", ">-.")):
                 if ps and f"sim_{variant}_{key}" in ps[0]:
                     ax.plot([p["rate"] for p in ps], [p[f"sim_{variant}_{key}"] for p in ps], marker, color=color,
                             alpha=0.6, label=f"{policy} sim, {label}")
@@ -297,7 +297,7 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     calibration = at_calibration(shared)
     stretch = calibration["stretch"]
     variants, figures = variants_beside(models, truth, own_cores, shared, measured, stretch, forward_ratio,
-                                        args.prompt_len,
+                                        args.prompt_len, args.prompt_len + args.output_len / 2,
                                         used["decode-0/engine"], calibration["busy"].get("decode", 0.0),
                                         lambda config: at_calibration(config)["stretch"])
     machine.update(figures)

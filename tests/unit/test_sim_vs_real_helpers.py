@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from bench.sim_host import decode_step_law, host_config
-from bench.sim_variants import per_forward_cost
+from bench.sim_variants import per_forward_cost, per_step_cost
 from bench.sim_vs_real import compare
-from common.slo.cost_models import PrefillModel
+from common.slo.cost_models import DecodeModel, PrefillModel
 from simulator.config import SimConfig
 from simulator.host import RateLaw
 
@@ -61,3 +61,14 @@ def test_the_host_is_fitted_through_the_measured_loads_and_the_decode_step_throu
     assert config.hop_s == 0.001 and config.host_cores >= 1 and config.decode_step_ratio == (0.0, 0.0)
     ratio = RateLaw(*decode_step_law([(6.0, 1.1), (18.0, 1.1 * 3 ** 0.2)]))
     assert ratio.at(6.0) == pytest.approx(1.1) and ratio.exponent == pytest.approx(0.2)
+
+
+def test_a_steps_in_cluster_cost_as_a_fixed_cost_per_step():
+    decode = DecodeModel(alpha=2e-7, beta=1e-4, gamma=1e-7, delta=1e-3)
+    model = per_step_cost(decode, 2.0, 300)
+    assert model.predict(1, 300) == pytest.approx(2.0 * decode.predict(1, 300))  # the measured point
+    extra = decode.predict(1, 300)
+    for batch in (4, 16, 48):  # the batch's own growth is the profile's: only the fixed part is added
+        assert model.predict(batch, 300) == pytest.approx(decode.predict(batch, 300) + extra)
+        assert model.predict(batch, 300) < 2.0 * decode.predict(batch, 300)
+    assert per_step_cost(decode, 0.8, 300).predict(16, 300) == pytest.approx(0.8 * decode.predict(16, 300))
