@@ -238,7 +238,7 @@ def plot(points: list[dict], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5.4))
     for ax, key, title in ((axes[0], "goodput", "Goodput (good req/s)"),
                            (axes[1], "admitted_attainment", "Admitted requests meeting both SLOs")):
         for policy, color in (("fcfs", "tab:blue"), ("scorpio", "tab:orange")):
@@ -251,8 +251,9 @@ def plot(points: list[dict], out: Path) -> None:
                             alpha=0.6, label=f"{policy} sim, {label}")
         ax.set(title=title, xlabel="request rate (req/s)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    # one legend below both plots: over either, it hid the points
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=7)
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
     fig.savefig(out, dpi=110)
 
 
