@@ -59,7 +59,8 @@ def alone_at(truth: CostModels, stretch: dict[str, float]) -> CostModels:
 def variants_beside(models: CostModels, truth: CostModels, own_cores: SimConfig, shared: SimConfig,
                     measured: SimConfig, stretch: dict[str, float], forward_ratio: float, prompt_len: int,
                     mean_len: float, decode_engine_cores: float, decode_busy: float,
-                    stretch_of: Callable[[SimConfig], dict[str, float]]) -> tuple[dict[str, tuple[SimConfig, CostModels]], dict[str, float]]:
+                    stretch_of: Callable[[SimConfig], dict[str, float]]
+                    ) -> tuple[dict[str, tuple[SimConfig, CostModels]], dict[str, float]]:
     """The variants (``VARIANTS``), and the figures they were made from. ``measured``: the compared
     host's config with the decode step's stretch measured; ``stretch``: what the compared host
     charges at the calibration load; ``decode_engine_cores`` and ``decode_busy``: the
