@@ -1,6 +1,6 @@
 """What a running cluster's metrics say, read back for the simulator: its RPC hop, its workers'
-forwards and steps against their models, its prefill calls' overhead at the gateway, and its
-guards' refusals and margins."""
+forwards and steps against their models (and a load's steps against the profile), its prefill
+calls' overhead at the gateway, and its guards' refusals and margins."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import statistics
 
 from bench.common import progress
 from common.process.scrape import scrape_metrics
-from common.slo.cost_models import DecodeModel
+from common.slo.cost_models import CostModels, DecodeModel
 from common.slo.ratio_histogram import LAGS
 from pdserve.cluster import LocalCluster
 from simulator.config import call_overhead_from_histogram, factors_from_histogram
@@ -113,6 +113,17 @@ def in_cluster_decode(cluster: LocalCluster, ratio: float) -> DecodeModel:
     refits = next(v for k, v in samples.items() if k.startswith("pdserve:cost_model_refits{"))
     progress(f"  decode worker: {refits:g} refits, steps at {ratio:.2f}x its model")
     return DecodeModel(**terms).scaled(ratio)
+
+
+def decode_load_scale(cluster: LocalCluster, models: CostModels, ratio: float, factors: tuple[float, ...],
+                      output_tokens: float, mean_len: float) -> float:
+    """What a decode step took in the cluster under a load over the profile's, at the load's mean batch
+    (its ``output_tokens`` over its steps, one per factor; contexts of ``mean_len``): its mean ratio
+    to the decode worker's model, times that model's prediction over the profile's there. The worker
+    refits its model as it goes, and a refit from small batches says little of one, so both are read
+    where the load ran."""
+    batch = max(1.0, output_tokens / len(factors)) if factors else 1.0
+    return ratio * in_cluster_decode(cluster, 1.0).predict(batch, mean_len) / models.decode.predict(batch, mean_len)
 
 
 def overhead_buckets(cluster: LocalCluster) -> dict[float, float]:

@@ -52,8 +52,8 @@ there; a simulated step's time includes the waits on its own threads that leave 
 front end), and the host with the prefill worker's in-cluster cost as a fixed cost per forward
 (``sim_per_forward_*``: the profile plus what a calibration forward took beyond it, so that a loaded
 worker's batched forwards pay it once, where the compared simulation scales every forward by it),
-the decode worker's the same way as a fixed cost per step (``sim_per_step_*``), each with whether it is within 15%, and the cores every process used while the real point ran
-(``real_cores_used``: gateway, each worker, load tester). The variants (``bench/sim_variants.py``)
+the decode worker's the same way as a fixed cost per step (``sim_per_step_*``), each with whether
+it is within 15%, and the cores every process used while the real point ran (``real_cores_used``: gateway, each worker, load tester). The variants (``bench/sim_variants.py``)
 run against the same real points: a paired comparison.
 
 Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
@@ -77,8 +77,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit, progress  # noqa: E402
-from bench.cluster_readings import (call_overheads, guards_now, hop_seconds, in_cluster_decode,  # noqa: E402
-                                    observed_ratios, overhead_buckets, ratios_between, step_memory)
+from bench.cluster_readings import (call_overheads, decode_load_scale, guards_now, hop_seconds,  # noqa: E402
+                                    in_cluster_decode, observed_ratios, overhead_buckets, ratios_between,
+                                    step_memory)
 from bench.process_cores import cores_used, front_end  # noqa: E402
 from bench.sim_host import HOST_FIGURES, decode_step_law, host_config, host_figures  # noqa: E402
 from bench.sim_variants import VARIANTS, alone_at, variants_beside  # noqa: E402
@@ -101,6 +102,11 @@ GRID = (2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
 def requests(args: argparse.Namespace) -> tuple[str, ...]:
     return ("--random-input-len", str(args.prompt_len), "--random-output-len", str(args.output_len),
             "--random-range-ratio", "0.5")
+
+
+def mean_context(args: argparse.Namespace) -> float:
+    """A decoding request's mean context: its prompt and half its output."""
+    return args.prompt_len + args.output_len / 2
 
 
 def bench_namespace(args: argparse.Namespace, rate: float, slo_mix: str, num_prompts: int) -> argparse.Namespace:
@@ -141,7 +147,7 @@ def machine_truth(models: CostModels, unloaded: dict, hop_s: float, decode: Deco
     p90_s = statistics.quantiles(overheads, n=10, method="inclusive")[-1] if len(overheads) > 1 else overhead_s
     prefill_s = unloaded["median_ttft_ms"] / 1000 - FIRST_TOKEN_HOPS * hop_s - copy_s - overhead_s
     prefill_scale = forward_ratio
-    mean_len = args.prompt_len + args.output_len / 2
+    mean_len = mean_context(args)
     decode_scale = decode.predict(1, mean_len) / models.decode.predict(1, mean_len)
     in_cluster = decode if args.decode_truth == "refit" else models.decode.scaled(decode_scale)
     truth = CostModels(models.prefill.scaled(prefill_scale), in_cluster)
@@ -282,7 +288,8 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     own_cores = SimConfig(hop_s=hop_s, call_overhead_s=overheads, decode_step_factors=step_factors,
                           prefill_forward_factors=forward_factors if args.prefill_spread == "drawn" else ())
     decode_scales = [(args.calibration_rate, decode_load_scale(cluster, models, step_ratio, step_factors,
-                                                               calibration_run, args))]
+                                                               calibration_run["total_output_tokens"],
+                                                               mean_context(args)))]
     heavier, heavier_decode_scale = heavier_load(cluster, models, args, work)
     own_cores = replace(own_cores, decode_step_memory=step_memory(cluster))  # the heavier load's last steps
     decode_scales.append((args.front_end_rate, heavier_decode_scale))
@@ -298,7 +305,7 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     calibration = at_calibration(shared)
     stretch = calibration["stretch"]
     variants, figures = variants_beside(models, truth, own_cores, shared, measured, stretch, forward_ratio,
-                                        args.prompt_len, args.prompt_len + args.output_len / 2,
+                                        args.prompt_len, mean_context(args),
                                         used["decode-0/engine"], calibration["busy"].get("decode", 0.0),
                                         lambda config: at_calibration(config)["stretch"])
     machine.update(figures)
@@ -316,18 +323,7 @@ def heavier_load(cluster: LocalCluster, models: CostModels, args: argparse.Names
         cluster.address, args.front_end_rate, args, "", work / "front-end",
         num_prompts=round(args.front_end_rate * args.calibration_s / 2), requests=requests(args)))
     ratio, factors = ratios_between(ratios_before, observed_ratios(cluster, "decode"))
-    return used, decode_load_scale(cluster, models, ratio, factors, run, args)
-
-
-def decode_load_scale(cluster: LocalCluster, models: CostModels, ratio: float, factors: tuple[float, ...],
-                      run: dict, args: argparse.Namespace) -> float:
-    """What a decode step took in the cluster under a load over the profile's, at the load's mean batch
-    (its output tokens over its steps, one per factor): its mean ratio to the decode worker's model,
-    times that model's prediction over the profile's there. The worker refits its model as it goes,
-    and a refit from small batches says little of one, so both are read where the load ran."""
-    batch = max(1.0, run["total_output_tokens"] / len(factors)) if factors else 1.0
-    mean_len = args.prompt_len + args.output_len / 2
-    return ratio * in_cluster_decode(cluster, 1.0).predict(batch, mean_len) / models.decode.predict(batch, mean_len)
+    return used, decode_load_scale(cluster, models, ratio, factors, run["total_output_tokens"], mean_context(args))
 
 
 def parse_args() -> argparse.Namespace:
