@@ -11,6 +11,9 @@ Workloads (``--workload``, repeatable, or ``all``):
 - ``fixed``: the same requests with six fixed classes, TTFT 100 / 300 / 1,000 ms × TPOT 15 / 50 ms.
 - ``bursty``: bursty arrivals (gamma, CV² = 2), long-tailed prompts up to 3,500 tokens and short
   outputs (up to 128), six fixed classes TTFT 0.5/2/3/0.5/1/7.5 s × TPOT 30/30/30/50/50/50 ms.
+- ``trace``: the Azure LLM conversation trace (2023) as it came, its bursts and its lengths (token
+  counts divided by 4 to fit the tiny model's context: prompts 289 tokens on average, up to 3,512;
+  outputs 53, up to 250), its arrival times stretched to each rate; ``fixed``'s six classes.
 
 Rates: a grid up to the first rate where fcfs meets fewer than 90% of SLOs (the knee; past the
 grid's end by its last step, up to four more rates, while fcfs still meets there), then 1.5× and
@@ -52,6 +55,7 @@ class Workload:
     slo_mix: str  # "" : scaled to the unloaded latency
 
 
+TRACE_LENGTH_SCALE = 4  # the Azure trace's prompts (up to 14,050 tokens) within the tiny model's 4,096
 RANDOM = ("--random-input-len", "192", "--random-output-len", "48", "--random-range-ratio", "0.5")
 WORKLOADS = {
     "scaled": Workload("scaled", RANDOM, ""),
@@ -59,6 +63,8 @@ WORKLOADS = {
     "bursty": Workload("bursty", ("--dataset-name", "sharegpt-like", "--max-input-len", "3500", "--max-output-len",
                                   "128", "--burstiness", "0.5"),
                        "a:500:30,b:2000:30,c:3000:30,d:500:50,e:1000:50,f:7500:50"),
+    "trace": Workload("trace", ("--dataset-name", "trace", "--length-scale", str(TRACE_LENGTH_SCALE)),
+                      ",".join(f"t{t}-p{p}:{t}:{p}" for t in (100, 300, 1000) for p in (15, 50))),
 }
 
 
