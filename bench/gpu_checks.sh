@@ -8,15 +8,17 @@
 #   3. pdserve profile: the GPU cost model the simulator's --cost-model takes
 #   4. bench/slo.py under MPS: fcfs against scorpio on `fixed`, both workers on the one GPU, every
 #      request's timings kept and joined with the gateway's log (bench/front_end_gap.py)
+#   4b. slo-trace: the same on the Azure conversation trace (`--workload trace`), tuned on nothing
 #   5. bench/front_end_cost.py under MPS: the gateway's CPU per request where its event loop,
 #      not the GPU, sets the knee (at FRONT_RATE req/s, default 128, below the knee), streaming
 #      token by token (--stream-interval-ms 0) and as pdserve up starts it (auto there)
 #
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh tests-gpu engine profile   # ≤ 510 s
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh slo                         # ≤ 420 s
+#   source .gpu/device-env.sh && bash bench/gpu_checks.sh slo-trace                   # ≤ 420 s
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh front-end                   # ≤ 300 s
 #
-# (one device call runs at most 600 s: the steps named, in the order above; none named: all five.)
+# (one device call runs at most 600 s: the steps named, in the order above; none named: all six.)
 # PRESET (default 1b), DEVICE (default cuda), SLO_GRID (default 128,192,256,320,384: the fcfs knee on
 # `fixed` was 256 req/s on an H100; on an H200 fcfs still met 100% at 256, and 64-256 took 282 s
 # there), SLO_SECONDS (seconds of
@@ -47,7 +49,7 @@ step() {  # step NAME SECONDS COMMAND...: runs COMMAND under a time limit, its o
 mps=()
 [[ $device == cuda* ]] && mps=(--mps)
 steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(tests-gpu engine profile slo front-end)
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests-gpu engine profile slo slo-trace front-end)
 wanted() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 
 wanted tests-gpu && step tests-gpu 240 python3 -m pytest -q tests/gpu
@@ -64,6 +66,9 @@ if wanted slo; then  # per request: the tester's TTFT against the gateway's, and
     work_dir=$(ls -dt "$out"/work/pdserve-slo-* 2>/dev/null | head -n 1)
     [[ -n $work_dir ]] && step gap 60 python3 bench/front_end_gap.py "$work_dir" --out "$out/front-end-gap.json"
 fi
+wanted slo-trace && step slo-trace 420 python3 bench/slo.py --device "$device" --preset "$preset" "${mps[@]}" \
+    --workload trace --grid "${SLO_GRID:-128,192,256,320,384}" --duration-s "${SLO_SECONDS:-10}" \
+    --out "$out/slo-$preset-$device-trace.json" --plot "$out/slo-$preset-$device-trace.png"
 wanted front-end && step front-end 300 python3 bench/front_end_cost.py --device "$device" --preset "$preset" "${mps[@]}" \
     --policy scorpio --stream-interval 0,default --rate "${FRONT_RATE:-128}" --num-prompts "$(( ${FRONT_RATE:-128} * 10 ))" \
     --out "$out/front-end-cost-$preset-$device.json"
