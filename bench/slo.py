@@ -56,15 +56,16 @@ class Workload:
 
 
 TRACE_LENGTH_SCALE = 4  # the Azure trace's prompts (up to 14,050 tokens) within the tiny model's 4,096
+# TTFT 100 / 300 / 1,000 ms × TPOT 15 / 50 ms, in equal shares
+FIXED_CLASSES = ",".join(f"t{t}-p{p}:{t}:{p}" for t in (100, 300, 1000) for p in (15, 50))
 RANDOM = ("--random-input-len", "192", "--random-output-len", "48", "--random-range-ratio", "0.5")
 WORKLOADS = {
     "scaled": Workload("scaled", RANDOM, ""),
-    "fixed": Workload("fixed", RANDOM, ",".join(f"t{t}-p{p}:{t}:{p}" for t in (100, 300, 1000) for p in (15, 50))),
+    "fixed": Workload("fixed", RANDOM, FIXED_CLASSES),
     "bursty": Workload("bursty", ("--dataset-name", "sharegpt-like", "--max-input-len", "3500", "--max-output-len",
                                   "128", "--burstiness", "0.5"),
                        "a:500:30,b:2000:30,c:3000:30,d:500:50,e:1000:50,f:7500:50"),
-    "trace": Workload("trace", ("--dataset-name", "trace", "--length-scale", str(TRACE_LENGTH_SCALE)),
-                      ",".join(f"t{t}-p{p}:{t}:{p}" for t in (100, 300, 1000) for p in (15, 50))),
+    "trace": Workload("trace", ("--dataset-name", "trace", "--length-scale", str(TRACE_LENGTH_SCALE)), FIXED_CLASSES),
 }
 
 
