@@ -32,6 +32,7 @@ forward at the calibration's mean (its spread, drawn independently per forward, 
 simulated ``fcfs`` near saturation where the real one is not).
 
     python bench/sim_vs_real.py [--duration-s 20] [--out bench/results/sim-vs-real-cpu.json] [--plot f.png]
+    python bench/sim_vs_real.py --workload trace   # the Azure conversation trace, as bench/slo.py's trace
 
 The gateway and the load tester run on the workers' two cores here (``pdserve up`` pins one worker
 to each, the rest where the OS puts them), and take more of them the higher the load: a prefill
@@ -82,8 +83,9 @@ from bench.cluster_readings import (call_overheads, decode_load_scale, guards_no
                                     step_memory)
 from bench.process_cores import cores_used, front_end  # noqa: E402
 from bench.sim_host import HOST_FIGURES, decode_step_law, host_config, host_figures  # noqa: E402
-from bench.sim_variants import VARIANTS, alone_at, variants_beside  # noqa: E402
-from bench.slo import bench_point, point_summary, slo_classes  # noqa: E402
+from bench.sim_variants import alone_at, variants_beside  # noqa: E402
+from bench.sim_vs_real_report import compare, plot, summary_line  # noqa: E402
+from bench.slo import TRACE_REQUESTS, bench_point, point_summary, slo_classes, trace_means  # noqa: E402
 from client.bench.cli import add_bench_args  # noqa: E402
 from client.bench.metrics import summarize  # noqa: E402
 from client.bench.plan import build_plan  # noqa: E402
@@ -97,9 +99,12 @@ from simulator.run import simulate  # noqa: E402
 FIRST_TOKEN_HOPS = 6  # client → gateway → decode (reserve) → gateway → prefill → gateway → client
 WARM_SEED = 8  # the compared runs use seed 7
 GRID = (2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
+TRACE_ROWS = 1000  # as many requests as a 20 s point at 50 req/s sends: the trace's rows the points replay
 
 
 def requests(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.workload == "trace":
+        return TRACE_REQUESTS
     return ("--random-input-len", str(args.prompt_len), "--random-output-len", str(args.output_len),
             "--random-range-ratio", "0.5")
 
@@ -191,78 +196,6 @@ def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: arg
     return points
 
 
-def _close(s: dict, r: dict, key: str) -> bool:
-    """The simulated figure within 15% of the real point's."""
-    return abs(s[key] - r[key]) <= 0.15 * max(r[key], 1e-9)
-
-
-def _within(s: dict, r: dict) -> bool:
-    """Goodput and admitted attainment both within 15% of the real point's."""
-    return _close(s, r, "goodput") and _close(s, r, "admitted_attainment")
-
-
-def compare(real: list[dict], simulated: list[dict], beside: dict[str, list[dict]]) -> list[dict]:
-    """Each real point with the compared simulation's, and each variant's beside it (``sim_<variant>_*``)."""
-    out = []
-    for r in real:
-        def same(points: list[dict]) -> dict:
-            return next(p for p in points if p["policy"] == r["policy"] and p["rate"] == r["rate"])
-
-        s = same(simulated)
-        point = {"rate": r["rate"], "policy": r["policy"], "real_goodput": r["goodput"], "sim_goodput": s["goodput"],
-                 "real_admitted_attainment": r["admitted_attainment"],
-                 "sim_admitted_attainment": s["admitted_attainment"], "real_rejected": r["rejected"],
-                 "sim_rejected": s["rejected"], "real_refusals": r["refusals"], "sim_refusals": s["refusals"],
-                 "real_margins": r["margins"], "sim_margins": s["margins"],
-                 "real_cores_used": r["cores_used"], "sim_stretch": s["stretch"]}
-        for name, points in beside.items():
-            v = same(points)
-            point.update({f"sim_{name}_goodput": v["goodput"], f"sim_{name}_admitted_attainment": v["admitted_attainment"],
-                          f"sim_{name}_stretch": v["stretch"], f"sim_{name}_refusals": v["refusals"],
-                          f"sim_{name}_within_15pct": _within(v, r)})
-        point["goodput_within_15pct"] = _close(s, r, "goodput")
-        point["attainment_within_15pct"] = _close(s, r, "admitted_attainment")
-        out.append(point)
-    return out
-
-
-def summary_line(p: dict) -> str:
-    """One compared point, real beside simulated (and each variant's in brackets)."""
-    def beside(key: str, form: str) -> str:
-        return ", ".join(f"{name} {p[f'sim_{name}_{key}']:{form}}" for name in VARIANTS)
-
-    return (f"{p['policy']:8s} @ {p['rate']:5g}: goodput real {p['real_goodput']:.2f} sim {p['sim_goodput']:.2f} "
-            f"({beside('goodput', '.2f')}); admitted attainment real "
-            f"{p['real_admitted_attainment']:.1%} sim {p['sim_admitted_attainment']:.1%} "
-            f"({beside('admitted_attainment', '.1%')})"
-            + (f"; refused real {p['real_refusals']} sim {p['sim_refusals']}" if p["policy"] == "scorpio" else ""))
-
-
-def plot(points: list[dict], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5.4))
-    for ax, key, title in ((axes[0], "goodput", "Goodput (good req/s)"),
-                           (axes[1], "admitted_attainment", "Admitted requests meeting both SLOs")):
-        for policy, color in (("fcfs", "tab:blue"), ("scorpio", "tab:orange")):
-            ps = [p for p in points if p["policy"] == policy]
-            ax.plot([p["rate"] for p in ps], [p[f"real_{key}"] for p in ps], "o-", color=color, label=f"{policy} real")
-            ax.plot([p["rate"] for p in ps], [p[f"sim_{key}"] for p in ps], "s--", color=color, label=f"{policy} sim")
-            for (variant, label), marker in zip(VARIANTS.items(), ("x:", "d:", "^-.", "v-.", "<:", ">-.")):
-                if ps and f"sim_{variant}_{key}" in ps[0]:
-                    ax.plot([p["rate"] for p in ps], [p[f"sim_{variant}_{key}"] for p in ps], marker, color=color,
-                            alpha=0.6, label=f"{policy} sim, {label}")
-        ax.set(title=title, xlabel="request rate (req/s)")
-        ax.grid(alpha=0.3)
-    # one legend below both plots: over either, it hid the points
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=7)
-    fig.tight_layout(rect=(0, 0.2, 1, 1))
-    fig.savefig(out, dpi=110)
-
-
 def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: float, args: argparse.Namespace,
               work: Path, unloaded_used: dict[str, float]
               ) -> tuple[CostModels, dict[str, float], SimConfig, CostModels, dict[str, tuple[SimConfig, CostModels]]]:
@@ -330,6 +263,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--min-prompts", type=int, default=100)
+    parser.add_argument("--workload", choices=("random", "trace"), default="random",
+                        help="random prompts of --prompt-len and outputs of --output-len (± 50%%), or the Azure "
+                             "conversation trace as bench/slo.py's trace workload sends it")
     parser.add_argument("--prompt-len", type=int, default=192)
     parser.add_argument("--output-len", type=int, default=48)
     parser.add_argument("--base-rate", type=float, default=2.0)
@@ -347,7 +283,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fractions", default="0.5,1,2", help="rates as fractions of the knee")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.workload == "trace":
+        args.prompt_len, args.output_len = trace_means(TRACE_ROWS)
+    return args
 
 
 def main() -> None:
@@ -387,7 +326,7 @@ def main() -> None:
         progress(summary_line(p))
     if args.plot:
         plot(points, args.plot)
-    emit({"device": device_name(), "slo_classes": slo_mix, "unloaded": {k: unloaded[k] for k in (
+    emit({"device": device_name(), "requests": list(requests(args)), "slo_classes": slo_mix, "unloaded": {k: unloaded[k] for k in (
         "median_ttft_ms", "median_tpot_ms")}, "machine": machine, "knee_rate": the_knee, "points": points,
           "all_within_15pct": all(p["goodput_within_15pct"] and p["attainment_within_15pct"] for p in points)},
          args.out)

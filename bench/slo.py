@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
+from client.bench.workload import BUILTIN_TRACE, read_trace  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from bench.cluster_readings import gateway_counts  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
@@ -56,6 +58,7 @@ class Workload:
 
 
 TRACE_LENGTH_SCALE = 4  # the Azure trace's prompts (up to 14,050 tokens) within the tiny model's 4,096
+TRACE_REQUESTS = ("--dataset-name", "trace", "--length-scale", str(TRACE_LENGTH_SCALE))
 # TTFT 100 / 300 / 1,000 ms × TPOT 15 / 50 ms, in equal shares
 FIXED_CLASSES = ",".join(f"t{t}-p{p}:{t}:{p}" for t in (100, 300, 1000) for p in (15, 50))
 RANDOM = ("--random-input-len", "192", "--random-output-len", "48", "--random-range-ratio", "0.5")
@@ -65,13 +68,19 @@ WORKLOADS = {
     "bursty": Workload("bursty", ("--dataset-name", "sharegpt-like", "--max-input-len", "3500", "--max-output-len",
                                   "128", "--burstiness", "0.5"),
                        "a:500:30,b:2000:30,c:3000:30,d:500:50,e:1000:50,f:7500:50"),
-    "trace": Workload("trace", ("--dataset-name", "trace", "--length-scale", str(TRACE_LENGTH_SCALE)), FIXED_CLASSES),
+    "trace": Workload("trace", TRACE_REQUESTS, FIXED_CLASSES),
 }
 
 
 TESTER_LAG_WARN_MS = 10.0  # p99 of the load tester's lateness that a point's figures should be read with
 GRID_EXTENSION = 4  # rates tried past the grid's end, by its last step, while fcfs still meets there
 FRONT_END_GAP_WARN = 0.02  # the gateway's own attainment above the tester's by more than this: said so
+
+
+def trace_means(rows: int) -> tuple[int, int]:
+    """The mean prompt and output of the trace's first ``rows`` requests as ``TRACE_REQUESTS`` sends them."""
+    picked = read_trace(BUILTIN_TRACE, rows, 1.0, TRACE_LENGTH_SCALE)
+    return round(statistics.fmean(p for _, p, _ in picked)), round(statistics.fmean(o for _, _, o in picked))
 
 
 def slo_classes(base_ttft_ms: float, base_tpot_ms: float) -> str:

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
 from bench.peer_runs import peer_python  # noqa: E402
 from bench.serving_systems import PdserveSystem, VllmSystem  # noqa: E402
-from bench.slo import FIXED_CLASSES, TRACE_LENGTH_SCALE, point_summary  # noqa: E402
+from bench.slo import FIXED_CLASSES, TRACE_REQUESTS, point_summary  # noqa: E402
 from common.engine.config import resolve_dtype  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 
@@ -49,7 +49,7 @@ WORKLOADS = {
     "bursty": (("--dataset-name", "sharegpt-like", "--max-input-len", "1500", "--max-output-len", "96",
                 "--burstiness", "0.5"),
                ",".join(f"t{t}-p{p}:{t}:{p}" for t in (300, 1000, 3000) for p in (20, 60))),
-    "trace": (("--dataset-name", "trace", "--length-scale", str(TRACE_LENGTH_SCALE)), FIXED_CLASSES),
+    "trace": (TRACE_REQUESTS, FIXED_CLASSES),
 }
 DEFAULT_WORKLOADS = ("mixed", "bursty")
 SYSTEMS = ("vllm", "pdserve-scorpio", "pdserve-fcfs")

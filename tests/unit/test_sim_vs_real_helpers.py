@@ -8,7 +8,7 @@ import pytest
 
 from bench.sim_host import decode_step_law, host_config
 from bench.sim_variants import per_forward_cost, per_step_cost
-from bench.sim_vs_real import compare
+from bench.sim_vs_real_report import compare
 from common.slo.cost_models import DecodeModel, PrefillModel
 from simulator.config import SimConfig
 from simulator.host import RateLaw
