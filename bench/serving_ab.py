@@ -66,10 +66,11 @@ def rates_by_workload(specs: list[str], workloads: list[str]) -> dict[str, str]:
         if name and name not in rates:
             raise ValueError(f"--rates {spec!r}: {name!r} is not a workload run here ({', '.join(workloads)})")
         try:
-            if not values or any(float(v) <= 0 for v in values.split(",")):
-                raise ValueError
+            numbers = [float(v) for v in values.split(",")] if values else []
         except ValueError:
-            raise ValueError(f"--rates {spec!r}: rates are positive numbers, comma-separated") from None
+            numbers = []
+        if not numbers or min(numbers) <= 0:
+            raise ValueError(f"--rates {spec!r}: rates are positive numbers, comma-separated")
         for workload in [name] if name else workloads:
             rates[workload] = values
     return rates

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TypeVar
 
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 from simulator.config import SimConfig
+
+M = TypeVar("M", PrefillModel, DecodeModel)
 
 VARIANTS = {"own_cores": "workers on cores of their own", "decode_measured": "decode stretch measured by load",
             "decode_by_cpu": "decode core by its engine's CPU", "steps_independent": "decode steps independent",
@@ -36,18 +39,21 @@ def per_forward_cost(model: PrefillModel, ratio: float, tokens: int) -> PrefillM
     """``model`` taking ``ratio`` × its time for a forward of ``tokens``, the difference a fixed cost
     of every forward (what a forward costs inside the cluster beyond its profile, if it does not grow
     with the forward's tokens); a ratio below one scales it."""
-    if ratio <= 1:
-        return model.scaled(ratio)
-    return dataclasses.replace(model, base_s=model.base_s + (ratio - 1) * model.predict(tokens))
+    return _with_fixed_cost(model, ratio, "base_s", model.predict(tokens))
 
 
 def per_step_cost(model: DecodeModel, ratio: float, mean_len: float) -> DecodeModel:
     """``model`` taking ``ratio`` × its time for a one-request step at ``mean_len``, the difference a
     fixed cost of every step (a step's cost inside the cluster beyond its profile, if it does not
     grow with the batch); a ratio below one scales it."""
+    return _with_fixed_cost(model, ratio, "delta", model.predict(1, mean_len))
+
+
+def _with_fixed_cost(model: M, ratio: float, fixed_term: str, measured_s: float) -> M:
+    """``model`` with ``(ratio - 1) × measured_s`` added to its fixed term, or scaled by a ratio below one."""
     if ratio <= 1:
         return model.scaled(ratio)
-    return dataclasses.replace(model, delta=model.delta + (ratio - 1) * model.predict(1, mean_len))
+    return dataclasses.replace(model, **{fixed_term: getattr(model, fixed_term) + (ratio - 1) * measured_s})
 
 
 def alone_at(truth: CostModels, stretch: dict[str, float]) -> CostModels:
