@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import device_name, emit, progress  # noqa: E402
+from bench.vs_vllm import WORKLOADS as VS_VLLM_WORKLOADS  # noqa: E402
 from common.slo.promise import DEFAULT_TARGET  # noqa: E402
 
 ONE_RUN = ROOT / "bench" / "serving_ab_run.py"  # a cluster of the code it is started from, one workload's rates
@@ -116,7 +117,7 @@ def plot(runs: list[dict], out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True, help="the commit (any git revision) the working tree is compared with")
-    parser.add_argument("--workload", action="append", choices=("mixed", "bursty"),
+    parser.add_argument("--workload", action="append", choices=tuple(VS_VLLM_WORKLOADS),
                         help="vs_vllm's workloads (repeatable; default: mixed)")
     parser.add_argument("--rates", action="append", default=[],
                         help="request rates each run serves, in order (req/s; default 16,48); WORKLOAD=RATES "
