@@ -43,10 +43,8 @@ class PromiseLoop:
             return
         since_first = (time.perf_counter() if at is None else at) - p.started - p.ttft_ms / 1000
         tpot_slo_s = req.tpot_ms / 1000
-        decoded = p.completion_tokens - 1
-        p.late_told = decoding_late(decoded, since_first, tpot_slo_s, p.decode.view.epsilons.of(tpot_slo_s),
-                                    p.decode_epsilon, req.params.max_tokens - p.completion_tokens,
-                                    p.pace.read(since_first, decoded))
+        p.late_told = decoding_late(p.completion_tokens - 1, since_first, tpot_slo_s,
+                                    p.decode.view.epsilons.of(tpot_slo_s), p.decode_epsilon)
 
     def first_token(self, req: ValidatedRequest, p: Progress) -> None:
         """``req``'s first token is here after ``p.ttft_ms``: its TTFT to the headroom that admitted it."""

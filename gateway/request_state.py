@@ -20,7 +20,6 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from common.slo.promise import DecodePace
 from gateway.coalesce import TokenInbox
 from gateway.prefix_view import PromptBlocks
 from gateway.registry import WorkerRecord
@@ -94,8 +93,7 @@ class Progress:
     prefill_call_s: float = 0.0  # what it took
     prefill_headroom: float | None = None  # the TTFT guard's headroom when that call went out
     decode_epsilon: float | None = None  # the decode worker's ε when its reservation came back
-    late_told: bool = False  # its TPOT was projected late and the closed loop heard (once a request)
-    pace: DecodePace = field(default_factory=DecodePace)  # its recent pace while it decodes
+    late_told: bool = False  # its TPOT so far was late and the closed loop heard (once a request)
     owner: object = None  # the validated request of the RPC that runs this flow
     inbox: TokenInbox | None = None  # the decode worker's events for it
     prompt: PromptBlocks | None = None  # the prompt's block hashes, worked out once for every worker's cache

@@ -4,12 +4,11 @@ request waiting in the admission queue for a decode place."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from client.bench.metrics import RequestRecord
 from client.bench.workload import PlannedRequest
 from common.engine.leases import Lease
-from common.slo.promise import DecodePace
 from simulator.workers import SimDecodeWorker, SimPrefillWorker
 
 
@@ -28,8 +27,7 @@ class Flight:
     sent_at: float = 0.0  # its prefill call went out
     headroom_at: float | None = None  # the TTFT guard's headroom when it went out
     epsilon_at: float | None = None  # the decode worker's ε its reservation applied
-    late_told: bool = False  # its TPOT was projected late and the closed loop heard
-    pace: DecodePace = field(default_factory=DecodePace)  # its recent pace, as the gateway hears its tokens
+    late_told: bool = False  # its TPOT so far was late and the closed loop heard
 
     @property
     def request_id(self) -> str:

@@ -156,11 +156,9 @@ class SimGateway:
         for rid, decoded in worker.decoded_by_now().items():
             flight = decoding.get(rid)
             if flight is not None and not flight.late_told:
-                since_first = now - flight.first_token_at
-                flight.late_told = decoding_late(decoded, since_first, flight.tpot_s,
+                flight.late_told = decoding_late(decoded, now - flight.first_token_at, flight.tpot_s,
                                                  epsilons.of(flight.tpot_s) if flight.tpot_s else None,
-                                                 flight.epsilon_at, flight.planned.output_len - 1 - decoded,
-                                                 flight.pace.read(since_first, decoded))
+                                                 flight.epsilon_at)
 
     def _reserved_or_wait(self, flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
         if worker is not None and lease is not None:

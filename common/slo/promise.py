@@ -39,29 +39,11 @@ misses cost; the balance above then holds for misses in bursts too. A debt lasts
 attainment window (``ATTAINMENT_WINDOW_S``) remembers the misses that ran it up.
 
 A request still decoding can show the miss before it ends: once ``EARLY_TOKENS`` tokens have
-come after its first, a TPOT projected over its whole decode above its SLO raises ε at once
-(``MarginController.warn``, the same raise as a miss, counted as no outcome; ``decoding_late``),
-so a slow stretch stops admissions a whole decode sooner than the finished requests would. The
-projection is the time so far plus the tokens still to come at the request's recent pace (its
-last ``RECENT_TOKENS`` or more, ``DecodePace``), not its TPOT so far: a stall early in a decode
-(the hand-off before its first decoded token, a moment both workers' cores were busy) weighs on
-its first 16 tokens three times as much as on its whole decode of 48.
-
-Its final outcome is still fed back: a request warned about and then missed is not told again
-(``warned``: no second raise, no debt, no second surge), and one that recovered relaxes the
-margin like any other outcome. Most warned requests recover where steps slow in short stretches:
-on two CPU cores at twice the knee (``bench/sim_vs_real.py``'s load and classes, 64 req/s), 18 of
-20 warned about in two runs met their 8.2 ms TPOT at the end (the stretch that slowed their last
-8 or more tokens to 8–13 ms passed), and their raises held ε between 1.5 and 2.3. They are still
-warnings worth heeding: the raise holds admissions back while the stretch lasts, and requests
-admitted into it are the ones that would miss. Against warning on the TPOT so far (which warned
-of five requests at 16 tokens that all met their SLO, one at 8.24 ms a token that finished at 4.27
-over 64), the projection took the TPOT misses at that load from 21 in four runs to none, and
-admitted attainment from 98.9–99.8% to 99.3–99.9%, for 10% fewer good requests on average there
-(and 1% more at 32 req/s; ``bench/results/early-warning-ab-cpu.json``). Taking a warning's raise
-back once its request met its SLO anyway (tried, not kept) served 3% more good requests than the
-old rule at 64 req/s and let 1.7% of admitted requests miss in one run of four, where the old
-rule's worst was 0.8%.
+come after its first, a TPOT so far above its SLO raises ε at once (``MarginController.warn``,
+the same raise as a miss, counted as no outcome; ``decoding_late``), so a slow stretch stops
+admissions a whole decode sooner than the finished requests would. Its final outcome is still fed
+back: a request warned about and then missed is not told again (``warned``: no second raise, no
+debt, no second surge), and one that recovered relaxes the margin like any other outcome.
 
 A TTFT is known at the first token and fed back then (``outcome``), not when the request ends:
 a burst of long prompts that overran the prefill worker shows a whole decode sooner.
@@ -106,7 +88,6 @@ ATTAINMENT_WINDOW_S = 60.0  # the sliding window of the measured attainment, and
 ROOM = 0.8  # an outcome at most this fraction of its SLO met it with room to spare
 STEP = 0.2  # a margin's relative increase per miss (``MarginController.step``'s default)
 EARLY_TOKENS = 16  # decoded tokens after which a running request's TPOT so far is evidence of a miss
-RECENT_TOKENS = 8  # decoded tokens, at least, whose pace an early warning projects the rest of a decode at
 
 
 @dataclass(slots=True)
@@ -307,35 +288,15 @@ def outcome(latency_s: float, slo_s: float, margin: MarginController | None,
     return latency_s <= slo_s
 
 
-@dataclass(slots=True)
-class DecodePace:
-    """A decoding request's recent pace, from readings of it (seconds since its first token, tokens
-    decoded after it), the oldest kept at least ``RECENT_TOKENS`` behind the newest."""
-
-    readings: deque[tuple[float, int]] = field(default_factory=deque)
-
-    def read(self, since_first_s: float, decoded: int) -> float | None:
-        """Records a reading; returns the seconds a token took over the last ``RECENT_TOKENS`` or
-        more, or None until that many have come since the first reading."""
-        readings = self.readings
-        readings.append((since_first_s, decoded))
-        while len(readings) > 1 and decoded - readings[1][1] >= RECENT_TOKENS:
-            readings.popleft()
-        then_s, then_decoded = readings[0]
-        return (since_first_s - then_s) / (decoded - then_decoded) if decoded - then_decoded >= RECENT_TOKENS else None
-
-
 def decoding_late(decoded: int, since_first_s: float, tpot_slo_s: float, epsilon: MarginController | None,
-                  epsilon_at: float | None = None, remaining: int = 0, pace_s: float | None = None) -> bool:
-    """A request still decoding: ``decoded`` tokens came ``since_first_s`` seconds after its first,
-    ``remaining`` may still come, at ``pace_s`` seconds a token (``DecodePace``; None: its TPOT so
-    far). When there are enough of them to tell (``EARLY_TOKENS``) and the TPOT they project over
-    the whole decode misses the SLO, ε is raised now (``MarginController.warn``). Returns whether it
-    was: the caller warns once a request."""
+                  epsilon_at: float | None = None) -> bool:
+    """A request still decoding: ``decoded`` tokens came ``since_first_s`` seconds after its first.
+    When there are enough of them to tell (``EARLY_TOKENS``) and their TPOT already misses the
+    SLO, ε is raised now (``MarginController.warn``). Returns whether it was: the caller warns once
+    a request."""
     if not tpot_slo_s or decoded < EARLY_TOKENS:
         return False
-    rest_s = since_first_s / decoded if pace_s is None else pace_s
-    ratio = (since_first_s + max(remaining, 0) * rest_s) / (decoded + max(remaining, 0)) / tpot_slo_s
+    ratio = since_first_s / decoded / tpot_slo_s
     if ratio <= 1.0:
         return False
     if epsilon is not None:

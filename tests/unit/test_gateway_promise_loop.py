@@ -106,23 +106,3 @@ def test_a_loose_class_met_with_room_relaxes_its_own_margins_not_a_tight_class_s
     # the moment of a miss: every class is admitted with that miss's raise on top, for a while
     assert prefill.guard.headrooms.surge() == pytest.approx(1.3, rel=0.05)
     assert decode.view.epsilons.margin(0.050) == pytest.approx(decode.view.epsilons.of(0.050).margin * 1.2, rel=0.05)
-
-
-def test_a_decode_that_stalled_at_its_start_and_then_kept_pace_is_not_warned_about():
-    """The gateway projects a decode's TPOT from its recent pace (``DecodePace``): a request whose
-    first 16 tokens took 8.2 ms each against an 8 ms SLO, the first 8 of them stalled behind the
-    hand-off, and the next at 4 ms, with 48 to come, is on its way to ~5 ms; one still at 8.2 ms is late."""
-    decode = _record("decode", "d0", decode_view=DecodeView(ClassMargins(1.3)))
-    prefill = _record("prefill", "p0", ttft=TtftGuard(None, 512, headrooms=ClassMargins(1.0)))
-    request = _request(tpot_ms=8, max_tokens=65)
-    loop = PromiseLoop()
-    for stalled_s, steady_s, warned in ((0.0124, 0.004, False), (0.0082, 0.0082, True)):
-        p = _served(decode, prefill, ttft_ms=50, tpot_ms=0, tokens=1, request=request)
-        first = p.started + p.ttft_ms / 1000
-        at = first
-        for decoded in range(1, 17):
-            at += stalled_s if decoded <= 8 else steady_s
-            p.completion_tokens = decoded + 1
-            loop.decoding(request, p, at)
-        assert p.late_told is warned
-    assert decode.view.epsilons.of(0.008).margin == pytest.approx(1.3 * 1.2)  # raised by the one warned of

@@ -9,8 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from common.slo.promise import (EARLY_TOKENS, RECENT_TOKENS, Attainment, DecodePace, MarginController, decoding_late,
-                                outcome)
+from common.slo.promise import EARLY_TOKENS, Attainment, MarginController, decoding_late, outcome
 
 
 def test_a_miss_tightens_at_once_and_comfortable_outcomes_relax_slowly():
@@ -185,34 +184,6 @@ def test_a_request_decoding_late_raises_epsilon_before_it_ends_and_its_miss_does
     assert (epsilon.outcomes, epsilon.misses) == (1, 1)
     # no TPOT SLO: never late
     assert not decoding_late(100, 100.0, 0.0, epsilon)
-
-
-def test_an_early_warning_projects_the_whole_decode_at_the_request_s_recent_pace():
-    """A stall early in a decode weighs on its first tokens more than on its whole decode: 16 tokens
-    at 26 ms against 20 ms, but the last of them at 10 ms with 48 still to come, project
-    (16 × 26 + 48 × 10) / 64 = 14 ms; at a recent 24 ms they project 24.5 ms, late by 1.225."""
-    epsilon = MarginController(1.3)
-    assert not decoding_late(EARLY_TOKENS, EARLY_TOKENS * 0.026, 0.020, epsilon, 1.3, remaining=48, pace_s=0.010)
-    assert epsilon.margin == 1.3
-    assert decoding_late(EARLY_TOKENS, EARLY_TOKENS * 0.026, 0.020, epsilon, 1.3, remaining=48, pace_s=0.024)
-    assert epsilon.margin == pytest.approx(1.3 * 1.225)
-    # the last token: nothing left to project, its TPOT so far is its TPOT
-    assert decoding_late(EARLY_TOKENS, EARLY_TOKENS * 0.026, 0.020, MarginController(1.3), 1.3, remaining=0,
-                         pace_s=0.001)
-
-
-def test_a_decode_s_pace_is_read_over_its_recent_tokens_only():
-    pace = DecodePace()
-    since = 0.0
-    for decoded in range(1, 8):  # a stalled start: 50 ms a token, too few tokens yet for a pace
-        since += 0.050
-        assert pace.read(since, decoded) is None
-    for decoded in range(8, 30):  # then 5 ms a token, read a token at a time
-        since += 0.005
-        recent = pace.read(since, decoded)
-    assert recent == pytest.approx(0.005)  # the stall has left the readings it is read over
-    assert len(pace.readings) <= RECENT_TOKENS + 1
-    assert pace.readings[-1][1] - pace.readings[0][1] >= RECENT_TOKENS
 
 
 def test_a_margin_that_shuts_its_class_out_steps_down_after_as_many_refusals_as_a_miss_costs():
