@@ -36,14 +36,20 @@ def thread_cpu_seconds(pid: int) -> dict[int, float]:
     return {tid: s for tid, s in seconds.items() if s == s}  # a thread that ended meanwhile: nan, left out
 
 
+def busiest_thread(before: dict[int, float], after: dict[int, float]) -> float:
+    """The most CPU seconds one thread used between two readings of ``thread_cpu_seconds``."""
+    return max((after[t] - before.get(t, 0.0) for t in after), default=0.0)
+
+
 def cores_used(cluster: LocalCluster, run: Callable[[], dict]) -> tuple[dict, dict[str, float]]:
     """``run()``'s result, and the cores each of the cluster's processes and the load tester (this
-    process's children) used on average while it ran, and each worker's engine thread (its busiest:
-    ``<worker>/engine``): what the simulator charges the host for (the gateway and the load tester,
-    the workers' RPC threads beside their engines) shows here."""
+    process's children) used on average while it ran, each worker's engine thread (its busiest:
+    ``<worker>/engine``) and the gateway's event loop's thread (its busiest: ``gateway/loop``, which
+    no number of cores lifts past one): what the simulator charges the host for (the gateway and the
+    load tester, the workers' RPC threads beside their engines) shows here."""
     pids = {"-".join(name.split("-")[:2]): cluster.pid(name) for name in cluster.processes}
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    threads = {name: thread_cpu_seconds(pid) for name, pid in pids.items() if name != "gateway"}
+    threads = {name: thread_cpu_seconds(pid) for name, pid in pids.items()}
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     result = run()
@@ -51,8 +57,8 @@ def cores_used(cluster: LocalCluster, run: Callable[[], dict]) -> tuple[dict, di
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     used = {name: (cpu_seconds(pid) - before[name]) / wall for name, pid in pids.items()}
     for name, was in threads.items():
-        now = thread_cpu_seconds(pids[name])
-        used[f"{name}/engine"] = max((now[t] - was.get(t, 0.0) for t in now), default=0.0) / wall
+        used[f"{name}/loop" if name == "gateway" else f"{name}/engine"] = (
+            busiest_thread(was, thread_cpu_seconds(pids[name])) / wall)
     used["load_tester"] = (after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime) / wall
     return result, used
 
