@@ -41,6 +41,11 @@ def busiest_thread(before: dict[int, float], after: dict[int, float]) -> float:
     return max((after[t] - before.get(t, 0.0) for t in after), default=0.0)
 
 
+# the thread of a process whose cores are counted apart (its busiest), by process: the one that
+# cannot spread over more than one core
+BUSIEST_THREAD = {"gateway": "loop"}  # every worker's: "engine"
+
+
 def cores_used(cluster: LocalCluster, run: Callable[[], dict]) -> tuple[dict, dict[str, float]]:
     """``run()``'s result, and the cores each of the cluster's processes and the load tester (this
     process's children) used on average while it ran, each worker's engine thread (its busiest:
@@ -57,8 +62,7 @@ def cores_used(cluster: LocalCluster, run: Callable[[], dict]) -> tuple[dict, di
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     used = {name: (cpu_seconds(pid) - before[name]) / wall for name, pid in pids.items()}
     for name, was in threads.items():
-        used[f"{name}/loop" if name == "gateway" else f"{name}/engine"] = (
-            busiest_thread(was, thread_cpu_seconds(pids[name])) / wall)
+        used[f"{name}/{BUSIEST_THREAD.get(name, 'engine')}"] = busiest_thread(was, thread_cpu_seconds(pids[name])) / wall
     used["load_tester"] = (after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime) / wall
     return result, used
 

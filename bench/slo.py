@@ -59,8 +59,14 @@ class Workload:
 
 TRACE_LENGTH_SCALE = 4  # the Azure trace's prompts (up to 14,050 tokens) within the tiny model's 4,096
 TRACE_REQUESTS = ("--dataset-name", "trace", "--length-scale", str(TRACE_LENGTH_SCALE))
-# TTFT 100 / 300 / 1,000 ms × TPOT 15 / 50 ms, in equal shares
-FIXED_CLASSES = ",".join(f"t{t}-p{p}:{t}:{p}" for t in (100, 300, 1000) for p in (15, 50))
+
+
+def fixed_classes(ttfts_ms: tuple[int, ...], tpots_ms: tuple[int, ...]) -> str:
+    """``--slo-mix`` of every TTFT × TPOT pair in equal shares, each named ``t<TTFT>-p<TPOT>``."""
+    return ",".join(f"t{t}-p{p}:{t}:{p}" for t in ttfts_ms for p in tpots_ms)
+
+
+FIXED_CLASSES = fixed_classes((100, 300, 1000), (15, 50))
 RANDOM = ("--random-input-len", "192", "--random-output-len", "48", "--random-range-ratio", "0.5")
 WORKLOADS = {
     "scaled": Workload("scaled", RANDOM, ""),

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
 from bench.peer_runs import peer_python  # noqa: E402
 from bench.serving_systems import PdserveSystem, VllmSystem  # noqa: E402
-from bench.slo import FIXED_CLASSES, TRACE_REQUESTS, point_summary  # noqa: E402
+from bench.slo import FIXED_CLASSES, TRACE_REQUESTS, fixed_classes, point_summary  # noqa: E402
 from common.engine.config import resolve_dtype  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 
@@ -48,7 +48,7 @@ WORKLOADS = {
     "mixed": (("--random-input-len", "400", "--random-output-len", "64", "--random-range-ratio", "0.25"), FIXED_CLASSES),
     "bursty": (("--dataset-name", "sharegpt-like", "--max-input-len", "1500", "--max-output-len", "96",
                 "--burstiness", "0.5"),
-               ",".join(f"t{t}-p{p}:{t}:{p}" for t in (300, 1000, 3000) for p in (20, 60))),
+               fixed_classes((300, 1000, 3000), (20, 60))),
     "trace": (TRACE_REQUESTS, FIXED_CLASSES),
 }
 DEFAULT_WORKLOADS = ("mixed", "bursty")
