@@ -21,6 +21,7 @@ TTFT: the stamp is for clients on the gateway's host, or proxies kept in step by
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from wire.request_start import HEADER
@@ -39,6 +40,11 @@ def waited_s(metadata: Sequence[tuple[str, str | bytes]], received_wall: float) 
         return None
     waited = received_wall - sent
     return waited if 0.0 <= waited <= OLDEST_S else None
+
+
+def waited_before(metadata: Sequence[tuple[str, str | bytes]], received_at: float) -> float | None:
+    """``waited_s`` for a request whose handler began at ``received_at`` (``time.perf_counter``)."""
+    return waited_s(metadata, time.time() - (time.perf_counter() - received_at))
 
 
 def _epoch_seconds(value: str) -> float | None:

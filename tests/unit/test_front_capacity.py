@@ -15,6 +15,7 @@ from gateway.errors import RequestError
 from gateway.front_capacity import FrontCapacity, LoopBusy
 from gateway.front_door import Caller, FrontDoor
 from gateway.validation import ModelLimits, ValidatedRequest
+from wire.request_start import HEADER
 from wire.v1 import gateway_pb2
 
 
@@ -89,6 +90,26 @@ def test_a_busy_gateway_refuses_with_resource_exhausted_before_any_work():
     assert flow.seen == []
     share[0] = 0.5
     assert [m.text for m in asyncio.run(generate())] == ["a"] and len(flow.seen) == 1
+
+
+def test_a_stamped_request_is_never_refused_for_the_gateways_load_its_wait_is_known():
+    flow = _Flow()
+    front = FrontDoor(flow, tokenizer=None, limits=ModelLimits(max_model_len=64, vocab_size=100), chat=None,  # type: ignore[arg-type]
+                      capacity=FrontCapacity(lambda: 0.99))
+    request = gateway_pb2.GenerateRequest(token_ids=gateway_pb2.TokenIds(ids=[1, 2, 3]),
+                                          sampling=gateway_pb2.SamplingParams(max_tokens=1))
+
+    async def generate(*metadata: tuple[str, str]) -> list[str]:
+        return [m.text async for m in front.generate(request, Caller(metadata))]
+
+    sent = time.time() - 0.03
+    assert asyncio.run(generate((HEADER, f"t={sent:.6f}"))) == ["a"]
+    assert flow.seen[0].delivery_s >= 0.03  # its plan counts the 30 ms it waited before the gateway
+    for unusable in ((), ((HEADER, "t=soon"),), ((HEADER, f"t={time.time() + 5:.6f}"),)):  # the guard stands
+        with pytest.raises(RequestError) as refused:
+            asyncio.run(generate(*unusable))
+        assert refused.value.reason == "gateway_busy"
+    assert len(flow.seen) == 1
 
 
 def test_the_busy_limit_is_off_at_zero_and_otherwise_leaves_room_for_its_band():

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.arrival_wait import ArrivalWait
 from gateway.front_door import Caller, FrontDoor
-from gateway.request_start import OLDEST_S, waited_s
+from gateway.request_start import OLDEST_S, waited_before, waited_s
 from wire.request_start import HEADER, stamp
 from gateway.validation import ModelLimits
 
@@ -45,13 +45,16 @@ def test_the_front_plans_a_stamped_request_from_its_stamp_and_others_from_the_pr
                       arrival=probe)
     received_at = time.perf_counter() - 0.02  # the handler began 20 ms ago
     sent = time.time() - 0.02 - 0.07  # stamped 70 ms before that
-    stamped = Caller(((HEADER, f"t={sent:.6f}"),))
-    assert front._front_allowance(stamped, received_at) == pytest.approx(0.07, abs=0.005)
-    assert front._front_allowance(Caller(()), received_at) == pytest.approx(0.01)
+
+    def allowance(caller: Caller) -> float:
+        return front._front_allowance(caller, waited_before(caller.metadata, received_at))
+
+    assert allowance(Caller(((HEADER, f"t={sent:.6f}"),))) == pytest.approx(0.07, abs=0.005)
+    assert allowance(Caller(())) == pytest.approx(0.01)
     http = Caller(((HEADER, f"t={sent:.6f}"),), front="http")  # the OpenAI front reads the same header
-    assert front._front_allowance(http, received_at) == pytest.approx(0.07, abs=0.005)
+    assert allowance(http) == pytest.approx(0.07, abs=0.005)
     ahead = Caller(((HEADER, f"t={time.time() + 5:.6f}"),))  # a client clock ahead: the estimate stands
-    assert front._front_allowance(ahead, received_at) == pytest.approx(0.01)
+    assert allowance(ahead) == pytest.approx(0.01)
     sample = front.metrics.registry.get_sample_value
     assert sample("pdserve:request_start_wait_seconds_count", {"role": "gateway"}) == 2  # the two stamps used
     assert sample("pdserve:request_start_wait_seconds_sum", {"role": "gateway"}) == pytest.approx(0.14, abs=0.01)
