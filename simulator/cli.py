@@ -47,6 +47,11 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
                          help="comma-separated: what a prefill call takes at the gateway beyond its two hops and "
                               "the worker's own time, one drawn at random per call (a cluster's "
                               "pdserve:prefill_call_overhead_seconds shows it); default none")
+    cluster.add_argument("--gateway-loop-ms", type=_loop_ms, default=DEFAULTS.gateway_loop_s, metavar="SERVED,REFUSED",
+                         help="the gateway's event loop's time a request takes, served and refused: a call waits for "
+                              "the loop before its handler runs, and one gateway serves at most 1000/SERVED req/s "
+                              "(bench/front_end_cost.py measures a host's: gateway_loop_cpu_ms_per_request); "
+                              "default 0,0: the gateway is never the bottleneck")
     cluster.add_argument("--step-noise", type=float, default=DEFAULTS.step_noise,
                          help="coefficient of variation of every forward's time around its cost model")
     cluster.add_argument("--decode-step-memory", type=_pair, default=DEFAULTS.decode_step_memory, metavar="W,RHO",
@@ -109,6 +114,13 @@ def _rate_law(text: str) -> tuple[float, float]:
     return at_one, exponent
 
 
+def _loop_ms(text: str) -> tuple[float, float]:
+    served, refused = _two_floats(text, "SERVED,REFUSED")
+    if min(served, refused) < 0:
+        raise argparse.ArgumentTypeError("the gateway loop's milliseconds must be >= 0")
+    return served / 1000, refused / 1000
+
+
 def _pair(text: str) -> tuple[float, float]:
     memory = _two_floats(text, "W,RHO")
     try:
@@ -128,7 +140,8 @@ def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
                   front_end_cores=args.front_end_cores, prefill_own_cores=args.prefill_own_cores,
                   decode_own_cores=args.decode_own_cores, decode_cpu_share=args.decode_cpu_share,
                   decode_step_ratio=args.decode_step_ratio, decode_step_memory=args.decode_step_memory,
-                  call_overhead_s=tuple(ms / 1000 for ms in args.call_overhead_ms))
+                  call_overhead_s=tuple(ms / 1000 for ms in args.call_overhead_ms),
+                  gateway_loop_s=args.gateway_loop_ms)
     values.update(overrides)
     return SimConfig(**values)  # type: ignore[arg-type]
 
@@ -146,7 +159,9 @@ def executor(models: CostModels, config: SimConfig):  # type: ignore[no-untyped-
         result = simulate(plan, config, models)
         _apply_goodput(result.records, parse_goodput(args.goodput))
         print(f"[{label}] {len(plan)} requests, {result.duration:.1f} simulated s in {result.wall_s:.1f} s "
-              f"({config.prefill}P{config.decode}D, {config.policy})", file=sys.stderr, flush=True)
+              f"({config.prefill}P{config.decode}D, {config.policy}"
+              + (f"; the gateway's loop busy {result.gateway_loop_busy:.0%}" if any(config.gateway_loop_s) else "")
+              + ")", file=sys.stderr, flush=True)
         return result.records, result.duration
 
     return execute

@@ -64,6 +64,13 @@ class SimConfig:
     # own threads: token streams, the next batch's RPCs); the host counts the rest as idle for the
     # front end to run in. 1: a decode worker's core is in use for its whole step
     decode_cpu_share: float = 1.0
+    # the gateway's event loop, one thread: the seconds of it a request takes when served (its
+    # handler, its worker calls, its token messages) and when refused; (0, 0): never the bottleneck.
+    # A call's handler runs when the loop is free (calls queue inside gRPC before it,
+    # ``gateway.front_capacity``); the wait counts in its TTFT and, the request stamped by its client
+    # (``gateway.request_start``), in its plan. Measured: ``bench/front_end_cost.py``'s
+    # ``gateway_loop_cpu_ms_per_request``
+    gateway_loop_s: tuple[float, float] = (0.0, 0.0)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -82,6 +89,8 @@ class SimConfig:
         laws = (self.front_end_cores, self.prefill_own_cores, self.decode_own_cores, self.decode_step_ratio)
         if self.host_cores < 0 or min(min(law) for law in laws) < 0:
             raise ValueError("host cores and the rate laws' figures and exponents must be >= 0")
+        if min(self.gateway_loop_s) < 0:
+            raise ValueError("the gateway loop's seconds a request must be >= 0")
         if not 0 < self.decode_cpu_share <= 1:
             raise ValueError("decode_cpu_share must be in (0, 1]")
         check_memory(self.decode_step_memory, "decode_step_memory")

@@ -8,7 +8,9 @@ gateway's own policy code.
       ``decoding_late``) ─▶ last token (TPOT to the closed loop)
 
 Every message between processes takes ``hop_s``; prefill workers' loads reach the TTFT guards by
-heartbeat, as in the cluster.
+heartbeat, as in the cluster. With ``gateway_loop_s`` the gateway's event loop is one server in
+front of it all: a call's handler starts once the loop has finished the work already given it, each
+request costing it the refused share at its handler and the rest when it is served.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class SimGateway:
         self._round_again = False
         self._ticking = False
         self.stopped = False  # every request has its answer: heartbeats stop, so the simulation ends
+        self._loop_free = 0.0  # when the gateway's event loop has done the work given it so far
+        self.loop_busy_s = 0.0  # the loop's work over the run (``gateway_loop_s``)
         self.sim.after(self.config.heartbeat_s, self._heartbeats)
 
     # -- arrival and refusal --
@@ -78,10 +82,25 @@ class SimGateway:
         flight.record.start = self.sim.now
         if self.host is not None:
             self.host.sent(self.sim.now)
-        self.sim.after(self.config.hop_s, self._arrive, flight)
+        self.sim.after(self.config.hop_s, self._reach, flight)
+
+    def _reach(self, flight: Flight) -> None:
+        """The call reaches the gateway's process; its handler runs when the event loop is free. The
+        request is planned from here (its client's stamp, less the hop), not from its handler."""
+        flight.arrived = self.sim.now
+        if not any(self.config.gateway_loop_s):
+            self._arrive(flight)
+        else:
+            self.sim.at(self._loop(self.config.gateway_loop_s[1]), self._arrive, flight)
+
+    def _loop(self, work_s: float) -> float:
+        """Gives the gateway's event loop ``work_s`` more; returns when it starts on it."""
+        start = max(self._loop_free, self.sim.now)
+        self._loop_free = start + work_s
+        self.loop_busy_s += work_s
+        return start
 
     def _arrive(self, flight: Flight) -> None:
-        flight.arrived = self.sim.now
         if flight.tokens + flight.planned.output_len > self.config.max_model_len:
             self._refuse(flight, "INVALID_ARGUMENT", "invalid_argument")
         elif not self._ttft_ok(flight):
@@ -272,6 +291,8 @@ class SimGateway:
         guard.sent(flight.request_id, flight.deadline, flight.tokens, flight.ttft_s)
         self.inflight[worker.worker_id] += 1
         flight.sent_at = self.sim.now
+        served_s, refused_s = self.config.gateway_loop_s
+        self._loop(max(0.0, served_s - refused_s))  # the rest of a served request's work on the loop
         flight.headroom_at = guard.headrooms.margin(flight.ttft_s)
         if self.host is not None:  # served from here on: its workers' own threads carry it
             assert flight.decode is not None  # reserved before its prefill (``_reserved``)

@@ -26,6 +26,7 @@ class SimRun:
     stretch: dict[str, float]  # by role: the workers' forwards over what they take alone (1: the host is not simulated)
     refusals: dict[str, int]  # requests refused before any work, by reason (as ``pdserve:request_rejections``)
     busy: dict[str, float]  # by role: the share of the run its workers computed (a mean over them; empty without a host)
+    gateway_loop_busy: float = 0.0  # the share of the run the gateway's event loop worked (``gateway_loop_s``)
 
 
 def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
@@ -67,7 +68,7 @@ def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
     workers = {"prefill": config.prefill, "decode": config.decode}
     busy = {role: s / span / workers[role] for role, s in host.busy_s().items()} if host is not None else {}
     return SimRun([f.record for f in flights], last, time.perf_counter() - started, margins, stretch,
-                  dict(gateway.refusals), busy)
+                  dict(gateway.refusals), busy, gateway.loop_busy_s / span)
 
 
 def _record(item: PlannedRequest) -> RequestRecord:

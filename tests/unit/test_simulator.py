@@ -153,6 +153,45 @@ def test_the_ttft_guard_refuses_at_its_boundary_and_not_before():
     assert records["exact"].ok  # at the SLO (the headroom relaxed a hair after "on_time"): admitted
 
 
+def test_calls_wait_for_the_gateways_event_loop_before_their_handlers_run():
+    # The loop takes 12 ms at each handler and 18 ms more for each request it serves. Three sent at
+    # once reach their handlers at 0, 12 and 24 ms: A prefills 0-10 ms; B's reservation waits for
+    # A's decode step (10-15), it prefills 15-25; C prefills 25-35. Their served work keeps the loop
+    # busy to 90 ms, so a fourth, sent at 25 ms, is handled at 90: TTFT 75 ms.
+    burst = [_request(i, 0.0, 2) for i in range(3)] + [_request(3, 0.025, 2)]
+    run = simulate(burst, _config("fcfs", gateway_loop_s=(0.030, 0.012)), FLAT)
+    assert [r.ttft for r in run.records] == pytest.approx([0.010, 0.025, 0.035, 0.075])
+    assert run.gateway_loop_busy == pytest.approx(4 * 0.030 / run.duration)
+    alone = simulate(burst, _config("fcfs"), FLAT)  # the default: a gateway that is never the bottleneck
+    # (B and C prefill together 10-20 ms; D's reservation waits for their decode step, 25-30)
+    assert [r.ttft for r in alone.records] == pytest.approx([0.010, 0.020, 0.020, 0.015])
+    assert alone.gateway_loop_busy == 0
+
+
+def test_the_ttft_guard_plans_with_the_wait_for_the_loop_and_refuses_what_it_made_late():
+    # 30 ms of the loop at each handler, a 50 ms TTFT: the second request's handler runs at 30 ms,
+    # its first token is due at 40, in time; the third's runs at 60 ms, past its deadline: refused
+    burst = [_request(i, 0.0, 2, SloClass("fifty", 50.0, 0)) for i in range(3)]
+    run = simulate(burst, _config("scorpio", gateway_loop_s=(0.030, 0.030)), FLAT)
+    first, second, third = run.records
+    assert first.ok and second.ok and (first.ttft, second.ttft) == pytest.approx((0.010, 0.040))
+    assert third.error == "RESOURCE_EXHAUSTED" and run.refusals == {"ttft_unattainable": 1}
+
+
+def test_the_gateway_loop_flag_reaches_the_simulated_cluster_and_refuses_nonsense():
+    import argparse
+
+    from simulator.cli import add_simulate_args, sim_config
+
+    parser = argparse.ArgumentParser()
+    add_simulate_args(parser)
+    assert sim_config(parser.parse_args(["--gateway-loop-ms", "4.5,0.5"])).gateway_loop_s == pytest.approx((0.0045, 0.0005))
+    assert sim_config(parser.parse_args([])).gateway_loop_s == (0.0, 0.0)
+    for bad in ("4", "4,x", "-1,0"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--gateway-loop-ms", bad])
+
+
 POLICY_CODE = ("ttft_refusal", "last_useful_admission", "prefill_order", "decode_order_by_vbs", "least_loaded_order",
                "AdmissionRound", "outcome", "decoding_late")
 
