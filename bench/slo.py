@@ -24,6 +24,9 @@ neither policy pays for cold connections in its measurements). Each rate draws i
 wherever two rates send as many requests (``--min-prompts``), and the prefix cache would serve
 the repeats.
 
+Each workload also fits what the gateway's event loop spends on a served and on a refused request
+(``gateway_loop_ms``, from its thread's CPU over each point): ``pdserve simulate --gateway-loop-ms``.
+
     python bench/slo.py [--workload scaled --workload fixed] [--out bench/results/slo-cpu.json] [--plot slo.png]
                         [--device cuda --preset 1b --mps]
 """
@@ -35,6 +38,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +49,8 @@ from client.bench.workload import BUILTIN_TRACE, read_trace  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from bench.cluster_readings import gateway_counts  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
+from bench.process_cores import busiest_thread, thread_cpu_seconds  # noqa: E402
+from simulator.config import gateway_loop_from_points  # noqa: E402
 
 TTFT_MULTIPLES = {"ttft_tight": 4.0, "ttft_medium": 12.0, "ttft_loose": 40.0}
 TPOT_MULTIPLES = {"tpot_tight": 3.0, "tpot_loose": 10.0}
@@ -144,10 +150,16 @@ def run_policy(policy: str, rates: list[float], args: argparse.Namespace, worklo
         if not slo_mix:
             slo_mix = slo_classes(r["median_ttft_ms"], r["median_tpot_ms"])
             progress(f"  SLO classes (name:TTFT ms:TPOT ms): {slo_mix}")
+        idle_loop = _idle_loop_cores(cluster)
         for rate in rates:
             met_before, missed_before, refused_before = gateway_counts(cluster)
+            loop_before, started = thread_cpu_seconds(cluster.pid("gateway")), time.perf_counter()
             result = point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix, work / policy,
                                                              requests=workload.requests, seed=point_seed(rate)))
+            # the gateway's event loop's CPU for these requests (``gateway_loop_ms`` below), less its idle
+            # turns (heartbeats, its health probe) over the same time
+            loop_s = busiest_thread(loop_before, thread_cpu_seconds(cluster.pid("gateway")))
+            result["gateway_loop_cpu_s"] = max(0.0, loop_s - idle_loop * (time.perf_counter() - started))
             met_after, missed_after, refused_after = gateway_counts(cluster)
             met, missed = met_after - met_before, missed_after - missed_before
             result["gateway_admitted_attainment"] = met / (met + missed) if met + missed else None
@@ -163,6 +175,21 @@ def run_policy(policy: str, rates: list[float], args: argparse.Namespace, worklo
             if stop_below is not None and result["adherence"] < stop_below:
                 break
     return points, slo_mix
+
+
+def _idle_loop_cores(cluster: LocalCluster, seconds: float = 1.0) -> float:
+    """The share of a core the gateway's event loop's thread uses with no request to serve."""
+    before = thread_cpu_seconds(cluster.pid("gateway"))
+    time.sleep(seconds)
+    return busiest_thread(before, thread_cpu_seconds(cluster.pid("gateway"))) / seconds
+
+
+def gateway_loop_ms(points: list[dict]) -> tuple[float, float]:
+    """The gateway's event loop's milliseconds a served and a refused request, fitted over the
+    points (``simulator.config.gateway_loop_from_points``): ``pdserve simulate --gateway-loop-ms``."""
+    served_s, refused_s = gateway_loop_from_points(
+        [(p["num_prompts"] - p["rejected"], p["rejected"], p["gateway_loop_cpu_s"]) for p in points])
+    return served_s * 1000, refused_s * 1000
 
 
 def _say_what_the_front_end_lost(result: dict) -> None:
@@ -211,8 +238,12 @@ def run_workload(workload: Workload, args: argparse.Namespace) -> dict:
                "scorpio_admitted_attainment": s_top["admitted_attainment"]}
     progress(f"[{workload.name}] at twice the knee ({top:g} req/s): scorpio goodput {summary['goodput_ratio']:.1f}x "
              f"fcfs, {summary['scorpio_admitted_attainment']:.1%} of admitted requests meeting both SLOs")
+    served_ms, refused_ms = gateway_loop_ms(points)
+    progress(f"[{workload.name}] the gateway's event loop: {served_ms:.2f} ms of its thread a served request, "
+             f"{refused_ms:.2f} ms a refused one (pdserve simulate --gateway-loop-ms {served_ms:.2f},{refused_ms:.2f})")
     return {"requests": list(workload.requests), "slo_classes": slo_mix, "knee_rate": knee, "knee_found": knee_found,
-            "points": points, "at_twice_the_knee": summary}
+            "points": points, "at_twice_the_knee": summary,
+            "gateway_loop_ms": {"served": served_ms, "refused": refused_ms}}
 
 
 def plot(results: dict[str, dict], out: Path) -> None:

@@ -122,6 +122,30 @@ def call_overhead_from_histogram(buckets: Sequence[tuple[float, float]], hops_s:
     return tuple(max(0.0, middle - hops_s) for middle in _bucket_middles(buckets))
 
 
+def gateway_loop_from_points(points: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
+    """``SimConfig.gateway_loop_s`` from measured runs ``(served, refused, loop seconds)``: the
+    gateway's event loop's thread CPU over a run, against the requests it served and refused, fitted
+    as ``served · a + refused · b`` by least squares with ``a, b >= 0`` (a run that refused nothing
+    pins ``a``; runs that refused many pin ``b``). (0, 0) without a run that served or refused."""
+    ss = sum(s * s for s, _, _ in points)
+    rr = sum(r * r for _, r, _ in points)
+    sr = sum(s * r for s, r, _ in points)
+    sy = sum(s * y for s, _, y in points)
+    ry = sum(r * y for _, r, y in points)
+    det = ss * rr - sr * sr
+    if det > 1e-9 * max(ss * rr, 1e-30):
+        a, b = (sy * rr - ry * sr) / det, (ry * ss - sy * sr) / det
+        if a >= 0 and b >= 0:
+            return a, b
+    # the best with one of them 0 (collinear runs, or a fit that wanted a negative cost)
+    only_served, only_refused = (sy / ss if ss else 0.0, 0.0), (0.0, ry / rr if rr else 0.0)
+
+    def residual(fit: tuple[float, float]) -> float:
+        return sum((s * fit[0] + r * fit[1] - y) ** 2 for s, r, y in points)
+
+    return min(only_served, only_refused, key=residual) if points else (0.0, 0.0)
+
+
 def factors_from_histogram(buckets: Sequence[tuple[float, float]]) -> tuple[float, ...]:
     """``SimConfig.decode_step_factors`` (``prefill_forward_factors``) from a histogram's cumulative
     buckets of steps' (forwards') ratios to their prediction (``pdserve:cost_model_observed_ratio``):

@@ -9,7 +9,7 @@ import pytest
 
 from client.bench.workload import PlannedRequest, SloClass
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
-from simulator.config import SimConfig, call_overhead_from_histogram, factors_from_histogram
+from simulator.config import SimConfig, call_overhead_from_histogram, factors_from_histogram, gateway_loop_from_points
 from simulator.run import simulate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,6 +53,17 @@ def test_call_overheads_are_read_back_from_a_histogram_one_per_call():
     assert values[:2] == pytest.approx([0.0005 - 0.0005] * 2)  # the first bucket's middle, less the hops
     assert values[2:5] == pytest.approx([0.002 - 0.0005] * 3)  # sqrt(1 ms x 4 ms)
     assert values[5] == pytest.approx((0.004 * 0.006) ** 0.5 - 0.0005)
+
+
+def test_the_gateway_loops_costs_are_fitted_from_runs_of_served_and_refused_requests():
+    # 4 ms a served request, 1 ms a refused one, read back from runs with different mixes
+    mixes = ((200, 0), (150, 300), (90, 900))
+    runs = [(served, refused, served * 0.004 + refused * 0.001) for served, refused in mixes]
+    assert gateway_loop_from_points(runs) == pytest.approx((0.004, 0.001))
+    # runs that would want a refusal to cost less than nothing: the served cost alone
+    assert gateway_loop_from_points([(100, 0, 0.5), (100, 100, 0.45)]) == pytest.approx((0.00475, 0.0))
+    assert gateway_loop_from_points([(0, 50, 0.05)]) == pytest.approx((0.0, 0.001))  # nothing served
+    assert gateway_loop_from_points([]) == (0.0, 0.0)
 
 
 def test_decode_step_factors_are_read_back_from_a_worker_histogram_around_their_mean():
