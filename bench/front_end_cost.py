@@ -15,6 +15,9 @@ loop's thread is counted apart (``gateway_loop_cpu_ms_per_request``): gRPC's own
 over a large host's other cores and its loop's thread cannot, so ``gateway_loop_ceiling_req_s`` is
 a rate no host lifts that gateway past. Prints JSON.
 
+``--slo-mix late:0.01:50`` (a TTFT no request can meet) makes every request a refusal: the figures
+are then what the gateway spends refusing one (``scorpio``; ``fcfs`` refuses nothing).
+
 ``--stream-interval`` compares gateway settings of ``--stream-interval-ms`` (``gateway.stream_interval``:
 how far apart a stream's token messages may be held), each on fresh clusters taking turns
 ``--rounds`` times: besides the CPU, each point has the tokens a client message carried, the
@@ -46,7 +49,8 @@ CLIENT_FIGURES = ("--percentile-metrics", "ttft,tpot,itl", "--save-detailed")
 
 
 def measure(policy: str, rate: float, num_prompts: int, preset: str, device: str = "cpu",
-            mps: bool = False, stream_interval: str = "default") -> dict[str, object]:
+            mps: bool = False, stream_interval: str = "default",
+            slo_mix: str = WORKLOADS["fixed"].slo_mix) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="pdserve-front-end-"))
     progress(f"{policy}, --stream-interval-ms {stream_interval}: starting a cluster ...")
     spec = ClusterSpec(port=0, policy=policy, preset=preset, device=device, mps=mps,
@@ -57,7 +61,7 @@ def measure(policy: str, rate: float, num_prompts: int, preset: str, device: str
         run_load_tester(target, 2, 20, RANDOM, "", work / "warm", 7)
         started = time.perf_counter()
         r, cores = cores_used(cluster, lambda: run_load_tester(target, rate, num_prompts, RANDOM,
-                                                               WORKLOADS["fixed"].slo_mix, work / "load", 11,
+                                                               slo_mix, work / "load", 11,
                                                                extra=CLIENT_FIGURES))
         wall = time.perf_counter() - started
         gateway_s, tester_s, loop_s = cores["gateway"] * wall, cores["load_tester"] * wall, cores["gateway/loop"] * wall
@@ -69,22 +73,22 @@ def measure(policy: str, rate: float, num_prompts: int, preset: str, device: str
              "goodput": r["request_goodput"],
              "adherence": r["slo_adherence"], "rejected": r["rejected"], "wall_s": wall,
              "gateway_cpu_ms_per_request": 1000 * gateway_s / num_prompts,
-             "gateway_cpu_us_per_token": 1e6 * gateway_s / max(tokens, 1),
+             "gateway_cpu_us_per_token": 1e6 * gateway_s / tokens if tokens else None,  # None: all refused
              # of it, its event loop's thread's: one thread, so one core at most, however many the host has
              "gateway_loop_cpu_ms_per_request": 1000 * loop_s / num_prompts,
              "load_tester_cpu_ms_per_request": 1000 * tester_s / num_prompts,
-             "load_tester_cpu_us_per_token": 1e6 * tester_s / max(tokens, 1)}
+             "load_tester_cpu_us_per_token": 1e6 * tester_s / tokens if tokens else None}
     point["gateway_one_core_req_s"] = 1000 / max(point["gateway_cpu_ms_per_request"], 1e-9)
     point["gateway_loop_ceiling_req_s"] = 1000 / max(point["gateway_loop_cpu_ms_per_request"], 1e-9)
     point["load_tester_one_core_req_s"] = 1000 / max(point["load_tester_cpu_ms_per_request"], 1e-9)
     progress(f"  {point['tokens_per_message']:.2f} tokens a message, ITL p50 {point['p50_itl_ms']:.1f} / p99 "
              f"{point['p99_itl_ms']:.1f} ms, mean TPOT {point['mean_tpot_ms']:.2f} ms, SLO adherence {point['adherence']:.1%}")
-    progress(f"  gateway {point['gateway_cpu_ms_per_request']:.1f} ms CPU a request "
-             f"({point['gateway_cpu_us_per_token']:.0f} us a token; its event loop's thread "
-             f"{point['gateway_loop_cpu_ms_per_request']:.1f} ms, a ceiling of {point['gateway_loop_ceiling_req_s']:.0f} "
-             f"req/s on any host), load tester "
-             f"{point['load_tester_cpu_ms_per_request']:.1f} ms ({point['load_tester_cpu_us_per_token']:.0f} us); "
-             f"one core carries {point['gateway_one_core_req_s']:.0f} / {point['load_tester_one_core_req_s']:.0f} req/s")
+    per_token = (f"{point['gateway_cpu_us_per_token']:.0f} us a token; " if tokens else "no token served; ")
+    progress(f"  gateway {point['gateway_cpu_ms_per_request']:.2f} ms CPU a request ({per_token}its event loop's "
+             f"thread {point['gateway_loop_cpu_ms_per_request']:.2f} ms, a ceiling of "
+             f"{point['gateway_loop_ceiling_req_s']:.0f} req/s on any host), load tester "
+             f"{point['load_tester_cpu_ms_per_request']:.2f} ms; one core carries "
+             f"{point['gateway_one_core_req_s']:.0f} / {point['load_tester_one_core_req_s']:.0f} req/s")
     return point
 
 
@@ -99,11 +103,14 @@ def main() -> None:
     parser.add_argument("--stream-interval", default="default",
                         help="the gateway's --stream-interval-ms settings to compare, comma-separated (default: "
                              "none given, as pdserve up starts it)")
+    parser.add_argument("--slo-mix", default=WORKLOADS["fixed"].slo_mix,
+                        help="the load tester's SLO classes (default: bench/slo.py's fixed ones); one no request can "
+                             "meet, e.g. late:0.01:50, makes every request a refusal and measures what one costs")
     parser.add_argument("--rounds", type=int, default=1, help="times each setting runs, taking turns")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     ensure_model(args.preset)
-    points = [measure(p, args.rate, args.num_prompts, args.preset, args.device, args.mps, interval)
+    points = [measure(p, args.rate, args.num_prompts, args.preset, args.device, args.mps, interval, args.slo_mix)
               for _ in range(args.rounds) for interval in args.stream_interval.split(",")
               for p in args.policy or ["fcfs", "scorpio"]]
     emit({"device": device_name(args.device), "preset": args.preset, "cores": os.cpu_count(),

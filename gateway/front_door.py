@@ -30,7 +30,7 @@ from gateway.errors import RequestError, invalid
 from gateway.front_capacity import FrontCapacity
 from gateway.request_flow import RequestFlow
 from gateway.tenants import AuthError, QuotaError, TenantTable
-from gateway.validation import ModelLimits, prompt_text, validate
+from gateway.validation import ModelLimits, prompt_text, slo_ms, validate
 from wire.v1 import gateway_pb2
 
 
@@ -51,7 +51,8 @@ class FrontDoor:
     def __init__(self, flow: RequestFlow, tokenizer: Any, limits: ModelLimits, chat: ChatTemplate | None,
                  tenants: TenantTable | None = None, metrics: Metrics | None = None,
                  draining: Callable[[], bool] = lambda: False, delivery: DeliveryAllowance | None = None,
-                 capacity: FrontCapacity | None = None, arrival: ArrivalWait | None = None) -> None:
+                 capacity: FrontCapacity | None = None, arrival: ArrivalWait | None = None,
+                 ttft_guard: bool = False) -> None:
         self.flow = flow
         self.tokenizer = tokenizer
         self.limits = limits
@@ -62,6 +63,7 @@ class FrontDoor:
         self.delivery = delivery or DeliveryAllowance()
         self.capacity = capacity  # None: this gateway never refuses for its own load (fcfs)
         self.arrival = arrival  # the wait of a gRPC call before its handler; None: not measured
+        self.ttft_guard = ttft_guard  # whether a request that cannot get its first token in time is refused
         # Tokenizing a long prompt takes milliseconds to seconds: never on the event loop, which
         # also serves every other stream and the workers' heartbeats.
         self._tokenizing = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
@@ -84,7 +86,7 @@ class FrontDoor:
         accounting = RequestAccounting(self.metrics)
         request_id_var.set(request.request_id)
         try:
-            tenant = self._admit_caller(request, caller, stamped=waited_s is not None)
+            tenant = self._admit_caller(request, caller, waited_s)
         except RequestError as exc:
             accounting.failed(exc.code.name, exc.reason, exc.message, before_work=True)
             raise
@@ -119,7 +121,8 @@ class FrontDoor:
         finally:
             admission.release()
 
-    def _admit_caller(self, request: gateway_pb2.GenerateRequest, caller: Caller, stamped: bool) -> _Admitted:
+    def _admit_caller(self, request: gateway_pb2.GenerateRequest, caller: Caller,
+                      waited_s: float | None) -> _Admitted:
         if self.draining():
             raise RequestError(grpc.StatusCode.UNAVAILABLE, "gateway is draining; retry on another replica", "draining")
         # The busy guard stands in for a wait the gateway cannot see (a call queued inside gRPC
@@ -127,17 +130,33 @@ class FrontDoor:
         # the TTFT guard plans with it: the busy guard would only refuse what can still be served in
         # time (bench/results/busy-guard-stamped-ab-h200-89e150b.json: 1.23x the goodput at 0.8x the
         # knee, 1.14x at 2x, >= 99.5% of admitted in time either way).
-        refusal = self.capacity.refusal() if self.capacity is not None and not stamped else None
+        refusal = self.capacity.refusal() if self.capacity is not None and waited_s is None else None
         if refusal is not None:  # first: a refusal must cost the busy loop as little as it can
             raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, "gateway_busy")
         tenant = self._tenant(caller)
         if request.tenant and tenant.name and request.tenant != tenant.name:
             raise RequestError(grpc.StatusCode.PERMISSION_DENIED,
                                f"tenant {request.tenant!r} does not match the API key's tenant", "wrong_tenant")
+        if self.ttft_guard and waited_s is not None:
+            self._refuse_if_already_late(request, waited_s)
         try:
             return _Admitted(tenant.name, tenant.admit())
         except QuotaError as exc:
             raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), "tenant_quota") from None
+
+    def _refuse_if_already_late(self, request: gateway_pb2.GenerateRequest, waited_s: float) -> None:
+        """RESOURCE_EXHAUSTED (``ttft_unattainable``) for a stamped request whose wait before the
+        gateway already used up its TTFT SLO, before any work on it: at overload such refusals are
+        most of what the event loop does, and this one costs it least. (Its SLO is read as
+        validation will read it; one that validation would refuse goes on to that refusal.)"""
+        try:
+            ttft_ms = slo_ms(request.slo, self.limits)[0]
+        except RequestError:
+            return
+        if ttft_ms and waited_s * 1000 >= ttft_ms:
+            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"TTFT SLO of {ttft_ms:g} ms is unattainable: the request waited "
+                               f"{waited_s * 1000:.0f} ms before it reached the gateway", reason="ttft_unattainable")
 
     async def _validated(self, request: gateway_pb2.GenerateRequest, caller: Caller, received_at: float,
                          waited_s: float | None, tenant: str) -> Any:

@@ -17,6 +17,10 @@ sees. A stamp can only make its own request's plan stricter: one in the future (
 ahead of the gateway's) or older than ``OLDEST_S`` (a clock far behind, or a replay) is ignored,
 and the estimate applies as for a request without one. The clocks must agree to well within a
 TTFT: the stamp is for clients on the gateway's host, or proxies kept in step by NTP.
+
+A stamped request is not refused for the gateway's own load (``gateway.front_capacity``): its wait
+is known. One whose wait already used up its TTFT SLO is refused before any work on it
+(``FrontDoor``), the cheapest refusal the gateway has.
 """
 
 from __future__ import annotations

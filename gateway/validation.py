@@ -70,7 +70,7 @@ def validate(request: gateway_pb2.GenerateRequest, text_ids: list[int] | None,
                       f"model's limit of {limits.max_model_len} tokens")
     if any(not s for s in request.sampling.stop):
         raise invalid("sampling.stop must not contain empty strings")
-    ttft_ms, tpot_ms = _slo(request.slo, limits)
+    ttft_ms, tpot_ms = slo_ms(request.slo, limits)
     return ValidatedRequest(
         request_id=request.request_id or uuid.uuid4().hex,
         prompt_token_ids=prompt,
@@ -91,7 +91,7 @@ def _slo_class(slo: gateway_pb2.SLO, ttft_ms: float, tpot_ms: float) -> str:
     return "default" if ttft_ms or tpot_ms else ""
 
 
-def _slo(slo: gateway_pb2.SLO, limits: ModelLimits) -> tuple[float, float]:
+def slo_ms(slo: gateway_pb2.SLO, limits: ModelLimits) -> tuple[float, float]:
     """Explicit values win, then the named class, then the server default."""
     base = limits.default_slo
     if slo.name:

@@ -3,15 +3,19 @@ of the wait before its handler, and can only make its plan stricter."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+import grpc
 import pytest
 
 from gateway.arrival_wait import ArrivalWait
+from gateway.errors import RequestError
 from gateway.front_door import Caller, FrontDoor
 from gateway.request_start import OLDEST_S, waited_before, waited_s
 from wire.request_start import HEADER, stamp
 from gateway.validation import ModelLimits
+from wire.v1 import gateway_pb2
 
 RECEIVED = 1_732_650_000.5  # the wall-clock moment the request reached the gateway
 
@@ -58,3 +62,45 @@ def test_the_front_plans_a_stamped_request_from_its_stamp_and_others_from_the_pr
     sample = front.metrics.registry.get_sample_value
     assert sample("pdserve:request_start_wait_seconds_count", {"role": "gateway"}) == 2  # the two stamps used
     assert sample("pdserve:request_start_wait_seconds_sum", {"role": "gateway"}) == pytest.approx(0.14, abs=0.01)
+
+
+class _Flow:
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def run(self, req):  # type: ignore[no-untyped-def]
+        self.seen.append(req.request_id)
+        yield gateway_pb2.GenerateResponse(text="a", finish_reason="length")
+
+    def abandon(self, req) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+
+def test_a_stamped_request_already_past_its_ttft_is_refused_before_any_work():
+    flow = _Flow()
+    limits = ModelLimits(max_model_len=64, vocab_size=100, default_slo=(100, 0))
+    guarded = FrontDoor(flow, tokenizer=None, limits=limits, chat=None, ttft_guard=True)  # type: ignore[arg-type]
+
+    def generate(front: FrontDoor, waited_s: float | None, ttft_ms: int = 0) -> list[str]:
+        request = gateway_pb2.GenerateRequest(token_ids=gateway_pb2.TokenIds(ids=[1, 2]),
+                                              sampling=gateway_pb2.SamplingParams(max_tokens=1),
+                                              slo=gateway_pb2.SLO(ttft_ms=ttft_ms))
+        metadata = () if waited_s is None else ((HEADER, f"t={time.time() - waited_s:.6f}"),)
+
+        async def messages() -> list[str]:
+            return [m.text async for m in front.generate(request, Caller(metadata))]
+
+        return asyncio.run(messages())
+
+    for waited_s, ttft_ms in ((0.15, 0), (0.06, 50)):  # the server's default 100 ms, then its own 50 ms
+        with pytest.raises(RequestError) as refused:
+            generate(guarded, waited_s, ttft_ms)
+        assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and refused.value.reason == "ttft_unattainable"
+        assert "waited" in refused.value.message
+    assert flow.seen == []
+    assert generate(guarded, 0.03) == ["a"]  # time left: the TTFT guard decides, in the flow
+    assert generate(guarded, None) == ["a"]  # not stamped: nothing known of its wait here
+    assert generate(FrontDoor(flow, None, limits, None), 0.15) == ["a"]  # fcfs: no TTFT guard  # type: ignore[arg-type]
+    assert len(flow.seen) == 3
+    sample = guarded.metrics.registry.get_sample_value
+    assert sample("pdserve:request_rejections_total", {"role": "gateway", "reason": "ttft_unattainable"}) == 2
