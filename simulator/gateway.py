@@ -100,6 +100,11 @@ class SimGateway:
         self.loop_busy_s += work_s
         return start
 
+    def loop_busy(self, first: float, span: float) -> float:
+        """The share of the run the event loop worked, the run ``span`` seconds from ``first`` or
+        until the loop was done, if later (refusals at handlers it reached after the last token)."""
+        return self.loop_busy_s / max(span, self._loop_free - first, 1e-9)
+
     def _arrive(self, flight: Flight) -> None:
         if flight.tokens + flight.planned.output_len > self.config.max_model_len:
             self._refuse(flight, "INVALID_ARGUMENT", "invalid_argument")

@@ -172,7 +172,8 @@ def test_calls_wait_for_the_gateways_event_loop_before_their_handlers_run():
     burst = [_request(i, 0.0, 2) for i in range(3)] + [_request(3, 0.025, 2)]
     run = simulate(burst, _config("fcfs", gateway_loop_s=(0.030, 0.012)), FLAT)
     assert [r.ttft for r in run.records] == pytest.approx([0.010, 0.025, 0.035, 0.075])
-    assert run.gateway_loop_busy == pytest.approx(4 * 0.030 / run.duration)
+    # 120 ms of work, done at 120 ms, after the last token (105 ms): busy all along
+    assert run.duration == pytest.approx(0.105) and run.gateway_loop_busy == pytest.approx(1.0)
     alone = simulate(burst, _config("fcfs"), FLAT)  # the default: a gateway that is never the bottleneck
     # (B and C prefill together 10-20 ms; D's reservation waits for their decode step, 25-30)
     assert [r.ttft for r in alone.records] == pytest.approx([0.010, 0.020, 0.020, 0.015])
