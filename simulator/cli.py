@@ -50,7 +50,7 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
     cluster.add_argument("--gateway-loop-ms", type=_loop_ms, default=DEFAULTS.gateway_loop_s, metavar="SERVED,REFUSED",
                          help="the gateway's event loop's time a request takes, served and refused: a call waits for "
                               "the loop before its handler runs, and one gateway serves at most 1000/SERVED req/s "
-                              "(bench/front_end_cost.py measures a host's: gateway_loop_cpu_ms_per_request); "
+                              "(bench/slo.py fits a host's: gateway_loop_ms); "
                               "default 0,0: the gateway is never the bottleneck")
     cluster.add_argument("--step-noise", type=float, default=DEFAULTS.step_noise,
                          help="coefficient of variation of every forward's time around its cost model")

@@ -68,8 +68,8 @@ class SimConfig:
     # handler, its worker calls, its token messages) and when refused; (0, 0): never the bottleneck.
     # A call's handler runs when the loop is free (calls queue inside gRPC before it,
     # ``gateway.front_capacity``); the wait counts in its TTFT and, the request stamped by its client
-    # (``gateway.request_start``), in its plan. Measured: ``bench/front_end_cost.py``'s
-    # ``gateway_loop_cpu_ms_per_request``
+    # (``gateway.request_start``), in its plan. Measured: ``bench/slo.py``'s ``gateway_loop_ms``
+    # (``gateway_loop_from_points``)
     gateway_loop_s: tuple[float, float] = (0.0, 0.0)
     seed: int = 0
 
