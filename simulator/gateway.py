@@ -9,8 +9,7 @@ gateway's own policy code.
 
 Every message between processes takes ``hop_s``; prefill workers' loads reach the TTFT guards by
 heartbeat, as in the cluster. With ``gateway_loop_s`` the gateway's event loop is one server in
-front of it all: a call's handler starts once the loop has finished the work already given it, each
-request costing it the refused share at its handler and the rest when it is served.
+front of it all (``simulator.event_loop``).
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from common.slo.tpot_guard import DecodeView, tpot_epsilons
 from common.slo.ttft_decision import last_useful_admission, ttft_refusal
 from common.slo.ttft_guard import TtftGuard, new_guard
 from simulator.config import SimConfig
+from simulator.event_loop import EventLoop
 from simulator.events import Simulation
 from simulator.flight import Flight, Waiter
 from simulator.host import HostCpu
@@ -71,8 +71,7 @@ class SimGateway:
         self._round_again = False
         self._ticking = False
         self.stopped = False  # every request has its answer: heartbeats stop, so the simulation ends
-        self._loop_free = 0.0  # when the gateway's event loop has done the work given it so far
-        self.loop_busy_s = 0.0  # the loop's work over the run (``gateway_loop_s``)
+        self.loop = EventLoop(*self.config.gateway_loop_s)
         self.sim.after(self.config.heartbeat_s, self._heartbeats)
 
     # -- arrival and refusal --
@@ -88,22 +87,10 @@ class SimGateway:
         """The call reaches the gateway's process; its handler runs when the event loop is free. The
         request is planned from here (its client's stamp, less the hop), not from its handler."""
         flight.arrived = self.sim.now
-        if not any(self.config.gateway_loop_s):
-            self._arrive(flight)
+        if self.loop.modelled:
+            self.sim.at(self.loop.handler(self.sim.now), self._arrive, flight)
         else:
-            self.sim.at(self._loop(self.config.gateway_loop_s[1]), self._arrive, flight)
-
-    def _loop(self, work_s: float) -> float:
-        """Gives the gateway's event loop ``work_s`` more; returns when it starts on it."""
-        start = max(self._loop_free, self.sim.now)
-        self._loop_free = start + work_s
-        self.loop_busy_s += work_s
-        return start
-
-    def loop_busy(self, first: float, span: float) -> float:
-        """The share of the run the event loop worked, the run ``span`` seconds from ``first`` or
-        until the loop was done, if later (refusals at handlers it reached after the last token)."""
-        return self.loop_busy_s / max(span, self._loop_free - first, 1e-9)
+            self._arrive(flight)
 
     def _arrive(self, flight: Flight) -> None:
         if flight.tokens + flight.planned.output_len > self.config.max_model_len:
@@ -296,8 +283,7 @@ class SimGateway:
         guard.sent(flight.request_id, flight.deadline, flight.tokens, flight.ttft_s)
         self.inflight[worker.worker_id] += 1
         flight.sent_at = self.sim.now
-        served_s, refused_s = self.config.gateway_loop_s
-        self._loop(max(0.0, served_s - refused_s))  # the rest of a served request's work on the loop
+        self.loop.served(self.sim.now)
         flight.headroom_at = guard.headrooms.margin(flight.ttft_s)
         if self.host is not None:  # served from here on: its workers' own threads carry it
             assert flight.decode is not None  # reserved before its prefill (``_reserved``)

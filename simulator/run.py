@@ -68,7 +68,7 @@ def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
     workers = {"prefill": config.prefill, "decode": config.decode}
     busy = {role: s / span / workers[role] for role, s in host.busy_s().items()} if host is not None else {}
     return SimRun([f.record for f in flights], last, time.perf_counter() - started, margins, stretch,
-                  dict(gateway.refusals), busy, gateway.loop_busy(first, span))
+                  dict(gateway.refusals), busy, gateway.loop.busy(first, span))
 
 
 def _record(item: PlannedRequest) -> RequestRecord:
