@@ -7,9 +7,12 @@ import os
 import resource
 import time
 from collections.abc import Callable
+from typing import TypeVar
 from pathlib import Path
 
 from pdserve.cluster import LocalCluster
+
+T = TypeVar("T")
 
 
 def _stat_cpu_seconds(stat: Path) -> float:
@@ -39,6 +42,14 @@ def thread_cpu_seconds(pid: int) -> dict[int, float]:
 def busiest_thread(before: dict[int, float], after: dict[int, float]) -> float:
     """The most CPU seconds one thread used between two readings of ``thread_cpu_seconds``."""
     return max((after[t] - before.get(t, 0.0) for t in after), default=0.0)
+
+
+def busiest_thread_during(pid: int, run: Callable[[], T]) -> tuple[T, float, float]:
+    """``run()``'s result, the most CPU seconds one thread of the process used while it ran, and
+    the seconds it ran."""
+    before, started = thread_cpu_seconds(pid), time.perf_counter()
+    result = run()
+    return result, busiest_thread(before, thread_cpu_seconds(pid)), time.perf_counter() - started
 
 
 # the thread of a process whose cores are counted apart (its busiest), by process: the one that

@@ -49,7 +49,7 @@ from client.bench.workload import BUILTIN_TRACE, read_trace  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from bench.cluster_readings import gateway_counts  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
-from bench.process_cores import busiest_thread, thread_cpu_seconds  # noqa: E402
+from bench.process_cores import busiest_thread_during  # noqa: E402
 from simulator.config import gateway_loop_from_points  # noqa: E402
 
 TTFT_MULTIPLES = {"ttft_tight": 4.0, "ttft_medium": 12.0, "ttft_loose": 40.0}
@@ -150,16 +150,16 @@ def run_policy(policy: str, rates: list[float], args: argparse.Namespace, worklo
         if not slo_mix:
             slo_mix = slo_classes(r["median_ttft_ms"], r["median_tpot_ms"])
             progress(f"  SLO classes (name:TTFT ms:TPOT ms): {slo_mix}")
-        idle_loop = _idle_loop_cores(cluster)
+        gateway = cluster.pid("gateway")
+        _, idle_s, idle_wall = busiest_thread_during(gateway, lambda: time.sleep(1.0))  # heartbeats, its probe
         for rate in rates:
             met_before, missed_before, refused_before = gateway_counts(cluster)
-            loop_before, started = thread_cpu_seconds(cluster.pid("gateway")), time.perf_counter()
-            result = point_summary(policy, rate, bench_point(cluster.address, rate, args, slo_mix, work / policy,
-                                                             requests=workload.requests, seed=point_seed(rate)))
+            r, loop_s, wall = busiest_thread_during(gateway, lambda: bench_point(
+                cluster.address, rate, args, slo_mix, work / policy, requests=workload.requests, seed=point_seed(rate)))
+            result = point_summary(policy, rate, r)
             # the gateway's event loop's CPU for these requests (``gateway_loop_ms`` below), less its idle
-            # turns (heartbeats, its health probe) over the same time
-            loop_s = busiest_thread(loop_before, thread_cpu_seconds(cluster.pid("gateway")))
-            result["gateway_loop_cpu_s"] = max(0.0, loop_s - idle_loop * (time.perf_counter() - started))
+            # turns over the same time
+            result["gateway_loop_cpu_s"] = max(0.0, loop_s - idle_s / idle_wall * wall)
             met_after, missed_after, refused_after = gateway_counts(cluster)
             met, missed = met_after - met_before, missed_after - missed_before
             result["gateway_admitted_attainment"] = met / (met + missed) if met + missed else None
@@ -175,13 +175,6 @@ def run_policy(policy: str, rates: list[float], args: argparse.Namespace, worklo
             if stop_below is not None and result["adherence"] < stop_below:
                 break
     return points, slo_mix
-
-
-def _idle_loop_cores(cluster: LocalCluster, seconds: float = 1.0) -> float:
-    """The share of a core the gateway's event loop's thread uses with no request to serve."""
-    before = thread_cpu_seconds(cluster.pid("gateway"))
-    time.sleep(seconds)
-    return busiest_thread(before, thread_cpu_seconds(cluster.pid("gateway"))) / seconds
 
 
 def gateway_loop_ms(points: list[dict]) -> tuple[float, float]:

@@ -51,8 +51,7 @@ class FrontDoor:
     def __init__(self, flow: RequestFlow, tokenizer: Any, limits: ModelLimits, chat: ChatTemplate | None,
                  tenants: TenantTable | None = None, metrics: Metrics | None = None,
                  draining: Callable[[], bool] = lambda: False, delivery: DeliveryAllowance | None = None,
-                 capacity: FrontCapacity | None = None, arrival: ArrivalWait | None = None,
-                 ttft_guard: bool = False) -> None:
+                 capacity: FrontCapacity | None = None, arrival: ArrivalWait | None = None) -> None:
         self.flow = flow
         self.tokenizer = tokenizer
         self.limits = limits
@@ -63,7 +62,6 @@ class FrontDoor:
         self.delivery = delivery or DeliveryAllowance()
         self.capacity = capacity  # None: this gateway never refuses for its own load (fcfs)
         self.arrival = arrival  # the wait of a gRPC call before its handler; None: not measured
-        self.ttft_guard = ttft_guard  # whether a request that cannot get its first token in time is refused
         # Tokenizing a long prompt takes milliseconds to seconds: never on the event loop, which
         # also serves every other stream and the workers' heartbeats.
         self._tokenizing = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize")
@@ -137,7 +135,7 @@ class FrontDoor:
         if request.tenant and tenant.name and request.tenant != tenant.name:
             raise RequestError(grpc.StatusCode.PERMISSION_DENIED,
                                f"tenant {request.tenant!r} does not match the API key's tenant", "wrong_tenant")
-        if self.ttft_guard and waited_s is not None:
+        if waited_s is not None and self.flow.router.ttft_guard:
             self._refuse_if_already_late(request, waited_s)
         try:
             return _Admitted(tenant.name, tenant.admit())

@@ -91,8 +91,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)
     front = FrontDoor(flow, tokenizer, limits, load_chat_template(model_dir), tenants, metrics,
                       draining=lambda: lifecycle.draining, delivery=DeliveryAllowance(config.slo_target),
-                      capacity=_front_capacity(config, loop_busy), arrival=_arrival_wait(config),
-                      ttft_guard=config.ttft_guard)
+                      capacity=_front_capacity(config, loop_busy), arrival=_arrival_wait(config))
     gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayServicer(front, registry, str(model_dir)), server)
     worker_pb2_grpc.add_RegistryServicer_to_server(RegistryServicer(registry, config.heartbeat_ms), server)
     address = bind(server, config.host, config.port, options.tls, require_client_auth=False)

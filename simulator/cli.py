@@ -61,6 +61,16 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
                          help="forwards take this x the profile's prediction (the guards start from the profile)")
     cluster.add_argument("--decode-scale", type=float, default=DEFAULTS.decode_scale)
     cluster.add_argument("--slo-target", type=float, default=DEFAULTS.slo_target)
+    _add_host_args(p.add_argument_group("the host's cores (with --host-cores)"))
+    plan = p.add_argument_group("capacity planning")
+    plan.add_argument("--plan", action="store_true", help="search prefill/decode splits for the cheapest that "
+                      "keeps admitted attainment >= --slo-target and adherence >= --min-adherence at --request-rate")
+    plan.add_argument("--plan-max-workers", type=int, default=16)
+    plan.add_argument("--min-adherence", type=float, default=0.9)
+
+
+def _add_host_args(cluster: argparse._ArgumentGroup) -> None:
+    """Where the workers share the host's cores with the front end (``simulator.host``)."""
     cluster.add_argument("--host-cores", type=int, default=DEFAULTS.host_cores,
                          help="the host's cores, where the gateway and its clients share the workers' cores "
                               "(2 for `pdserve up`'s 1P1D on 2 cores); default 0: each worker has its own")
@@ -82,11 +92,6 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
     cluster.add_argument("--decode-cpu-share", type=float, default=DEFAULTS.decode_cpu_share,
                          help="the share of a decode step's time its engine computes on its core (the rest is idle "
                               "for the front end; `bench/sim_vs_real.py` measures it); with --host-cores")
-    plan = p.add_argument_group("capacity planning")
-    plan.add_argument("--plan", action="store_true", help="search prefill/decode splits for the cheapest that "
-                      "keeps admitted attainment >= --slo-target and adherence >= --min-adherence at --request-rate")
-    plan.add_argument("--plan-max-workers", type=int, default=16)
-    plan.add_argument("--min-adherence", type=float, default=0.9)
 
 
 def _milliseconds(text: str) -> tuple[float, ...]:

@@ -7,6 +7,7 @@ import itertools
 import threading
 import time
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -63,6 +64,8 @@ def test_refusals_begin_at_the_low_share_and_take_every_request_at_the_high_one(
 
 
 class _Flow:
+    router = SimpleNamespace(ttft_guard=True)  # as scorpio's: a stamped request already late is refused first
+
     def __init__(self) -> None:
         self.seen: list[ValidatedRequest] = []
 

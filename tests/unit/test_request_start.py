@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -65,8 +66,9 @@ def test_the_front_plans_a_stamped_request_from_its_stamp_and_others_from_the_pr
 
 
 class _Flow:
-    def __init__(self) -> None:
-        self.seen: list[str] = []
+    def __init__(self, ttft_guard: bool, seen: list[str]) -> None:
+        self.router = SimpleNamespace(ttft_guard=ttft_guard)  # the policy's: whether it refuses late requests
+        self.seen = seen
 
     async def run(self, req):  # type: ignore[no-untyped-def]
         self.seen.append(req.request_id)
@@ -77,9 +79,9 @@ class _Flow:
 
 
 def test_a_stamped_request_already_past_its_ttft_is_refused_before_any_work():
-    flow = _Flow()
+    seen: list[str] = []
     limits = ModelLimits(max_model_len=64, vocab_size=100, default_slo=(100, 0))
-    guarded = FrontDoor(flow, tokenizer=None, limits=limits, chat=None, ttft_guard=True)  # type: ignore[arg-type]
+    guarded = FrontDoor(_Flow(True, seen), tokenizer=None, limits=limits, chat=None)  # type: ignore[arg-type]
 
     def generate(front: FrontDoor, waited_s: float | None, ttft_ms: int = 0) -> list[str]:
         request = gateway_pb2.GenerateRequest(token_ids=gateway_pb2.TokenIds(ids=[1, 2]),
@@ -97,10 +99,10 @@ def test_a_stamped_request_already_past_its_ttft_is_refused_before_any_work():
             generate(guarded, waited_s, ttft_ms)
         assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and refused.value.reason == "ttft_unattainable"
         assert "waited" in refused.value.message
-    assert flow.seen == []
+    assert seen == []
     assert generate(guarded, 0.03) == ["a"]  # time left: the TTFT guard decides, in the flow
     assert generate(guarded, None) == ["a"]  # not stamped: nothing known of its wait here
-    assert generate(FrontDoor(flow, None, limits, None), 0.15) == ["a"]  # fcfs: no TTFT guard  # type: ignore[arg-type]
-    assert len(flow.seen) == 3
+    assert generate(FrontDoor(_Flow(False, seen), None, limits, None), 0.15) == ["a"]  # fcfs: no TTFT guard  # type: ignore[arg-type]
+    assert len(seen) == 3
     sample = guarded.metrics.registry.get_sample_value
     assert sample("pdserve:request_rejections_total", {"role": "gateway", "reason": "ttft_unattainable"}) == 2
