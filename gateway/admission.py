@@ -10,6 +10,7 @@ worker more event-loop time than its steps can spare: every call competes with t
 thread for the interpreter.)
 
     flow:   try at once ── refused ──▶ queue.waiting(...) ──▶ turn ──▶ Reserve ──▶ report
+            (a waiter at least as easy to admit is waiting: straight to queue.waiting)
     pump:   notify()/tick ──▶ round: for each waiter, least slack first: give turn, await report
 """
 
@@ -20,7 +21,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from common.slo.admission_round import AdmissionRound
+from common.slo.admission_round import AdmissionRound, queues_behind
 
 TURN_TIMEOUT_S = 15.0  # a turn is reported within one Reserve call (10 s timeout) or the waiter leaves
 
@@ -61,6 +62,11 @@ class AdmissionQueue:
 
     def __len__(self) -> int:
         return len(self._waiters)
+
+    def holds_one_as_easy(self, tpot_ms: float) -> bool:
+        """A waiter at least as easy to admit as a request with ``tpot_ms`` is waiting: the request
+        queues behind it without trying first (``common.slo.admission_round.queues_behind``)."""
+        return queues_behind(tpot_ms, (w.tpot_ms for w in self._waiters))
 
     def notify(self) -> None:
         """Capacity may have come free on some decode worker: run a round soon."""

@@ -2,7 +2,8 @@
 
 Candidates are tried in the router's order. Under the TTFT guard a request every worker turns
 away waits in the admission queue while its TTFT deadline still allows it (its prefill is
-predicted again each time: the prefill queue moves). A reply that arrives after the request
+predicted again each time: the prefill queue moves); one that arrives while a waiter at least as
+easy to admit is waiting joins the queue without trying. A reply that arrives after the request
 ended is released on arrival, so no reservation waits for its lease to run out.
 """
 
@@ -44,10 +45,15 @@ class DecodeReservations:
                       avoid: set[str]) -> Reservation:
         """``prompt``: the request's prompt, hashed for the workers' prefix caches;
         ``ttft_deadline``: perf_counter time, inf without a TTFT SLO; ``avoid``: worker ids."""
+        queued = self.router.ttft_guard and req.ttft_ms
+        if queued and self.admission.holds_one_as_easy(req.tpot_ms):
+            return await self._wait_for_admission(req, prompt, ttft_deadline, avoid, RequestError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, "no decode worker admits the request: it waited behind requests "
+                "as easy to admit until its prefill could no longer finish in time", reason="decode_admission"))
         try:
             return await self._reserve_once(req, prompt, avoid)
         except RequestError as exc:
-            if not (self.router.ttft_guard and req.ttft_ms and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED):
+            if not (queued and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED):
                 raise
             return await self._wait_for_admission(req, prompt, ttft_deadline, avoid, exc)
 

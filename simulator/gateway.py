@@ -2,8 +2,8 @@
 gateway's own policy code.
 
     arrive ─▶ TTFT guard (``ttft_refusal``) ─▶ Reserve on decode workers in the router's order
-      (refused everywhere: the admission queue's rounds, ``AdmissionRound``, until the last useful
-      moment) ─▶ TTFT guard again ─▶ Prefill on the router's first prefill worker ─▶ KV copy ─▶
+      (refused everywhere, or a waiter as easy to admit waiting, ``queues_behind``: the admission
+      queue's rounds, ``AdmissionRound``, until the last useful moment) ─▶ TTFT guard again ─▶ Prefill on the router's first prefill worker ─▶ KV copy ─▶
       first token (TTFT to the closed loop, ``outcome``) ─▶ Commit ─▶ decode (a TPOT late on the way:
       ``decoding_late``) ─▶ last token (TPOT to the closed loop)
 
@@ -23,7 +23,7 @@ from common.engine.core import AdmissionError
 from common.engine.leases import Lease, LeaseError
 from common.engine.request import RequestOutput
 from common.engine.sampling_params import SamplingParams
-from common.slo.admission_round import AdmissionRound
+from common.slo.admission_round import AdmissionRound, queues_behind
 from common.slo.promise import decoding_late, outcome
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
 from common.slo.tpot_guard import DecodeView, tpot_epsilons
@@ -97,6 +97,9 @@ class SimGateway:
             self._refuse(flight, "INVALID_ARGUMENT", "invalid_argument")
         elif not self._ttft_ok(flight):
             self._refuse(flight, reason="ttft_unattainable")
+        elif self.config.ttft_guard and flight.ttft_s and queues_behind(flight.tpot_s * 1000,
+                                                                        (w.tpot_ms for w in self.waiters)):
+            self._wait(flight)
         else:
             self._reserve(flight, self._reserved_or_wait)
 

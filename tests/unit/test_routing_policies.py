@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.slo.admission_round import AdmissionRound
+from common.slo.admission_round import AdmissionRound, queues_behind
 from common.slo.cost_models import PrefillModel
 from common.slo.promise import ClassMargins
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
@@ -59,6 +59,16 @@ def test_refusing_a_waiter_without_a_tpot_slo_ends_the_round():
     first = turns.next(lambda _: True)
     turns.report(first, admitted=False)
     assert first[0] == "none" and turns.next(lambda _: True) is None
+
+
+def test_a_newcomer_queues_behind_a_waiter_at_least_as_easy_to_admit_and_tries_first_otherwise():
+    assert queues_behind(50.0, [50.0])  # as easy: the worker that refused it refuses this one
+    assert queues_behind(50.0, [20.0, 100.0])  # one looser waiter is enough
+    assert queues_behind(50.0, [0.0])  # a waiter without a TPOT SLO is the easiest of all
+    assert queues_behind(0.0, [0.0])
+    assert not queues_behind(50.0, [20.0, 10.0])  # every waiter tighter: it may fit where they did not
+    assert not queues_behind(0.0, [100.0])  # without a TPOT SLO it is easier than any waiter with one
+    assert not queues_behind(50.0, [])
 
 
 def test_where_load_ties_the_worker_holding_the_prompt_wins_before_free_blocks():

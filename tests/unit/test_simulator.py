@@ -190,6 +190,31 @@ def test_the_ttft_guard_plans_with_the_wait_for_the_loop_and_refuses_what_it_mad
     assert third.error == "RESOURCE_EXHAUSTED" and run.refusals == {"ttft_unattainable": 1}
 
 
+def test_a_request_arriving_behind_an_as_easy_waiter_queues_without_a_reservation_attempt(monkeypatch):
+    from common.engine.core import EngineCore
+
+    calls: list[str] = []
+    reserve = EngineCore.reserve
+
+    def counted(core: EngineCore, request_id: str, *args: object, **kwargs: object) -> object:
+        calls.append(request_id.removeprefix("req-"))
+        return reserve(core, request_id, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(EngineCore, "reserve", counted)
+    # a step of one request 5 ms, of two 25 ms: a second request with a 10 ms TPOT never fits beside
+    # the first. "0" decodes 20 tokens; "1" arrives at 1 ms, is refused and waits; "2" arrives at
+    # 2 ms behind it (as tight) and joins the queue without trying. The queue's rounds give "1" its
+    # turns (least slack first) and skip "2"; once "0" is done "1" is admitted, and "2" tried only then.
+    pair_costs_more = CostModels(PrefillModel(0, 0.010, 0.0), DecodeModel(0.0, 0.020, 0.0, 0.005, knee=1.0))
+    plan = [_request(i, i * 0.001, 20, SloClass("t", 1000, 10)) for i in range(3)]
+    run = simulate(plan, _config("scorpio"), pair_costs_more)
+    assert all(r.ok for r in run.records)
+    first, second, third = run.records
+    assert second.ttft > first.e2el and third.ttft > second.e2el  # one at a time, in arrival order
+    assert calls[:2] == ["0", "1"]
+    assert calls.index("2") > max(i for i, r in enumerate(calls) if r == "1"), calls
+
+
 def test_the_gateway_loop_flag_reaches_the_simulated_cluster_and_refuses_nonsense():
     import argparse
 
@@ -205,7 +230,7 @@ def test_the_gateway_loop_flag_reaches_the_simulated_cluster_and_refuses_nonsens
 
 
 POLICY_CODE = ("ttft_refusal", "last_useful_admission", "prefill_order", "decode_order_by_vbs", "least_loaded_order",
-               "AdmissionRound", "outcome", "decoding_late")
+               "AdmissionRound", "queues_behind", "outcome", "decoding_late")
 
 
 def _called(package: str) -> set[str]:

@@ -1,0 +1,110 @@
+"""Reserving a decode place at the gateway: a request that arrives while a waiter at least as easy
+to admit is waiting queues behind it without a ``Reserve`` call of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+import grpc
+import pytest
+
+import gateway.decode_reservation as decode_reservation
+from gateway.admission import AdmissionQueue
+from gateway.decode_reservation import DecodeReservations
+from wire.v1 import worker_pb2
+
+
+class FakeStub:
+    """A decode worker's ``Reserve``: admits while it has free places, refuses as VBS does otherwise."""
+
+    def __init__(self) -> None:
+        self.places = 0
+        self.calls: list[str] = []
+
+    async def Reserve(self, request: worker_pb2.ReserveRequest, timeout: float) -> worker_pb2.ReserveResponse:
+        self.calls.append(request.request_id)
+        if self.places == 0:
+            raise grpc.aio.AioRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       "TPOT SLO unattainable")
+        self.places -= 1
+        return worker_pb2.ReserveResponse(lease_id=f"lease-{request.request_id}")
+
+
+class FakeEpsilons:
+    def margin(self, tpot_s: float) -> float:
+        return 1.3
+
+    def of(self, tpot_s: float) -> SimpleNamespace:
+        return SimpleNamespace(refused=lambda: None)
+
+
+def _request(request_id: str, tpot_ms: float) -> SimpleNamespace:
+    return SimpleNamespace(request_id=request_id, prompt_token_ids=[1, 2, 3], params=SimpleNamespace(max_tokens=8),
+                           tpot_ms=tpot_ms, ttft_ms=1000.0, deadline=None)
+
+
+async def settle() -> None:
+    for _ in range(30):
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    # the last useful moment to be admitted is the deadline each test passes in
+    monkeypatch.setattr(decode_reservation, "last_useful_moment", lambda registry, prompt, deadline, ttft_s: deadline)
+    stub = FakeStub()
+    worker = SimpleNamespace(worker_id="decode-0", prefix=None, stub=stub,
+                             view=SimpleNamespace(epsilons=FakeEpsilons(), routed={}))
+    router = SimpleNamespace(ttft_guard=True, decode_candidates=lambda registry, tpot_s, prompt: [worker])
+    queue = AdmissionQueue(tick_s=60)  # rounds only when notified
+    reservations = DecodeReservations(SimpleNamespace(), router, "stream", queue, lambda call: None)
+    return SimpleNamespace(stub=stub, queue=queue, reservations=reservations)
+
+
+async def test_a_newcomer_waits_behind_an_as_easy_waiter_without_a_call_and_a_looser_one_tries(cluster):
+    prompt = SimpleNamespace(cached_hashes=lambda prefix: [])
+    now = time.perf_counter()
+
+    def reserve(request_id: str, tpot_ms: float, wait_s: float) -> asyncio.Task[object]:
+        return asyncio.create_task(cluster.reservations.reserve(_request(request_id, tpot_ms), prompt, now + wait_s,
+                                                                set()))
+
+    first = reserve("a", 50.0, 5.0)
+    await settle()
+    assert cluster.stub.calls == ["a"]  # nobody waited: it tried at once, was refused, and waits
+    second = reserve("b", 50.0, 6.0)
+    await settle()
+    assert cluster.stub.calls == ["a"]  # "a" (as easy) waits: "b" joins the queue without a call
+    looser = reserve("c", 100.0, 0.3)
+    await settle()
+    assert cluster.stub.calls == ["a", "c"]  # looser than every waiter: it may fit where they did not
+    assert len(cluster.queue) == 3
+
+    cluster.stub.places = 2
+    cluster.queue.notify()  # places came free: a round, least slack first
+    await settle()
+    # "c" (least slack) is admitted; "a" too; "b" is refused, and no later waiter as tight is asked
+    assert cluster.stub.calls == ["a", "c", "c", "a", "b"]
+    assert (await looser)[1].lease_id == "lease-c" and (await first)[1].lease_id == "lease-a"
+    assert not second.done()
+    second.cancel()
+    await asyncio.gather(second, return_exceptions=True)
+    await cluster.queue.close()
+
+
+async def test_a_newcomer_that_queued_without_trying_is_refused_with_the_decode_admission_reason(cluster):
+    prompt = SimpleNamespace(cached_hashes=lambda prefix: [])
+    now = time.perf_counter()
+    waiter = asyncio.create_task(cluster.reservations.reserve(_request("a", 0.0), prompt, now + 5.0, set()))
+    await settle()
+    with pytest.raises(decode_reservation.RequestError) as refused:
+        await cluster.reservations.reserve(_request("b", 30.0), prompt, now + 0.05, set())
+    assert cluster.stub.calls == ["a"]  # "b" never tried: the waiter without a TPOT SLO is the easiest
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert refused.value.reason == "decode_admission"
+    assert "no decode worker admits the request" in str(refused.value)
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    await cluster.queue.close()
