@@ -52,7 +52,9 @@ class PromiseLoop:
         headroom = (p.prefill.guard.headrooms.of(ttft_slo_s) if p.prefill is not None and p.prefill.ttft is not None
                     and ttft_slo_s else None)
         ttft_s = p.ttft_ms / 1000 + req.delivery_s  # as its client will see it
-        if not outcome(ttft_s, ttft_slo_s, headroom, p.prefill_headroom):
+        predicted = p.prefill_predicted_s  # its call's, under the headroom, when it was sent
+        planned = None if predicted is None else p.prefill_sent - p.started + predicted + req.delivery_s
+        if not outcome(ttft_s, ttft_slo_s, headroom, p.prefill_headroom, predicted_s=planned):
             _explain_ttft_miss(req, p, ttft_s)
 
     def served(self, req: ValidatedRequest, p: Progress) -> None:

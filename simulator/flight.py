@@ -26,6 +26,7 @@ class Flight:
     predicted_s: float | None = None  # the TTFT guard's uncalibrated prediction of its prefill call
     sent_at: float = 0.0  # its prefill call went out
     headroom_at: float | None = None  # the TTFT guard's headroom when it went out
+    planned_ttft_s: float | None = None  # its TTFT as predicted under that headroom then
     epsilon_at: float | None = None  # the decode worker's ε its reservation applied
     late_told: bool = False  # its TPOT so far was late and the closed loop heard
 

@@ -283,6 +283,8 @@ class SimGateway:
         guard = self.guards[worker.worker_id]
         flight.prefill = worker
         flight.predicted_s = guard.predict_s(flight.tokens, flight.deadline, calibrated=False)
+        planned = guard.predict_s(flight.tokens, flight.deadline, ttft_s=flight.ttft_s)  # what admitted it
+        flight.planned_ttft_s = None if planned is None else self.sim.now - flight.arrived + planned
         guard.sent(flight.request_id, flight.deadline, flight.tokens, flight.ttft_s)
         self.inflight[worker.worker_id] += 1
         flight.sent_at = self.sim.now
@@ -336,7 +338,8 @@ class SimGateway:
                        flight.prefill.core.load.forward_calibration_ratio)
         self.inflight[flight.prefill.worker_id] -= 1
         flight.first_token_at = now
-        outcome(now - flight.arrived, flight.ttft_s, guard.headrooms.of(flight.ttft_s), flight.headroom_at)
+        outcome(now - flight.arrived, flight.ttft_s, guard.headrooms.of(flight.ttft_s), flight.headroom_at,
+                predicted_s=flight.planned_ttft_s)
         flight.record.token_times.append(now + self.config.hop_s)
         flight.record.tokens_per_message.append(1)
         if flight.planned.output_len == 1:

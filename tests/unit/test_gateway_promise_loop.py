@@ -106,3 +106,18 @@ def test_a_loose_class_met_with_room_relaxes_its_own_margins_not_a_tight_class_s
     # the moment of a miss: every class is admitted with that miss's raise on top, for a while
     assert prefill.guard.headrooms.surge() == pytest.approx(1.3, rel=0.05)
     assert decode.view.epsilons.margin(0.050) == pytest.approx(decode.view.epsilons.of(0.050).margin * 1.2, rel=0.05)
+
+
+def test_a_ttft_met_with_room_relaxes_the_headroom_only_where_its_prediction_came_near_the_slo():
+    decode = _record("decode", "d0", decode_view=DecodeView(ClassMargins(1.3)))
+    prefill = _record("prefill", "p0", ttft=TtftGuard(None, 512, headrooms=ClassMargins(1.0)))
+    request, loop = _request(ttft_ms=1000), PromiseLoop()
+    for predicted_s in (0.05, 0.5, 0.75):  # a light load: sent at once, predicted far inside 1 s
+        p = _served(decode, prefill, ttft_ms=60, tpot_ms=5, tokens=20)
+        p.prefill_sent, p.prefill_predicted_s = p.started, predicted_s
+        loop.first_token(request, p)
+    assert prefill.guard.headrooms.margin(1.0) == 1.0  # met with room, but the headroom decided none of them
+    near = _served(decode, prefill, ttft_ms=600, tpot_ms=5, tokens=20)
+    near.prefill_sent, near.prefill_predicted_s = near.started + 0.3, 0.55  # waited 300 ms, then 550 ms predicted
+    loop.first_token(request, near)
+    assert prefill.guard.headrooms.margin(1.0) < 1.0  # predicted at 85% of its SLO, met at 60%: room where it counted

@@ -28,6 +28,24 @@ def test_a_miss_tightens_at_once_and_comfortable_outcomes_relax_slowly():
     assert controller.margin == pytest.approx(1.3)
 
 
+def test_only_comfortable_outcomes_predicted_near_their_slo_relax_the_margin_and_every_miss_tightens():
+    controller = MarginController(margin=1.0, target=0.99, step=0.1)
+    for _ in range(500):  # met far inside the SLO, and predicted far inside it: the margin decided nothing
+        controller.observe(0.05, predicted=0.2)
+    assert controller.margin == 1.0
+    controller.observe(0.5, predicted=0.9)  # predicted near the SLO under the margin, met with room
+    assert controller.margin < 1.0
+    before = controller.margin
+    controller.observe(0.5)  # no prediction known: taken as at the boundary, as before
+    assert controller.margin < before
+    tight = MarginController(margin=1.0, target=0.99, step=0.1)
+    tight.observe(1.2, predicted=0.2)  # a miss is a miss, however far inside it was predicted
+    assert tight.margin == pytest.approx(1.1)
+    relaxed = MarginController(margin=1.0, target=0.99, step=0.1)
+    assert outcome(0.05, 1.0, relaxed, predicted_s=0.2) and relaxed.margin == 1.0  # seconds, as a share of the SLO
+    assert outcome(0.5, 1.0, relaxed, predicted_s=0.9) and relaxed.margin < 1.0
+
+
 def test_margins_stay_within_their_bounds():
     controller = MarginController(margin=1.0, low=0.5, high=2.0)
     for _ in range(50):

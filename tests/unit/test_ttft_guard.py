@@ -321,3 +321,23 @@ def test_calls_that_outrun_their_predictions_make_a_queued_promise_harder_to_pus
     assert guard.boundary.margin == pytest.approx(1.25)
     # 60 ms × 1.25 is past the queued request's 65 ms, while the 30 ms it is expected alone is not
     assert guard.pushes_queued_past(300, deadline=0.020, now=0.0)
+
+
+def test_a_newcomer_predicted_to_use_most_of_its_time_left_is_checked_under_at_least_the_boundary_margin():
+    """It has no slack left either: the calls that outran their predictions (``boundary``) say by
+    how much its own may. One predicted well inside its time keeps its class's headroom."""
+    from common.slo.promise import ROOM
+    from common.slo.ttft_decision import best_prefill_s, ttft_refusal
+
+    guard = _tested(Clock())
+    alone = guard.predict_s(300)
+    assert alone is not None
+    guard.boundary.controller.margin = 1.5
+    roomy = alone / ROOM * 1.05  # predicted at 95% of ROOM of its TTFT: the headroom alone
+    assert best_prefill_s([guard], 300, roomy, 0.0, roomy) == pytest.approx(alone)
+    assert ttft_refusal([guard], 300, roomy, arrived=0.0, now=0.0) is None
+    near = alone / ROOM * 0.95  # past ROOM of it: under the boundary margin, 1.5 x its prediction
+    assert best_prefill_s([guard], 300, near, 0.0, near) == pytest.approx(1.5 * alone)
+    assert ttft_refusal([guard], 300, near, arrived=0.0, now=0.0) is not None
+    guard.headrooms.of(near).margin = 2.0  # a class headroom above the boundary margin: that one
+    assert best_prefill_s([guard], 300, near, 0.0, near) == pytest.approx(2.0 * alone)
