@@ -2,8 +2,8 @@
 gateway's own policy code.
 
     arrive ─▶ TTFT guard (``ttft_refusal``) ─▶ Reserve on decode workers in the router's order
-      (refused everywhere, or a waiter as easy to admit waiting, ``queues_behind``: the admission
-      queue's rounds, ``AdmissionRound``, until the last useful moment) ─▶ TTFT guard again ─▶ Prefill on the router's first prefill worker ─▶ KV copy ─▶
+      (refused everywhere, or a waiter as easy to admit waiting: the admission queue's rounds,
+      ``simulator.admission_queue``, until the last useful moment) ─▶ TTFT guard again ─▶ Prefill on the router's first prefill worker ─▶ KV copy ─▶
       first token (TTFT to the closed loop, ``outcome``) ─▶ Commit ─▶ decode (a TPOT late on the way:
       ``decoding_late``) ─▶ last token (TPOT to the closed loop)
 
@@ -23,20 +23,18 @@ from common.engine.core import AdmissionError
 from common.engine.leases import Lease, LeaseError
 from common.engine.request import RequestOutput
 from common.engine.sampling_params import SamplingParams
-from common.slo.admission_round import AdmissionRound, queues_behind
 from common.slo.promise import decoding_late, outcome
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
 from common.slo.tpot_guard import DecodeView, tpot_epsilons
 from common.slo.ttft_decision import last_useful_admission, ttft_refusal
 from common.slo.ttft_guard import TtftGuard, new_guard
+from simulator.admission_queue import Reserved, SimAdmissionQueue
 from simulator.config import SimConfig
 from simulator.event_loop import EventLoop
 from simulator.events import Simulation
-from simulator.flight import Flight, Waiter
+from simulator.flight import Flight
 from simulator.host import HostCpu
 from simulator.workers import SimDecodeWorker, SimPrefillWorker
-
-Reserved = Callable[["Flight", "SimDecodeWorker | None", "Lease | None"], None]  # no worker: refused everywhere
 
 
 @dataclass(eq=False)
@@ -50,7 +48,6 @@ class SimGateway:
     guards: dict[str, TtftGuard] = field(default_factory=dict)
     views: dict[str, DecodeView] = field(default_factory=dict)
     inflight: dict[str, int] = field(default_factory=dict)
-    waiters: list[Waiter] = field(default_factory=list)
     decoding: dict[str, dict[str, Flight]] = field(default_factory=dict)  # by decode worker: those with a TPOT SLO
     # requests refused before any work, by the reason the gateway counts (``pdserve:request_rejections``)
     refusals: dict[str, int] = field(default_factory=dict)
@@ -67,9 +64,8 @@ class SimGateway:
         self.round_robin = {"prefill": RoundRobin(), "decode": RoundRobin()}
         self._calls = random.Random(f"{self.config.seed}-calls")  # draws of ``config.call_overhead_s``
         self._free_blocks = {w.worker_id: w.core.load.free_blocks for w in self.decodes}
-        self._rounds_running = False
-        self._round_again = False
-        self._ticking = False
+        self.admission = SimAdmissionQueue(self.sim, self.config.admission_tick_s, self._refuse, self._reserve,
+                                           self._reserved)
         self.stopped = False  # every request has its answer: heartbeats stop, so the simulation ends
         self.loop = EventLoop(*self.config.gateway_loop_s)
         self.sim.after(self.config.heartbeat_s, self._heartbeats)
@@ -97,8 +93,7 @@ class SimGateway:
             self._refuse(flight, "INVALID_ARGUMENT", "invalid_argument")
         elif not self._ttft_ok(flight):
             self._refuse(flight, reason="ttft_unattainable")
-        elif self.config.ttft_guard and flight.ttft_s and queues_behind(flight.tpot_s * 1000,
-                                                                        (w.tpot_ms for w in self.waiters)):
+        elif self.config.ttft_guard and flight.ttft_s and self.admission.holds_one_as_easy(flight.tpot_s):
             self._wait(flight)
         else:
             self._reserve(flight, self._reserved_or_wait)
@@ -206,7 +201,7 @@ class SimGateway:
         self.views[flight.decode.worker_id].routed.pop(flight.request_id, None)
         self.decoding[flight.decode.worker_id].pop(flight.request_id, None)
 
-    # -- the admission queue --
+    # -- the admission queue (``simulator.admission_queue``) --
 
     def _wait(self, flight: Flight) -> None:
         guards = list(self.guards.values())
@@ -214,67 +209,11 @@ class SimGateway:
         def last_useful() -> float:
             return last_useful_admission(guards, flight.tokens, flight.deadline, self.sim.now, flight.ttft_s)
 
-        self.waiters.append(Waiter(flight, last_useful))
-        if not self._ticking:
-            self._ticking = True
-            self.sim.after(self.config.admission_tick_s, self._tick)
+        self.admission.wait(flight, last_useful)
 
     def notify(self) -> None:
         """Decode capacity may have come free: a round soon."""
-        if self.waiters:
-            self.sim.after(0.0, self._round)
-
-    def _tick(self) -> None:
-        now = self.sim.now
-        # each waiter's last useful moment, read once for the tick's refusals and the round's order
-        # (nothing runs between them: the same state, the same answers, at a third of the cost)
-        last = {id(w): w.last_useful() for w in self.waiters if not w.trying}
-        for waiter in [w for w in self.waiters if not w.trying and last[id(w)] <= now]:
-            self.waiters.remove(waiter)
-            self._refuse(waiter.flight)
-        self._round(last)
-        self._ticking = bool(self.waiters)
-        if self._ticking:
-            self.sim.after(self.config.admission_tick_s, self._tick)
-
-    def _round(self, last_useful: dict[int, float] | None = None) -> None:
-        """``last_useful``: the waiters' last useful moments, by ``id``, where the caller just read them."""
-        if self._rounds_running:
-            self._round_again = True
-            return
-        if not self.waiters:
-            return
-        self._rounds_running = True
-        known = last_useful or {}
-        turns = AdmissionRound(list(self.waiters), lambda w: known[id(w)] if id(w) in known else w.last_useful(),
-                               lambda w: w.tpot_ms)
-        self._next_turn(turns)
-
-    def _next_turn(self, turns: AdmissionRound[Waiter]) -> None:
-        waiter = turns.next(lambda w: w in self.waiters)
-        if waiter is None:
-            self._rounds_running = False
-            if self._round_again:
-                self._round_again = False
-                self._round()
-            return
-        if waiter.last_useful() <= self.sim.now:
-            self.waiters.remove(waiter)
-            self._refuse(waiter.flight)
-            turns.report(waiter, None)
-            self._next_turn(turns)
-            return
-
-        def turn(flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
-            waiter.trying = False
-            turns.report(waiter, worker is not None)
-            if worker is not None and lease is not None:
-                self.waiters.remove(waiter)
-                self._reserved(flight, worker, lease)
-            self._next_turn(turns)
-
-        waiter.trying = True
-        self._reserve(waiter.flight, turn)
+        self.admission.notify()
 
     # -- prefill, first token, decode --
 

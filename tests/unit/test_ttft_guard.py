@@ -323,21 +323,18 @@ def test_calls_that_outrun_their_predictions_make_a_queued_promise_harder_to_pus
     assert guard.pushes_queued_past(300, deadline=0.020, now=0.0)
 
 
-def test_a_newcomer_predicted_to_use_most_of_its_time_left_is_checked_under_at_least_the_boundary_margin():
-    """It has no slack left either: the calls that outran their predictions (``boundary``) say by
-    how much its own may. One predicted well inside its time keeps its class's headroom."""
-    from common.slo.promise import ROOM
-    from common.slo.ttft_decision import best_prefill_s, ttft_refusal
+def test_a_newcomers_wait_for_the_queue_ahead_is_predicted_under_at_least_the_boundary_margin():
+    """How far calls outran their predictions (``boundary``) is how far a queue may drain slower
+    than predicted; the newcomer's own forward keeps its class's headroom."""
+    from common.slo.ttft_decision import best_prefill_s
 
     guard = _tested(Clock())
-    alone = guard.predict_s(300)
-    assert alone is not None
     guard.boundary.controller.margin = 1.5
-    roomy = alone / ROOM * 1.05  # predicted at 95% of ROOM of its TTFT: the headroom alone
-    assert best_prefill_s([guard], 300, roomy, 0.0, roomy) == pytest.approx(alone)
-    assert ttft_refusal([guard], 300, roomy, arrived=0.0, now=0.0) is None
-    near = alone / ROOM * 0.95  # past ROOM of it: under the boundary margin, 1.5 x its prediction
-    assert best_prefill_s([guard], 300, near, 0.0, near) == pytest.approx(1.5 * alone)
-    assert ttft_refusal([guard], 300, near, arrived=0.0, now=0.0) is not None
-    guard.headrooms.of(near).margin = 2.0  # a class headroom above the boundary margin: that one
-    assert best_prefill_s([guard], 300, near, 0.0, near) == pytest.approx(2.0 * alone)
+    own = guard.predict_s(300)
+    assert own is not None and best_prefill_s([guard], 300, 1.0, 0.0, 1.0) == pytest.approx(own)  # no queue
+    guard.sent("ahead", deadline=0.010, tokens=500, ttft_s=0.010)  # due first: ahead of a 1 s newcomer
+    whole = guard.predict_s(300, deadline=1.0, ttft_s=1.0)  # the queue and its own, under its headroom (1)
+    assert whole is not None and whole > own
+    assert best_prefill_s([guard], 300, 1.0, 0.0, 1.0) == pytest.approx(own + 1.5 * (whole - own))
+    guard.headrooms.of(1.0).margin = 2.0  # a class headroom above the boundary margin: that one, whole
+    assert best_prefill_s([guard], 300, 1.0, 0.0, 1.0) == pytest.approx(2.0 * whole)
