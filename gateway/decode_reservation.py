@@ -45,15 +45,15 @@ class DecodeReservations:
                       avoid: set[str]) -> Reservation:
         """``prompt``: the request's prompt, hashed for the workers' prefix caches;
         ``ttft_deadline``: perf_counter time, inf without a TTFT SLO; ``avoid``: worker ids."""
-        queued = self.router.ttft_guard and req.ttft_ms
-        if queued and self.admission.holds_one_as_easy(req.tpot_ms):
+        may_wait = self.router.ttft_guard and req.ttft_ms  # in the admission queue
+        if may_wait and self.admission.holds_one_as_easy(req.tpot_ms):
             return await self._wait_for_admission(req, prompt, ttft_deadline, avoid, RequestError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED, "no decode worker admits the request: it waited behind requests "
                 "as easy to admit until its prefill could no longer finish in time", reason="decode_admission"))
         try:
             return await self._reserve_once(req, prompt, avoid)
         except RequestError as exc:
-            if not (queued and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED):
+            if not (may_wait and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED):
                 raise
             return await self._wait_for_admission(req, prompt, ttft_deadline, avoid, exc)
 

@@ -32,8 +32,9 @@ class SimAdmissionQueue:
     _round_again: bool = False
     _ticking: bool = False
 
-    def holds_one_as_easy(self, tpot_s: float) -> bool:
-        return queues_behind(tpot_s * 1000, (w.tpot_ms for w in self.waiters))
+    def holds_one_as_easy(self, tpot_ms: float) -> bool:
+        """A waiter at least as easy to admit as a request with ``tpot_ms`` is waiting."""
+        return queues_behind(tpot_ms, (w.tpot_ms for w in self.waiters))
 
     def wait(self, flight: Flight, last_useful: Callable[[], float]) -> None:
         self.waiters.append(Waiter(flight, last_useful))

@@ -69,27 +69,27 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
     plan.add_argument("--min-adherence", type=float, default=0.9)
 
 
-def _add_host_args(cluster: argparse._ArgumentGroup) -> None:
+def _add_host_args(group: argparse._ArgumentGroup) -> None:
     """Where the workers share the host's cores with the front end (``simulator.host``)."""
-    cluster.add_argument("--host-cores", type=int, default=DEFAULTS.host_cores,
+    group.add_argument("--host-cores", type=int, default=DEFAULTS.host_cores,
                          help="the host's cores, where the gateway and its clients share the workers' cores "
                               "(2 for `pdserve up`'s 1P1D on 2 cores); default 0: each worker has its own")
-    cluster.add_argument("--front-end-cores", type=_rate_law, default=DEFAULTS.front_end_cores,
+    group.add_argument("--front-end-cores", type=_rate_law, default=DEFAULTS.front_end_cores,
                          metavar="AT_1,EXPONENT",
                          help="the cores the gateway and its clients use: AT_1 · rate^EXPONENT (AT_1 at 1 req/s; "
                               "`bench/sim_vs_real.py` measures them); with --host-cores")
     for role in ("prefill", "decode"):
-        cluster.add_argument(f"--{role}-own-cores", type=_rate_law, default=getattr(DEFAULTS, f"{role}_own_cores"),
+        group.add_argument(f"--{role}-own-cores", type=_rate_law, default=getattr(DEFAULTS, f"{role}_own_cores"),
                              metavar="AT_1,EXPONENT",
                              help=f"the cores a {role} worker's own RPC threads use beside its engine, on its own "
                                   "cores: AT_1 · rate^EXPONENT, the rate of requests handed to the worker; with "
                                   "--host-cores")
-    cluster.add_argument("--decode-step-ratio", type=_rate_law, default=DEFAULTS.decode_step_ratio,
+    group.add_argument("--decode-step-ratio", type=_rate_law, default=DEFAULTS.decode_step_ratio,
                          metavar="AT_1,EXPONENT",
                          help="a decode step's time in the cluster over its time alone, measured against the load: "
                               "AT_1 · rate^EXPONENT (at least 1), the rate of requests handed to the worker; in place "
                               "of the front end's share of its cores; default none; with --host-cores")
-    cluster.add_argument("--decode-cpu-share", type=float, default=DEFAULTS.decode_cpu_share,
+    group.add_argument("--decode-cpu-share", type=float, default=DEFAULTS.decode_cpu_share,
                          help="the share of a decode step's time its engine computes on its core (the rest is idle "
                               "for the front end; `bench/sim_vs_real.py` measures it); with --host-cores")
 

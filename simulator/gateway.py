@@ -93,7 +93,7 @@ class SimGateway:
             self._refuse(flight, "INVALID_ARGUMENT", "invalid_argument")
         elif not self._ttft_ok(flight):
             self._refuse(flight, reason="ttft_unattainable")
-        elif self.config.ttft_guard and flight.ttft_s and self.admission.holds_one_as_easy(flight.tpot_s):
+        elif self.config.ttft_guard and flight.ttft_s and self.admission.holds_one_as_easy(flight.tpot_s * 1000):
             self._wait(flight)
         else:
             self._reserve(flight, self._reserved_or_wait)
@@ -193,7 +193,7 @@ class SimGateway:
         self._forget_decode(flight)
         self.sim.after(self.config.hop_s, worker.call,
                        lambda: worker.core.release_reservation(flight.request_id, lease.lease_id, False))
-        self.notify()
+        self.admission.notify()  # decode capacity may have come free
 
     def _forget_decode(self, flight: Flight) -> None:
         assert flight.decode is not None
@@ -210,10 +210,6 @@ class SimGateway:
             return last_useful_admission(guards, flight.tokens, flight.deadline, self.sim.now, flight.ttft_s)
 
         self.admission.wait(flight, last_useful)
-
-    def notify(self) -> None:
-        """Decode capacity may have come free: a round soon."""
-        self.admission.notify()
 
     # -- prefill, first token, decode --
 
@@ -306,7 +302,7 @@ class SimGateway:
         """As the gateway ends a request whose decode worker refuses its commit: UNAVAILABLE after
         its first token (``RequestFlow._commit``)."""
         self._forget_decode(flight)
-        self.notify()
+        self.admission.notify()  # decode capacity may have come free
         flight.record.error = "UNAVAILABLE"
         self.sim.after(self.config.hop_s, self.done, flight)
 
@@ -316,7 +312,7 @@ class SimGateway:
 
     def _last_token(self, flight: Flight) -> None:
         self._forget_decode(flight)
-        self.notify()
+        self.admission.notify()  # decode capacity may have come free
         flight.record.token_times.append(self.sim.now + self.config.hop_s)
         flight.record.tokens_per_message.append(flight.planned.output_len - 1)
         self._finished(flight, self.sim.now)

@@ -237,20 +237,25 @@ class TtftGuard:
 
     def _predict_tokens(self, ahead: int, prompt_tokens: int = 0, calibrated: bool = True,
                         scale: tuple[float, float, float] | None = None, cut: int | None = None,
-                        queued_len: float | None = None) -> float:
+                        queued_len: float | None = None, queue_margin: float = 0.0) -> float:
         """``ahead`` queued tokens and a prompt of ``prompt_tokens`` through the model; ``scale``:
         (calibration ratio, overhead, headroom), ``cut``: ``forward_cut``, and ``queued_len``:
-        ``_queued_len``, when the caller read them once for many predictions."""
+        ``_queued_len``, when the caller read them once for many predictions; ``queue_margin``: the
+        least margin the wait for the queue ahead carries (the prompt's own forward keeps the headroom)."""
         assert self.model is not None
         cut = self.forward_cut if cut is None else cut
         tokens = ahead + prompt_tokens
         if self.model.extrapolates(min(tokens, cut or tokens)):
             self.extrapolations += 1
-        raw = self._raw(ahead, prompt_tokens, cut, self._queued_len(cut) if queued_len is None else queued_len)
+        per_token = self._queued_len(cut) if queued_len is None else queued_len
+        raw = self._raw(ahead, prompt_tokens, cut, per_token)
         if not calibrated:
             return raw
         ratio, overhead, margin = scale or self._scale()
-        return (raw * ratio + overhead) * margin
+        predicted = (raw * ratio + overhead) * margin
+        if ahead and queue_margin > margin:
+            predicted += (raw - self._raw(0, prompt_tokens, cut, per_token)) * ratio * (queue_margin - margin)
+        return predicted
 
     def _raw(self, ahead: int, prompt_tokens: int, cut: int, queued_len: float) -> float:
         """The model's time for ``ahead`` queued tokens (of ``queued_len`` attention work a token)
@@ -319,12 +324,8 @@ class TtftGuard:
         headroom = self.headrooms.margin(ttft_s)
         if at_boundary:
             headroom = max(self.boundary.margin, headroom)
-        predicted = self._predict_tokens(ahead, prompt_tokens, scale=(ratio, overhead, headroom), cut=cut,
-                                         queued_len=per_token)
-        if ahead and self.boundary.margin > headroom:  # its wait for the queue, under the boundary margin
-            queue_s = self._raw(ahead, prompt_tokens, cut, per_token) - self._raw(0, prompt_tokens, cut, per_token)
-            predicted += queue_s * ratio * (self.boundary.margin - headroom)
-        return False, predicted
+        return False, self._predict_tokens(ahead, prompt_tokens, scale=(ratio, overhead, headroom), cut=cut,
+                                           queued_len=per_token, queue_margin=self.boundary.margin)
 
     def _pushes(self, prompt_tokens: int, deadline: float, now: float, mine: list[Queued], cut: int, ratio: float,
                 overhead: float, per_token: float) -> bool:
