@@ -1,8 +1,11 @@
-"""The DecodeWorker gRPC service: reserve → (prefill writes) → commit, then stream tokens."""
+"""The DecodeWorker gRPC service: reserve → (prefill writes) → commit, then stream tokens; or
+reserve → Prefill here (conditional disaggregation), then stream tokens."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -34,6 +37,7 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
         self.receivers = receivers  # the KV transports this worker's pool offers
         self.draining = False
         self.metrics = metrics or Metrics("decode")
+        self._prefilling: set[str] = set()  # requests whose Prefill call here awaits their first token
 
     def start_draining(self) -> None:
         self.draining = True
@@ -73,6 +77,41 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         return worker_pb2.CommitResponse()
 
+    async def Prefill(self, request: worker_pb2.PrefillRequest,
+                      context: grpc.aio.ServicerContext) -> worker_pb2.PrefillResponse:
+        """The reservation's prompt computed in this worker's own steps (``EngineCore.prefill_reserved``);
+        answers with its first token, after which it decodes here with no Commit."""
+        request_id = request.request_id
+        request_id_var.set(request_id)
+        received = time.perf_counter()
+        ttft_slo_ms, tpot_slo_ms = slo_from_proto(request.slo)
+        first = self.hub.first_output(request_id)
+        try:
+            await self.async_engine.prefill_reserved(request_id, request.destination.lease_id,
+                                                     list(request.prompt_token_ids),
+                                                     sampling_from_proto(request.sampling), ttft_slo_ms, tpot_slo_ms,
+                                                     request.ttft_left_ms)
+        except (ValueError, LeaseError) as exc:
+            self.hub.forget_first(request_id)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        self._prefilling.add(request_id)
+        try:
+            out = await first
+        except asyncio.CancelledError:  # the gateway gave up on it: nothing may decode unseen
+            self.hub.forget_first(request_id)
+            self.async_engine.abort_soon(request_id)
+            raise
+        finally:
+            self._prefilling.discard(request_id)
+        if out.error:
+            await context.abort(grpc.StatusCode.INTERNAL, f"prefill failed: {out.error}")
+        if not out.new_token_ids:
+            await context.abort(grpc.StatusCode.ABORTED, f"request ended before its first token ({out.finish_reason})")
+        return worker_pb2.PrefillResponse(first_token=out.new_token_ids[0],
+                                          prefill_ms=(time.perf_counter() - received) * 1000, transport="local",
+                                          finish_reason=(out.finish_reason or "") if out.finished else "",
+                                          cached_tokens=out.cached_tokens)
+
     async def Release(self, request: worker_pb2.ReleaseRequest,
                       context: grpc.aio.ServicerContext) -> worker_pb2.ReleaseResponse:
         await self.async_engine.release_reservation(request.request_id, request.lease_id,
@@ -81,8 +120,10 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
 
     async def Abort(self, request: worker_pb2.WorkerAbortRequest,
                     context: grpc.aio.ServicerContext) -> worker_pb2.WorkerAbortResponse:
+        # a request prefilled here has no other writer: its blocks are free to reuse at once
+        local = request.request_id in self._prefilling
         found = await self.async_engine.abort(request.request_id)
-        return worker_pb2.WorkerAbortResponse(found=found)
+        return worker_pb2.WorkerAbortResponse(found=found, writes_done=local)
 
     async def Stream(self, request: worker_pb2.StreamRequest,
                      context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.StepEvents]:

@@ -1,7 +1,9 @@
 """Fan-out of engine steps to gateway streams: one ``StepEvents`` message per step per stream.
 
 Called on the engine thread (``on_step``); hands each step to the event loop, which groups
-the outputs by the stream their request belongs to.
+the outputs by the stream their request belongs to. The first output of a request this worker
+prefills itself (conditional disaggregation) goes to its Prefill call instead (``first_output``),
+as a prefill worker's first token goes back in its reply, and the rest to its stream.
 """
 
 from __future__ import annotations
@@ -19,6 +21,16 @@ class StreamHub:
         self._tokens = metrics.generation_tokens.labels("decode") if metrics is not None else None
         self._queues: dict[str, asyncio.Queue[worker_pb2.StepEvents | None]] = {}
         self._stream_of: dict[str, str] = {}  # request id -> stream id
+        self._first: dict[str, asyncio.Future[RequestOutput]] = {}  # request id -> its Prefill call's answer
+
+    def first_output(self, request_id: str) -> asyncio.Future[RequestOutput]:
+        """The next output of ``request_id`` (its first: it is prefilled here), kept off its stream."""
+        future: asyncio.Future[RequestOutput] = self._loop.create_future()
+        self._first[request_id] = future
+        return future
+
+    def forget_first(self, request_id: str) -> None:
+        self._first.pop(request_id, None)
 
     def open(self, stream_id: str) -> asyncio.Queue[worker_pb2.StepEvents | None]:
         old = self._queues.get(stream_id)
@@ -55,6 +67,13 @@ class StreamHub:
             self._tokens.inc(sum(len(out.new_token_ids) for out in outputs))
         per_stream: dict[str, list[worker_pb2.TokenEvent]] = {}
         for out in outputs:
+            first = self._first.pop(out.request_id, None)
+            if first is not None:
+                if not first.done():
+                    first.set_result(out)
+                if out.finished:
+                    self._stream_of.pop(out.request_id, None)
+                continue
             stream_id = self._stream_of.get(out.request_id)
             if stream_id is None:
                 continue

@@ -32,6 +32,9 @@ class GatewayConfig:
     http_port: int = 0  # the OpenAI-compatible HTTP server's port; 0: none
     served_model_name: str = ""  # the model's name in the OpenAI API; empty: the preset's, or the checkpoint's directory
     prefill_routing: str = "kv_aware"  # kv_aware: queue and prefix-cache hits weighed together | round_robin
+    # on: a request no prefill worker is predicted to prefill in time is prefilled by its decode
+    # worker, when that one predicts it in time (common/slo/local_prefill.py; TTFT-guarded policies) | off
+    local_prefill: str = "on"
     # a guarded policy refuses new requests while the event loop's thread is busy more than this
     # share of its time (gateway/front_capacity.py: from 0.05 below it, all from 0.05 above); 0: never
     busy_limit: float = 0.9
@@ -56,6 +59,8 @@ class GatewayConfig:
             raise ValueError(f"policy must be fcfs, scorpio, ttft_guard or tpot_guard, got {self.policy!r}")
         if self.prefill_routing not in ("kv_aware", "round_robin"):
             raise ValueError(f"prefill_routing must be kv_aware or round_robin, got {self.prefill_routing!r}")
+        if self.local_prefill not in ("on", "off"):
+            raise ValueError(f"local_prefill must be on or off, got {self.local_prefill!r}")
         if not 0 < self.slo_target < 1:
             raise ValueError(f"slo_target must be in (0, 1), got {self.slo_target}")
         if not (self.busy_limit == 0 or 0.05 < self.busy_limit <= 1):

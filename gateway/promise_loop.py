@@ -73,9 +73,8 @@ class PromiseLoop:
             return
         name = req.slo_class or f"{req.ttft_ms}:{req.tpot_ms}"
         self.by_class[name].observe(now, met)
-        for worker in (p.prefill, p.decode):
-            if worker is not None:
-                self.by_worker[worker.worker_id].observe(now, met)
+        for worker in {w.worker_id: w for w in (p.prefill, p.decode) if w is not None}:  # once each (local prefill)
+            self.by_worker[worker].observe(now, met)
         if self.metrics is not None:
             self._export(name, now, p)
 

@@ -37,7 +37,8 @@ class WorkerRecord:
     ready: bool = False  # decode: its token stream is open; prefill: at once
     inflight: int = 0  # requests this gateway has routed here and not yet seen finish
     # prefill: the TTFT guard's view of its queue (deadlines on this gateway's perf_counter
-    # clock), made at registration; None for a decode worker
+    # clock), made at registration; decode: the same of the prompts it computes itself, with
+    # local prefill on (``common.slo.local_prefill``), else None
     ttft: TtftGuard | None = None
     # decode: the TPOT guard's view of it (what was routed there, ε for its admission); None for prefill
     decode_view: DecodeView | None = None
@@ -60,7 +61,8 @@ class WorkerRecord:
 
     @property
     def guard(self) -> TtftGuard:
-        """The TTFT guard of a prefill worker (every registered one has one)."""
+        """The TTFT guard of a prefill worker (every registered one has one), or of the prompts a
+        decode worker computes itself."""
         if self.ttft is None:
             raise ValueError(f"{self.role} worker {self.worker_id} has no TTFT guard")
         return self.ttft
@@ -75,9 +77,10 @@ class WorkerRecord:
 
 class WorkerRegistry:
     def __init__(self, timeout_s: float, loop_lag: LoopLag | None = None, stall_timeout_s: float = 30.0,
-                 slo_target: float = DEFAULT_TARGET) -> None:
+                 slo_target: float = DEFAULT_TARGET, local_prefill: bool = False) -> None:
         self.timeout_s = timeout_s
         self.slo_target = slo_target  # the attainment the guards' margins are steered to
+        self.local_prefill = local_prefill  # decode workers get a TTFT guard of the prompts they compute
         self.stall_timeout_s = stall_timeout_s
         self.loop_lag = loop_lag or LoopLag()
         self.workers: dict[str, WorkerRecord] = {}
@@ -104,12 +107,12 @@ class WorkerRegistry:
         heard_at = self.loop_lag.clock(now)
         record = WorkerRecord(descriptor, load, now, heard_at, ch, stub_cls(ch), ready=descriptor.role == "prefill",
                               progress_at=heard_at)
-        if descriptor.role == "prefill":
+        if descriptor.role == "decode":
+            record.decode_view = DecodeView(tpot_epsilons(self.slo_target))
+        if descriptor.role == "prefill" or (self.local_prefill and descriptor.cost_model.present):
             record.ttft = new_guard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
                                     self.slo_target)
             record.ttft.heard(load.queued_tokens, load.running)
-        else:
-            record.decode_view = DecodeView(tpot_epsilons(self.slo_target))
         if descriptor.prefix_salt:
             record.prefix = PrefixView(descriptor.block_size, descriptor.prefix_salt)
             if load.HasField("prefix"):
@@ -173,6 +176,12 @@ class WorkerRegistry:
                             f"stalled: work waiting and no step finished for {stuck:.1f}s; out of routing"
                             if stalled else "steps again; back in routing")
                 record.stalled = stalled
+
+    def local_prefills(self, decode: WorkerRecord | None = None) -> list[WorkerRecord]:
+        """The decode workers that may compute a prompt themselves: ``decode`` alone when given
+        (it holds the request's reservation), else every routable one; none with local prefill off."""
+        workers = [decode] if decode is not None else self.routable("decode")
+        return [w for w in workers if w.ttft is not None]
 
     def routable(self, role: str) -> list[WorkerRecord]:
         return [w for w in self.workers.values() if w.role == role and w.routable]

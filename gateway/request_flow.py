@@ -3,6 +3,10 @@
     reserve on a decode worker → Prefill (KV written into the reservation) → first token
     → Commit on the decode worker → token events from its stream → last message
 
+or, with local prefill on, when no prefill worker is predicted to return the first token in time
+and the decode worker is (``common.slo.local_prefill``): reserve → Prefill on the decode worker
+itself (it computes the prompt into the reservation) → first token → token events.
+
 The request's stages and what an early end leaves to clean up: ``gateway.request_state``;
 retries before the first token: ``gateway.retries``; the wait for a decode worker to admit it:
 ``gateway.decode_reservation``.
@@ -27,6 +31,7 @@ import grpc
 
 from common.kv_transfer.pairing import TransportMismatch
 from common.rpc.convert import sampling_to_proto
+from common.slo.local_prefill import prefills_locally
 from common.process.metrics import Metrics
 from gateway import retries
 from gateway.admission import AdmissionQueue
@@ -131,8 +136,13 @@ class RequestFlow:
             await self._release(req.request_id, p, writer_may_still_write=False)
             yield self._final(req, p, [reply.first_token], first.text + text.finish().text, reason)
             return
+        local = p.prefill is p.decode  # it decodes there already: no Commit
+        if local:
+            p.to(Stage.COMMITTING)
+            p.to(Stage.STREAMING)
         yield gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=[reply.first_token], text=first.text)
-        await self._commit(req, p, reply.first_token)
+        if not local:
+            await self._commit(req, p, reply.first_token)
         async for message in self._decode_events(req, p, inbox, text):
             yield message
 
@@ -146,7 +156,7 @@ class RequestFlow:
         p.decode_cached_tokens = reservation.cached_blocks * decode.descriptor.block_size
         decode.inflight += 1
         try:
-            self._check_ttft(req, p)  # the wait, or the reservation itself, may have used up the slack
+            self._check_ttft(req, p, decode)  # the wait, or the reservation itself, may have used up the slack
         except RequestError:  # nothing was written: the lease can be reused at once
             await self._release(req.request_id, p, writer_may_still_write=False)
             p.lease_given_back()
@@ -162,6 +172,8 @@ class RequestFlow:
         prompt = p.prompt_blocks(req.prompt_token_ids)
         candidates = [(w, transport) for w in self.router.prefill_candidates(self.registry, prompt, deadline, req.ttft_ms / 1000)
                       if w.worker_id not in avoid and (transport := _transport(w, decode))]
+        if self._prefills_locally(req, p, [w for w, _ in candidates], deadline, avoid):
+            candidates.insert(0, (decode, "local"))
         if not candidates:
             raise unavailable("no prefill worker is available")
         worker, transport = candidates[0]
@@ -214,9 +226,23 @@ class RequestFlow:
         p.decode.view.routed.pop(req.request_id, None)
         p.attempt_forgotten()
 
-    def _check_ttft(self, req: ValidatedRequest, p: Progress) -> None:
+    def _check_ttft(self, req: ValidatedRequest, p: Progress, decode: WorkerRecord | None = None) -> None:
         if self.router.ttft_guard and req.ttft_ms:
-            check_ttft(self.registry, p.prompt_blocks(req.prompt_token_ids), req.ttft_ms, _planned_start(req, p))
+            check_ttft(self.registry, p.prompt_blocks(req.prompt_token_ids), req.ttft_ms, _planned_start(req, p),
+                       decode)
+
+    def _prefills_locally(self, req: ValidatedRequest, p: Progress, prefill: list[WorkerRecord],
+                          deadline: float, avoid: set[str]) -> bool:
+        """Whether the decode worker holding the reservation computes the prompt itself
+        (``common.slo.local_prefill``): with local prefill on, for a request with a TTFT SLO,
+        unless that worker failed an earlier attempt's prefill (``avoid``)."""
+        decode = p.decode
+        if decode is None or decode.ttft is None or not req.ttft_ms or decode.worker_id in avoid:
+            return False
+        prompt = p.prompt_blocks(req.prompt_token_ids)
+        return prefills_locally([w.guard for w in prefill], [prompt.uncached_tokens(w.prefix) for w in prefill],
+                                decode.guard, len(req.prompt_token_ids) - p.decode_cached_tokens, deadline,
+                                time.perf_counter(), req.ttft_ms / 1000)
 
     # -- after the first token --
 

@@ -87,7 +87,8 @@ def prefill_error(exc: grpc.aio.AioRpcError, p: Progress) -> Exception:
         failed_peer = dict(exc.trailing_metadata() or ()).get(FAILED_PEER_KEY)
         if failed_peer:
             return WorkerLost("decode", str(failed_peer), exc.details() or "KV transfer failed")
-        return WorkerLost("prefill", p.prefill.worker_id, exc.details() or "unreachable")
+        role = "decode" if p.prefill is p.decode else "prefill"  # a decode worker prefilling itself
+        return WorkerLost(role, p.prefill.worker_id, exc.details() or "unreachable")
     if code == grpc.StatusCode.CANCELLED:
         return unavailable(f"prefill worker {p.prefill.worker_id} cancelled the request: {exc.details()}")
     return RequestError(code, exc.details() or "prefill failed")

@@ -82,7 +82,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     metrics = Metrics("gateway")
     loop_lag, loop_busy = LoopLag(), LoopBusy()
     registry = WorkerRegistry(config.worker_timeout_ms / 1000, loop_lag, config.worker_stall_ms / 1000,
-                              config.slo_target)
+                              config.slo_target, local_prefill=config.local_prefill == "on" and config.ttft_guard)
     admission = AdmissionQueue()
     streams = DecodeStreams(f"gateway-{uuid.uuid4().hex[:8]}", registry, on_finished=admission.notify)
     flow = RequestFlow(registry, router_for(config.ttft_guard, config.prefill_routing), streams, tokenizer, metrics=metrics,

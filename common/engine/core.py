@@ -71,6 +71,8 @@ class EngineCore:
         if self.scheduler.config.ttft_guard:
             self.scheduler.prefill_cap = self.prefill_cap
             self.scheduler.forward_keeps = self.forward_keeps
+        if self.scheduler.config.tpot_guard:
+            self.scheduler.stall_keeps = self.stall_keeps
         # ε by TPOT SLO class (``slo_class_ms``), as the latest reservation of each class brought it
         # (the gateway's closed loop steers them): what each request's TPOT is held to
         self.tpot_margins: dict[float, float] = {}
@@ -198,13 +200,59 @@ class EngineCore:
                params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:
         """Starts decoding a request whose prompt KV is in its reserved blocks."""
         self._validate(request_id, prompt_token_ids, params)
-        blocks = self.leases.commit(request_id, lease_id)
-        request = Request(request_id, list(prompt_token_ids), params, arrival_time=self.clock(),
+        blocks = self.leases.commit(request_id, lease_id).block_ids
+        now = self.clock()
+        request = Request(request_id, list(prompt_token_ids), params, arrival_time=now,
                           output_token_ids=[first_token], num_computed_tokens=len(prompt_token_ids),
-                          block_ids=blocks, tpot_slo_ms=tpot_slo_ms, cacheable=self.pool.prefix_index is not None)
+                          block_ids=blocks, tpot_slo_ms=tpot_slo_ms, cacheable=self.pool.prefix_index is not None,
+                          first_token_at=now)
         self.scheduler.add(request)
         self.scheduler.register_full_blocks(request)  # the prompt's KV is all here: the next turn may share it
         self.load = self._measure()
+
+    def prefill_reserved(self, request_id: str, lease_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                         ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0, ttft_left_ms: float = 0.0) -> None:
+        """Conditional disaggregation: a reserved request's prompt computed in this engine's own
+        steps instead of written into the lease by a prefill worker. It queues as a prompt in the
+        lease's blocks (the leading ones the prefix cache lent it counted computed), goes least
+        slack first among prompts, and into a step only while that step's forward keeps every
+        decoding request's TPOT promise (``stall_keeps``); its first token comes out of that step,
+        and then it decodes as a committed request does."""
+        self._validate(request_id, prompt_token_ids, params)
+        lease = self.leases.commit(request_id, lease_id)
+        size = self.config.block_size
+        # its last token is always computed (the step samples after it): a cached block holding it
+        # is given back (shared, so never written) and the scheduler adds a fresh one
+        cached = min(lease.cached, (len(prompt_token_ids) - 1) // size)
+        self.pool.free(lease.block_ids[cached:lease.cached])
+        self.tightest_ttft.observe(ttft_slo_ms / 1000)
+        self.scheduler.add(Request(request_id, list(prompt_token_ids), params, arrival_time=self.clock(),
+                                   block_ids=lease.block_ids[:cached] + lease.block_ids[lease.cached:],
+                                   num_computed_tokens=cached * size, num_cached_tokens=cached * size,
+                                   num_registered=cached, ttft_slo_ms=ttft_slo_ms, ttft_left_ms=ttft_left_ms,
+                                   tpot_slo_ms=tpot_slo_ms, cacheable=self.pool.prefix_index is not None))
+        self.load = self._measure()
+
+    def stall_keeps(self, tokens: int, attention: int) -> bool:
+        """Whether a step computing ``tokens`` prompt tokens (of ``attention`` work) beside the
+        decodes keeps every decoding request's TPOT promise: each one's next token, after that
+        forward and one more decode step (× its class's ε), still comes soon enough that its
+        time per output token since its first stays within its SLO were that token its last.
+        A prompt waits while it would not: the decodes' slack grows with every step that beats
+        their SLO, so it never waits for long."""
+        if self.cost_models is None:
+            return True
+        decoding = [r for r in self.scheduler.requests.values()  # running, or committed and about to
+                    if r.tpot_slo_ms and r.first_token_at is not None and r.num_tokens - r.num_computed_tokens == 1]
+        if not decoding:
+            return True
+        forward = self.forward_calibration.scale(self.cost_models.prefill.predict(tokens, attention))
+        step = self.step_calibration.scale(self.cost_models.decode.predict(
+            len(decoding), sum(r.num_tokens for r in decoding) / len(decoding)))
+        now = self.clock()
+        return all(now + (forward + 2 * step) * self.tpot_margin(r.tpot_slo_ms / 1000)
+                   <= r.first_token_at + r.tpot_slo_ms / 1000 * len(r.output_token_ids)  # type: ignore[operator]
+                   for r in decoding)
 
     def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:
         released = self.leases.release(request_id, lease_id, writer_may_still_write, now=self.clock())
@@ -276,6 +324,9 @@ class EngineCore:
             self.forward_calibration.observe(predicted, ended - started)
             self.forward_ratios.observe(predicted, ended - started)
         outputs = self.scheduler.update_from_output(batch, sampled)
+        for seq in batch.seqs:
+            if seq.sample and seq.num_output_tokens == 0 and (request := self.scheduler.requests.get(seq.request_id)):
+                request.first_token_at = ended
         self._last_step_end = ended if self.has_unfinished_requests() else None
         self.load = self._measure()
         return outputs

@@ -76,12 +76,12 @@ class LeaseTable:
         self._leases[request_id] = lease
         return lease
 
-    def commit(self, request_id: str, lease_id: str) -> list[int]:
-        """Hands the blocks over to their request; the table forgets the lease."""
+    def commit(self, request_id: str, lease_id: str) -> Lease:
+        """Hands the lease's blocks over to its request; the table forgets the lease."""
         lease = self._live(request_id, lease_id)
         lease.state = LeaseState.COMMITTED
         del self._leases[request_id]
-        return lease.block_ids
+        return lease
 
     def release(self, request_id: str, lease_id: str | None, writer_may_still_write: bool,
                 now: float | None = None) -> bool:

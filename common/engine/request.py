@@ -49,6 +49,7 @@ class Request:
     ttft_slo_ms: float = 0.0  # 0: no TTFT objective
     ttft_left_ms: float = 0.0  # of it, what was left on arrival here (0: all of it; a gateway spent the rest)
     tpot_slo_ms: float = 0.0  # 0: no TPOT objective
+    first_token_at: float | None = None  # the engine's clock when its first token existed here (None: not yet)
     # Prefix caching: whether this engine computes the request's KV itself (not a committed
     # hand-off), the chained hashes of its full blocks worked out so far, and how many of its
     # blocks the prefix index names (its leading ones).

@@ -79,6 +79,11 @@ class Scheduler:
         # ``prefill_cap``): a prompt with a later deadline joins a forward only if the requests in
         # it keep that margin.
         self.forward_keeps: Callable[[int, int, float, float], bool] | None = None
+        # Whether a step computing this many prompt tokens, of this attention work, beside the
+        # decodes keeps every decoding request's TPOT promise (set by the engine under a TPOT
+        # guard; None: always): a decode worker prefilling a prompt itself (conditional
+        # disaggregation) holds it back until the decodes' slack absorbs the forward.
+        self.stall_keeps: Callable[[int, int], bool] | None = None
         self.match_prefixes = pool.prefix_index is not None  # off while an engine profiles itself
 
     def add(self, request: Request) -> None:
@@ -133,7 +138,7 @@ class Scheduler:
             n = min(request.num_tokens - request.num_computed_tokens, budget)
             if n > 1:  # a prompt's chunk
                 n = min(n, prompt_budget)
-                if n == 0:
+                if n == 0 or not self._stall_keeps(n, attention_work(n, request.num_computed_tokens)):
                     continue
             preempted += self._make_room(request, request.num_computed_tokens + n)
             if request.status == RequestStatus.RUNNING:
@@ -203,9 +208,14 @@ class Scheduler:
         tokens = sum(len(s.token_ids) for s in prompts)
         work = prompt_attention_work(prompts)
         earliest = min((self.requests[s.request_id].ttft_deadline for s in prompts), default=float("inf"))
-        if self.config.ttft_guard and len(self.waiting) > 1:
-            # Least slack first: the request whose TTFT deadline comes soonest is prefilled first.
-            self.waiting = deque(sorted(self.waiting, key=lambda r: r.ttft_deadline))
+        if len(self.waiting) > 1:
+            # Requests ready to decode (committed) first: a prompt held back (``stall_keeps``) must
+            # not hold up the decodes whose slack it waits for. Then least slack first under a
+            # TTFT guard: the request whose TTFT deadline comes soonest is prefilled first.
+            if self.config.ttft_guard:
+                self.waiting = deque(sorted(self.waiting, key=lambda r: (not _decode_ready(r), r.ttft_deadline)))
+            else:
+                self.waiting = deque(sorted(self.waiting, key=lambda r: not _decode_ready(r)))
         while self.waiting and budget > 0 and len(self.running) < self.config.max_batch_size:
             request = self.waiting[0]
             hit = self._attach_cached_prefix(request)
@@ -213,6 +223,7 @@ class Scheduler:
             chunk_after_others = whole_only and started and n < request.num_tokens - request.num_computed_tokens
             more = attention_work(n, request.num_computed_tokens)
             if chunk_after_others or self._delays(tokens, work, n, more, earliest) or \
+                    (n > 1 and not self._stall_keeps(tokens + n, work + more)) or \
                     not self._grow_blocks(request, self._admission_tokens(request, n)):
                 if hit:
                     self._drop_blocks(request)
@@ -238,6 +249,9 @@ class Scheduler:
         if not self.forward_keeps(tokens, work, deadline, 1.0):
             return False  # already late: it holds nobody back
         return not self.forward_keeps(tokens + more, work + more_work, deadline, FORWARD_SHARE)
+
+    def _stall_keeps(self, tokens: int, work: int) -> bool:
+        return self.stall_keeps is None or self.stall_keeps(tokens, work)
 
     def _attach_cached_prefix(self, request: Request) -> int | None:
         """Shares the cached blocks of the request's longest cached prefix into it; returns how
@@ -380,6 +394,11 @@ class Scheduler:
     def owned_blocks(self) -> list[int]:
         running = [b for r in self.requests.values() for b in r.block_ids]
         return running + [b for blocks in self.held.values() for b in blocks]
+
+
+def _decode_ready(request: Request) -> bool:
+    """Whether the request's next token is a decode (its prompt's KV is all there)."""
+    return bool(request.output_token_ids) and request.num_tokens - request.num_computed_tokens == 1
 
 
 def _mean_len(requests: list[Request]) -> float:

@@ -257,6 +257,12 @@ class AsyncEngine:
         await self.thread.run(lambda e: e.commit(request_id, lease_id, prompt_token_ids, first_token, params,
                                                  tpot_slo_ms))
 
+    async def prefill_reserved(self, request_id: str, lease_id: str, prompt_token_ids: list[int],
+                               params: SamplingParams, ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0,
+                               ttft_left_ms: float = 0.0) -> None:
+        await self.thread.run(lambda e: e.prefill_reserved(request_id, lease_id, prompt_token_ids, params, ttft_slo_ms,
+                                                           tpot_slo_ms, ttft_left_ms))
+
     async def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:
         return await self.thread.run(lambda e: e.release_reservation(request_id, lease_id, writer_may_still_write))
 

@@ -11,7 +11,7 @@ from common.engine.leases import LeaseError, LeaseState, LeaseTable
 def test_commit_hands_the_blocks_to_the_request_and_forgets_the_lease():
     table = LeaseTable(BlockPool(8))
     lease = table.reserve("a", 3, now=0)
-    assert table.commit("a", lease.lease_id) == lease.block_ids
+    assert table.commit("a", lease.lease_id).block_ids == lease.block_ids
     assert table.state("a") is None and table.pool.num_free == 5
 
 

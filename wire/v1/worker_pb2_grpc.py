@@ -277,6 +277,11 @@ class DecodeWorkerStub:
                 request_serializer=wire_dot_v1_dot_worker__pb2.CommitRequest.SerializeToString,
                 response_deserializer=wire_dot_v1_dot_worker__pb2.CommitResponse.FromString,
                 _registered_method=True)
+        self.Prefill = channel.unary_unary(
+                '/pdserve.v1.DecodeWorker/Prefill',
+                request_serializer=wire_dot_v1_dot_worker__pb2.PrefillRequest.SerializeToString,
+                response_deserializer=wire_dot_v1_dot_worker__pb2.PrefillResponse.FromString,
+                _registered_method=True)
         self.Release = channel.unary_unary(
                 '/pdserve.v1.DecodeWorker/Release',
                 request_serializer=wire_dot_v1_dot_worker__pb2.ReleaseRequest.SerializeToString,
@@ -321,6 +326,15 @@ class DecodeWorkerServicer:
 
     def Commit(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Prefill(self, request, context):
+        """Conditional disaggregation: the reservation's prompt computed here, in this worker's own
+        steps, instead of on a prefill worker (destination.lease_id names the reservation). Answers
+        with the first token; the request then decodes as if committed (no Commit follows).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -375,6 +389,11 @@ def add_DecodeWorkerServicer_to_server(servicer, server):
                     servicer.Commit,
                     request_deserializer=wire_dot_v1_dot_worker__pb2.CommitRequest.FromString,
                     response_serializer=wire_dot_v1_dot_worker__pb2.CommitResponse.SerializeToString,
+            ),
+            'Prefill': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prefill,
+                    request_deserializer=wire_dot_v1_dot_worker__pb2.PrefillRequest.FromString,
+                    response_serializer=wire_dot_v1_dot_worker__pb2.PrefillResponse.SerializeToString,
             ),
             'Release': grpc.unary_unary_rpc_method_handler(
                     servicer.Release,
@@ -461,6 +480,33 @@ class DecodeWorker:
             '/pdserve.v1.DecodeWorker/Commit',
             wire_dot_v1_dot_worker__pb2.CommitRequest.SerializeToString,
             wire_dot_v1_dot_worker__pb2.CommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prefill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pdserve.v1.DecodeWorker/Prefill',
+            wire_dot_v1_dot_worker__pb2.PrefillRequest.SerializeToString,
+            wire_dot_v1_dot_worker__pb2.PrefillResponse.FromString,
             options,
             channel_credentials,
             insecure,
