@@ -111,7 +111,7 @@ class WorkerRegistry:
             record.decode_view = DecodeView(tpot_epsilons(self.slo_target))
         if descriptor.role == "prefill" or (self.local_prefill and descriptor.cost_model.present):
             record.ttft = new_guard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
-                                    self.slo_target)
+                                    self.slo_target, probe_first=descriptor.role == "prefill")
             record.ttft.heard(load.queued_tokens, load.running)
         if descriptor.prefix_salt:
             record.prefix = PrefixView(descriptor.block_size, descriptor.prefix_salt)

@@ -61,6 +61,8 @@ def add_simulate_args(p: argparse.ArgumentParser) -> None:
                          help="forwards take this x the profile's prediction (the guards start from the profile)")
     cluster.add_argument("--decode-scale", type=float, default=DEFAULTS.decode_scale)
     cluster.add_argument("--slo-target", type=float, default=DEFAULTS.slo_target)
+    cluster.add_argument("--local-prefill", choices=("on", "off"), default="on" if DEFAULTS.local_prefill else "off",
+                         help="decode workers prefill what no prefill worker can in time (the gateway's flag)")
     _add_host_args(p.add_argument_group("the host's cores (with --host-cores)"))
     plan = p.add_argument_group("capacity planning")
     plan.add_argument("--plan", action="store_true", help="search prefill/decode splits for the cheapest that "
@@ -142,6 +144,7 @@ def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
                   transfer_s_per_token=args.transfer_us_per_token / 1e6, step_noise=args.step_noise,
                   prefill_scale=args.prefill_scale, decode_scale=args.decode_scale,
                   slo_target=args.slo_target, seed=args.seed, host_cores=args.host_cores,
+                  local_prefill=args.local_prefill == "on",
                   front_end_cores=args.front_end_cores, prefill_own_cores=args.prefill_own_cores,
                   decode_own_cores=args.decode_own_cores, decode_cpu_share=args.decode_cpu_share,
                   decode_step_ratio=args.decode_step_ratio, decode_step_memory=args.decode_step_memory,

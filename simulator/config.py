@@ -71,6 +71,10 @@ class SimConfig:
     # (``gateway.request_start``), in its plan. Measured: ``bench/slo.py``'s ``gateway_loop_ms``
     # (``gateway_loop_from_points``)
     gateway_loop_s: tuple[float, float] = (0.0, 0.0)
+    # a request no prefill worker is predicted to prefill in time is prefilled by its decode worker
+    # when that one predicts it in time (``common.slo.local_prefill``; TTFT-guarded policies): the
+    # gateway's ``--local-prefill``
+    local_prefill: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -109,6 +113,11 @@ class SimConfig:
     @property
     def ttft_guard(self) -> bool:
         return self.policy in TTFT_GUARDED
+
+    @property
+    def prefills_locally(self) -> bool:
+        """Decode workers may prefill what no prefill worker can in time."""
+        return self.local_prefill and self.ttft_guard
 
     @property
     def tpot_guard(self) -> bool:

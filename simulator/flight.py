@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from client.bench.metrics import RequestRecord
 from client.bench.workload import PlannedRequest
 from common.engine.leases import Lease
-from simulator.workers import SimDecodeWorker, SimPrefillWorker
+from simulator.workers import SimDecodeWorker, SimWorker
 
 
 @dataclass(eq=False)
@@ -20,7 +20,7 @@ class Flight:
     record: RequestRecord
     arrived: float = 0.0  # at the gateway
     decode: SimDecodeWorker | None = None
-    prefill: SimPrefillWorker | None = None
+    prefill: SimWorker | None = None  # a prefill worker, or its decode worker prefilling it itself
     lease: Lease | None = None
     first_token_at: float = 0.0  # at the gateway
     predicted_s: float | None = None  # the TTFT guard's uncalibrated prediction of its prefill call

@@ -7,6 +7,10 @@ gateway's own policy code.
       first token (TTFT to the closed loop, ``outcome``) ─▶ Commit ─▶ decode (a TPOT late on the way:
       ``decoding_late``) ─▶ last token (TPOT to the closed loop)
 
+or, with local prefill, when no prefill worker is predicted in time and the decode worker holding
+the reservation is (``prefills_locally``): Prefill on that decode worker (its engine computes the
+prompt in its own steps) ─▶ first token ─▶ decode, with no KV copy and no Commit.
+
 Every message between processes takes ``hop_s``; prefill workers' loads reach the TTFT guards by
 heartbeat, as in the cluster. With ``gateway_loop_s`` the gateway's event loop is one server in
 front of it all (``simulator.event_loop``).
@@ -23,6 +27,7 @@ from common.engine.core import AdmissionError
 from common.engine.leases import Lease, LeaseError
 from common.engine.request import RequestOutput
 from common.engine.sampling_params import SamplingParams
+from common.slo.local_prefill import prefills_locally
 from common.slo.promise import decoding_late, outcome
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
 from common.slo.tpot_guard import DecodeView, tpot_epsilons
@@ -34,7 +39,7 @@ from simulator.event_loop import EventLoop
 from simulator.events import Simulation
 from simulator.flight import Flight
 from simulator.host import HostCpu
-from simulator.workers import SimDecodeWorker, SimPrefillWorker
+from simulator.workers import SimDecodeWorker, SimPrefillWorker, SimWorker
 
 
 @dataclass(eq=False)
@@ -46,6 +51,7 @@ class SimGateway:
     done: Callable[[Flight], None]  # a flight's record is complete (finished or refused)
     host: HostCpu | None = None  # the cores the front end shares with the workers (None: not simulated)
     guards: dict[str, TtftGuard] = field(default_factory=dict)
+    local_guards: dict[str, TtftGuard] = field(default_factory=dict)  # of the decode workers' own prefills
     views: dict[str, DecodeView] = field(default_factory=dict)
     inflight: dict[str, int] = field(default_factory=dict)
     decoding: dict[str, dict[str, Flight]] = field(default_factory=dict)  # by decode worker: those with a TPOT SLO
@@ -59,6 +65,9 @@ class SimGateway:
                                                  self.config.max_num_tokens, target, self.sim.clock)
         for w in self.decodes:
             self.views[w.worker_id] = DecodeView(tpot_epsilons(target, self.sim.clock))
+            if self.config.prefills_locally and w.core.cost_models is not None:
+                self.local_guards[w.worker_id] = new_guard(w.core.cost_models.prefill, self.config.max_num_tokens,
+                                                           target, self.sim.clock, probe_first=False)
         self.inflight = {w.worker_id: 0 for w in [*self.prefills, *self.decodes]}
         self.decoding = {w.worker_id: {} for w in self.decodes}
         self.round_robin = {"prefill": RoundRobin(), "decode": RoundRobin()}
@@ -98,11 +107,18 @@ class SimGateway:
         else:
             self._reserve(flight, self._reserved_or_wait)
 
-    def _ttft_ok(self, flight: Flight) -> bool:
+    def _ttft_ok(self, flight: Flight, decode: SimDecodeWorker | None = None) -> bool:
         if not (self.config.ttft_guard and flight.ttft_s):
             return True
-        return ttft_refusal(list(self.guards.values()), flight.tokens, flight.ttft_s, flight.arrived,
+        return ttft_refusal(self._prefill_guards(decode), flight.tokens, flight.ttft_s, flight.arrived,
                             self.sim.now) is None
+
+    def _prefill_guards(self, decode: SimDecodeWorker | None = None) -> list[TtftGuard]:
+        """The guards of every worker that may prefill a request: the prefill workers, and with local
+        prefill ``decode`` (holding its reservation) or, before one is made, every decode worker."""
+        local = self.local_guards if decode is None else \
+            {decode.worker_id: self.local_guards[decode.worker_id]} if decode.worker_id in self.local_guards else {}
+        return [*self.guards.values(), *local.values()]
 
     def _refuse(self, flight: Flight, code: str = REJECTED, reason: str = "decode_admission") -> None:
         flight.record.error = code
@@ -181,7 +197,7 @@ class SimGateway:
         flight.decode, flight.lease = worker, lease
         self.inflight[worker.worker_id] += 1
         self.views[worker.worker_id].routed[flight.request_id] = flight.tpot_s
-        if not self._ttft_ok(flight):  # the wait, or the reservation itself, used up the slack
+        if not self._ttft_ok(flight, worker):  # the wait, or the reservation itself, used up the slack
             self._give_back(flight)
             self._refuse(flight, reason="ttft_unattainable")
             return
@@ -204,7 +220,7 @@ class SimGateway:
     # -- the admission queue (``simulator.admission_queue``) --
 
     def _wait(self, flight: Flight) -> None:
-        guards = list(self.guards.values())
+        guards = self._prefill_guards()
 
         def last_useful() -> float:
             return last_useful_admission(guards, flight.tokens, flight.deadline, self.sim.now, flight.ttft_s)
@@ -214,8 +230,18 @@ class SimGateway:
     # -- prefill, first token, decode --
 
     def _prefill(self, flight: Flight) -> None:
-        worker = self._prefill_order(flight)[0]
-        guard = self.guards[worker.worker_id]
+        order = self._prefill_order(flight)
+        decode = flight.decode
+        assert decode is not None  # reserved before its prefill (``_reserved``)
+        local = self.local_guards.get(decode.worker_id)
+        if local is not None and flight.ttft_s and prefills_locally(
+                [self.guards[w.worker_id] for w in order], [flight.tokens] * len(order), local, flight.tokens,
+                flight.deadline, self.sim.now, flight.ttft_s):
+            self._send_prefill(flight, decode, local)
+        else:
+            self._send_prefill(flight, order[0], self.guards[order[0].worker_id])
+
+    def _send_prefill(self, flight: Flight, worker: SimWorker, guard: TtftGuard) -> None:
         flight.prefill = worker
         flight.predicted_s = guard.predict_s(flight.tokens, flight.deadline, calibrated=False)
         planned = guard.predict_s(flight.tokens, flight.deadline, ttft_s=flight.ttft_s)  # what admitted it
@@ -227,8 +253,8 @@ class SimGateway:
         flight.headroom_at = guard.headrooms.margin(flight.ttft_s)
         if self.host is not None:  # served from here on: its workers' own threads carry it
             assert flight.decode is not None  # reserved before its prefill (``_reserved``)
-            for served in (worker, flight.decode):
-                self.host.handed(served.worker_id, self.sim.now)
+            for served in {worker.worker_id: worker, flight.decode.worker_id: flight.decode}:  # once each
+                self.host.handed(served, self.sim.now)
         params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
         left_ms = max(0.001, (flight.deadline - self.sim.now) * 1000) if flight.ttft_s else 0.0
 
@@ -237,7 +263,20 @@ class SimGateway:
             worker.core.add_request(flight.request_id, [0] * flight.tokens, params, prefill_only=True,
                                     ttft_slo_ms=flight.ttft_s * 1000, ttft_left_ms=left_ms)
 
-        self.sim.after(self.config.hop_s, worker.call, prefill)
+        def prefill_here() -> None:  # the decode worker computes it: its first output answers the call
+            lease = flight.lease
+            assert lease is not None
+            worker.listeners[flight.request_id] = lambda out: self._prefilled_here(flight, out)
+            try:
+                worker.core.prefill_reserved(flight.request_id, lease.lease_id, [0] * flight.tokens, params,
+                                             flight.ttft_s * 1000, flight.tpot_s * 1000, left_ms)
+            except LeaseError:  # the call came after the reservation's lease ran out
+                del worker.listeners[flight.request_id]
+                guard.dropped(flight.request_id)
+                self.inflight[worker.worker_id] -= 1
+                self.sim.after(self.config.hop_s, self._commit_refused, flight)
+
+        self.sim.after(self.config.hop_s, worker.call, prefill_here if worker is flight.decode else prefill)
 
     def _prefill_order(self, flight: Flight) -> list[SimPrefillWorker]:
         workers = self.prefills
@@ -264,13 +303,24 @@ class SimGateway:
 
         self.sim.after(copy_s, copied)
 
+    def _prefilled_here(self, flight: Flight, out: RequestOutput) -> None:
+        """On the decode worker that computed the prompt, between steps: its first token answers
+        the call; the outputs after it are its decode's."""
+        decode = flight.decode
+        assert decode is not None
+        if not out.finished:
+            decode.listeners[flight.request_id] = lambda later: self._decoded(flight, later)
+        overhead = self._calls.choice(self.config.call_overhead_s) if self.config.call_overhead_s else 0.0
+        self.sim.after(self.config.hop_s + overhead, self._first_token, flight, overhead)
+
     def _first_token(self, flight: Flight, overhead_s: float = 0.0) -> None:
         assert flight.prefill is not None and flight.decode is not None and flight.lease is not None
         now = self.sim.now
-        guard = self.guards[flight.prefill.worker_id]
+        local = flight.prefill is flight.decode
+        guard = (self.local_guards if local else self.guards)[flight.prefill.worker_id]
         observed = now - flight.sent_at
         guard.answered(flight.request_id, observed, flight.predicted_s, observed - 2 * self.config.hop_s - overhead_s,
-                       flight.prefill.core.load.forward_calibration_ratio)
+                       0.0 if local else flight.prefill.core.load.forward_calibration_ratio)
         self.inflight[flight.prefill.worker_id] -= 1
         flight.first_token_at = now
         outcome(now - flight.arrived, flight.ttft_s, guard.headrooms.of(flight.ttft_s), flight.headroom_at,
@@ -278,8 +328,16 @@ class SimGateway:
         flight.record.token_times.append(now + self.config.hop_s)
         flight.record.tokens_per_message.append(1)
         if flight.planned.output_len == 1:
-            self._give_back(flight)
+            if local:
+                self._forget_decode(flight)
+                self.admission.notify()  # decode capacity may have come free
+            else:
+                self._give_back(flight)
             self._finished(flight, now)
+            return
+        if local:  # it decodes there already
+            if flight.tpot_s:
+                self.decoding[flight.decode.worker_id][flight.request_id] = flight
             return
         decode, lease = flight.decode, flight.lease
         params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)

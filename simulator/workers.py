@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import NamedTuple
 
-from common.engine.batch import ScheduledBatch
+from common.engine.batch import ScheduledBatch, prompt_attention_work
 from common.engine.config import EngineConfig
 from common.engine.core import EngineCore
 from common.engine.load import EngineLoad
@@ -167,7 +167,14 @@ class SimDecodeWorker(SimWorker):
         self._run_stretch = 1.0  # the front end's share of this worker's cores when the run began
 
     def forward_s(self, batch: ScheduledBatch) -> float:
-        return self.models.decode.predict(len(batch.seqs), sum(s.start_pos + 1 for s in batch.seqs) / len(batch.seqs))
+        """Its decodes' step, plus the forward of the prompts it computes itself (local prefill)."""
+        decodes = [s for s in batch.seqs if s.is_decode]
+        seconds = self.models.decode.predict(len(decodes), sum(s.start_pos + 1 for s in decodes) / len(decodes)) \
+            if decodes else 0.0
+        if len(decodes) < len(batch.seqs):
+            prompts = [s for s in batch.seqs if not s.is_decode]
+            seconds += self.models.prefill.predict(sum(len(s.token_ids) for s in prompts), prompt_attention_work(prompts))
+        return seconds
 
     def _step(self) -> None:
         run = self._run_ahead()
@@ -186,7 +193,8 @@ class SimDecodeWorker(SimWorker):
         next step must be the engine's own)."""
         scheduler = self.core.scheduler
         running = scheduler.running
-        if scheduler.waiting or scheduler.has_pending_aborts() or not running:
+        if scheduler.waiting or scheduler.has_pending_aborts() or not running or \
+                any(r.num_tokens - r.num_computed_tokens > 1 for r in running):  # a prompt in chunks
             return []
         self._run_stretch = 1.0 if self.host is None else self.host.stretch(self.worker_id, self.sim.now)
         produced = self._produced

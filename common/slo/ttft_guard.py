@@ -92,11 +92,13 @@ def call_overhead(target: float = DEFAULT_TARGET, clock: Callable[[], float] = t
 
 
 def new_guard(model: PrefillModel | None, forward_tokens: int, target: float = DEFAULT_TARGET,
-              clock: Callable[[], float] = time.monotonic) -> TtftGuard:
-    """A prefill worker's guard as the gateway (or the simulator, on its virtual clock) makes it."""
+              clock: Callable[[], float] = time.monotonic, probe_first: bool = True) -> TtftGuard:
+    """A prefill worker's guard as the gateway (or the simulator, on its virtual clock) makes it;
+    ``probe_first=False`` for a decode worker's own prefills (``TtftGuard.probe_first``)."""
     return TtftGuard(model, forward_tokens, prefill_calibration(clock),
                      overhead=call_overhead(target, clock), headrooms=ttft_headrooms(target, clock),
-                     tightest=TightestSlo(clock=clock), boundary=BoundaryMargin(boundary_controller(target, clock)))
+                     tightest=TightestSlo(clock=clock), boundary=BoundaryMargin(boundary_controller(target, clock)),
+                     probe_first=probe_first)
 
 
 @dataclass(slots=True, eq=False)
@@ -123,6 +125,11 @@ class TtftGuard:
     forward_ratio: float = 0.0
     # the margin promises already made are checked under, and the calls it follows (``common.slo.boundary``)
     boundary: BoundaryMargin = field(default_factory=BoundaryMargin)
+    # whether, idle and with no call observed yet, it admits whatever comes (its first call teaches
+    # the calibration). Not for a decode worker's own prefills (``common.slo.local_prefill``), the
+    # exception and often never tried: one untested would admit what its model says is late, and
+    # over every worker's options it would keep the guard from refusing anything.
+    probe_first: bool = True
 
     def heard(self, queued_tokens: int, running: int) -> None:
         """The worker's own account of its load (registration, heartbeat)."""
@@ -357,8 +364,8 @@ class TtftGuard:
 
     def idle_and_untested(self) -> bool:
         """Nothing to do and no call observed yet: its model alone must not refuse a request."""
-        return (self.calibration.num_samples == 0 and not self.queued and self.reported_tokens == 0
-                and self.reported_running == 0)
+        return (self.probe_first and self.calibration.num_samples == 0 and not self.queued
+                and self.reported_tokens == 0 and self.reported_running == 0)
 
 
 def _around(queued: list[Queued], deadline: float) -> tuple[int, int]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from client.bench.metrics import REJECTED
 from client.bench.workload import PlannedRequest, SloClass
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 from simulator.config import SimConfig, call_overhead_from_histogram, factors_from_histogram, gateway_loop_from_points
@@ -230,7 +231,7 @@ def test_the_gateway_loop_flag_reaches_the_simulated_cluster_and_refuses_nonsens
 
 
 POLICY_CODE = ("ttft_refusal", "last_useful_admission", "prefill_order", "decode_order_by_vbs", "least_loaded_order",
-               "AdmissionRound", "queues_behind", "outcome", "decoding_late")
+               "AdmissionRound", "queues_behind", "outcome", "decoding_late", "prefills_locally")
 
 
 def _called(package: str) -> set[str]:
@@ -284,3 +285,19 @@ def test_a_first_token_after_the_reservations_lease_ran_out_ends_the_request_una
     a, b = run.records
     assert a.ok and a.output_len == 5000
     assert b.error == "UNAVAILABLE" and b.ttft == pytest.approx(80.0 - 0.001) and not b.good()
+
+
+def test_a_request_no_prefill_worker_can_serve_in_time_is_prefilled_by_its_decode_worker():
+    # prefill forwards of 0.1 ms a token (100 tokens: 10 ms), decode steps of 5 ms. A (TTFT 1 s) is
+    # prefilled 0-10 ms on the prefill worker. B arrives at 1 ms with a 15 ms TTFT: behind A there
+    # it would be predicted 20 ms, so its decode worker, idle, computes it: 1-11 ms (TTFT 10 ms).
+    # A's commit waits for that step; both then decode 11-16 and 16-21 ms.
+    per_token = CostModels(PrefillModel(0, 0.0, 1e-4), DecodeModel(0.0, 0.0, 0.0, 0.005))
+    plan = [_request(0, 0.0, 3, SloClass("a", 1000, 50)), _request(1, 0.001, 3, SloClass("b", 15, 50))]
+    a, b = simulate(plan, _config("scorpio"), per_token).records
+    assert a.token_times == pytest.approx([0.010, 0.021]) and a.tokens_per_message == [1, 2]
+    assert b.token_times == pytest.approx([0.011, 0.021])
+    assert (a.ttft, b.ttft) == pytest.approx((0.010, 0.010))
+    # without local prefill the TTFT guard refuses B
+    a, b = simulate(plan, _config("scorpio", local_prefill=False), per_token).records
+    assert a.ok and b.error == REJECTED
