@@ -134,3 +134,31 @@ def test_without_a_tpot_guard_the_local_prompt_runs_at_once():
     core.prefill_reserved("local", lease.lease_id, list(range(1, 401)), SamplingParams(max_tokens=8, ignore_eos=True),
                           ttft_slo_ms=1000)
     assert _step(core, clock) == {"local"}
+
+
+async def test_decode_workers_get_a_guard_of_their_own_prefills_only_with_local_prefill_on():
+    from gateway.registry import WorkerRegistry
+    from wire.v1 import worker_pb2
+
+    def descriptor(worker_id: str, role: str) -> worker_pb2.WorkerDescriptor:
+        return worker_pb2.WorkerDescriptor(worker_id=worker_id, role=role, address="127.0.0.1:1", host_id="h",
+                                           device="cpu", device_kind="cpu", incarnation=worker_id,
+                                           cost_model=worker_pb2.CostModel(present=True, prefill_base_s=0.01))
+
+    on, off = WorkerRegistry(1.5, local_prefill=True), WorkerRegistry(1.5)
+    for registry in (on, off):
+        registry.register(descriptor("prefill-0", "prefill"), worker_pb2.WorkerLoad())
+        registry.register(descriptor("decode-0", "decode"), worker_pb2.WorkerLoad())
+    decode = on.workers["decode-0"]
+    decode.ready = True
+    assert on.local_prefills() == [decode] and on.local_prefills(decode) == [decode]
+    assert not decode.guard.probe_first and on.workers["prefill-0"].guard.probe_first
+    assert off.workers["decode-0"].ttft is None and off.local_prefills(off.workers["decode-0"]) == []
+
+
+def test_the_gateway_flag_takes_on_or_off():
+    from gateway.config import GatewayConfig
+
+    assert GatewayConfig().local_prefill == "on"
+    with pytest.raises(ValueError, match="local_prefill"):
+        GatewayConfig(local_prefill="yes")
