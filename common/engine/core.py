@@ -242,7 +242,8 @@ class EngineCore:
         their SLO, so it never waits for long."""
         if self.cost_models is None:
             return True
-        decoding = [r for r in self.scheduler.requests.values()  # running, or committed and about to
+        # the running ones: committed requests waiting go before prompts (``Scheduler._admit_waiting``)
+        decoding = [r for r in self.scheduler.running
                     if r.tpot_slo_ms and r.first_token_at is not None and r.num_tokens - r.num_computed_tokens == 1]
         if not decoding:
             return True

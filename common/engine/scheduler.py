@@ -208,14 +208,14 @@ class Scheduler:
         tokens = sum(len(s.token_ids) for s in prompts)
         work = prompt_attention_work(prompts)
         earliest = min((self.requests[s.request_id].ttft_deadline for s in prompts), default=float("inf"))
-        if len(self.waiting) > 1:
-            # Requests ready to decode (committed) first: a prompt held back (``stall_keeps``) must
-            # not hold up the decodes whose slack it waits for. Then least slack first under a
-            # TTFT guard: the request whose TTFT deadline comes soonest is prefilled first.
-            if self.config.ttft_guard:
-                self.waiting = deque(sorted(self.waiting, key=lambda r: (not _decode_ready(r), r.ttft_deadline)))
+        if len(self.waiting) > 1 and (self.config.ttft_guard or self.stall_keeps is not None):
+            # Least slack first under a TTFT guard: the request whose TTFT deadline comes soonest is
+            # prefilled first. Under ``stall_keeps``, requests ready to decode (committed) before
+            # any prompt: a prompt held back must not hold up the decodes whose slack it waits for.
+            if self.stall_keeps is None:
+                self.waiting = deque(sorted(self.waiting, key=lambda r: r.ttft_deadline))
             else:
-                self.waiting = deque(sorted(self.waiting, key=lambda r: not _decode_ready(r)))
+                self.waiting = deque(sorted(self.waiting, key=lambda r: (not _decode_ready(r), r.ttft_deadline)))
         while self.waiting and budget > 0 and len(self.running) < self.config.max_batch_size:
             request = self.waiting[0]
             hit = self._attach_cached_prefix(request)
