@@ -4,13 +4,13 @@ A request that no decode worker admits now waits here while its TTFT deadline st
 a prefill after admission. Waiters are not polled: they are tried again when capacity may
 have come free (a request on a decode worker finished, a reservation was given back), and
 at the latest every ``tick_s``. Each such round gives turns one at a time in the order of
-``common.slo.admission_round`` (least slack first, skipping every waiter at least as tight as
-one already refused in the round), so a round costs a few ``Reserve`` calls, not one per waiter. (Polling each waiter every few milliseconds costs the decode
+``common.slo.admission_round`` (least slack first, skipping every waiter at least as hard to
+admit as one already refused in the round), so a round costs a few ``Reserve`` calls, not one per waiter. (Polling each waiter every few milliseconds costs the decode
 worker more event-loop time than its steps can spare: every call competes with the engine
 thread for the interpreter.)
 
     flow:   try at once ── refused ──▶ queue.waiting(...) ──▶ turn ──▶ Reserve ──▶ report
-            (a waiter at least as easy to admit is waiting: straight to queue.waiting)
+            (a waiter no harder to admit is waiting: straight to queue.waiting)
     pump:   notify()/tick ──▶ round: for each waiter, least slack first: give turn, await report
 """
 
@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from common.slo.admission_round import AdmissionRound, queues_behind
+from common.slo.admission_round import AdmissionRound, Demand, queues_behind
 
 TURN_TIMEOUT_S = 15.0  # a turn is reported within one Reserve call (10 s timeout) or the waiter leaves
 
@@ -32,7 +32,7 @@ class Waiter:
     the latest moment its admission can still lead to a first token in time."""
 
     deadline: Callable[[], float]
-    tpot_ms: float  # 0: no TPOT SLO, the easiest to admit
+    demand: Demand  # its TPOT SLO (0: none, the easiest) and sizes
     _turn: asyncio.Event = field(default_factory=asyncio.Event)
     _outcome: asyncio.Future[bool | None] | None = None
 
@@ -63,18 +63,18 @@ class AdmissionQueue:
     def __len__(self) -> int:
         return len(self._waiters)
 
-    def holds_one_as_easy(self, tpot_ms: float) -> bool:
-        """A waiter at least as easy to admit as a request with ``tpot_ms`` is waiting: the request
-        queues behind it without trying first (``common.slo.admission_round.queues_behind``)."""
-        return queues_behind(tpot_ms, (w.tpot_ms for w in self._waiters))
+    def holds_one_as_easy(self, demand: Demand) -> bool:
+        """A waiter no harder to admit than a request of ``demand`` is waiting: the request queues
+        behind it without trying first (``common.slo.admission_round.queues_behind``)."""
+        return queues_behind(demand, (w.demand for w in self._waiters))
 
     def notify(self) -> None:
         """Capacity may have come free on some decode worker: run a round soon."""
         self._wake.set()
 
     @contextlib.asynccontextmanager
-    async def waiting(self, deadline: Callable[[], float], tpot_ms: float) -> AsyncIterator[Waiter]:
-        waiter = Waiter(deadline, tpot_ms)
+    async def waiting(self, deadline: Callable[[], float], demand: Demand) -> AsyncIterator[Waiter]:
+        waiter = Waiter(deadline, demand)
         self._waiters.append(waiter)
         self._ensure_pump()
         try:
@@ -100,7 +100,7 @@ class AdmissionQueue:
             await self._round()
 
     async def _round(self) -> None:
-        turns = AdmissionRound(self._waiters, lambda w: w.deadline(), lambda w: w.tpot_ms)
+        turns = AdmissionRound(self._waiters, lambda w: w.deadline(), lambda w: w.demand)
         while (waiter := turns.next(lambda w: w in self._waiters)) is not None:
             turns.report(waiter, await self._give_turn(waiter))
 

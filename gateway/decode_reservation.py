@@ -23,6 +23,7 @@ from gateway.errors import RequestError, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
 from gateway.router import Router
 from gateway.ttft_guard import last_useful_moment
+from common.slo.admission_round import Demand
 from gateway.validation import ValidatedRequest
 from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, call_timeout, quietly
 from wire.slo import to_wire
@@ -46,7 +47,7 @@ class DecodeReservations:
         """``prompt``: the request's prompt, hashed for the workers' prefix caches;
         ``ttft_deadline``: perf_counter time, inf without a TTFT SLO; ``avoid``: worker ids."""
         may_wait = self.router.ttft_guard and req.ttft_ms  # in the admission queue
-        if may_wait and self.admission.holds_one_as_easy(req.tpot_ms):
+        if may_wait and self.admission.holds_one_as_easy(_demand(req)):
             return await self._wait_for_admission(req, prompt, ttft_deadline, avoid, RequestError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED, "no decode worker admits the request: it waited behind requests "
                 "as easy to admit until its prefill could no longer finish in time", reason="decode_admission"))
@@ -62,7 +63,7 @@ class DecodeReservations:
         def last_useful() -> float:  # admitted later than this, the prefill cannot finish in time
             return last_useful_moment(self.registry, prompt, deadline, req.ttft_ms / 1000)
 
-        async with self.admission.waiting(last_useful, req.tpot_ms) as waiter:
+        async with self.admission.waiting(last_useful, _demand(req)) as waiter:
             while True:
                 if not await waiter.next_turn(last_useful() - time.perf_counter()):
                     if last_useful() <= time.perf_counter():
@@ -119,3 +120,7 @@ class DecodeReservations:
         release = worker_pb2.ReleaseRequest(request_id=request_id, lease_id=call.result().lease_id,
                                             writer_may_still_write=False)  # no prefill was sent to it
         self.spawn(quietly(worker.stub.Release(release, timeout=CLEANUP_TIMEOUT_S)))
+
+
+def _demand(req: ValidatedRequest) -> Demand:
+    return Demand(req.tpot_ms, len(req.prompt_token_ids), req.params.max_tokens)

@@ -3,7 +3,7 @@ requests no decode worker admits wait for capacity while their TTFT deadline all
 
 Rounds run on a notification (capacity may have come free) and at every tick, in the order of the
 cluster's own ``AdmissionRound``; a waiter is refused once its last useful moment has passed. A
-request arriving while a waiter at least as easy to admit is waiting joins without trying first
+request arriving while a waiter no harder to admit is waiting joins without trying first
 (``queues_behind``, asked by the simulated gateway)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from common.engine.leases import Lease
-from common.slo.admission_round import AdmissionRound, queues_behind
+from common.slo.admission_round import AdmissionRound, Demand, queues_behind
 from simulator.events import Simulation
 from simulator.flight import Flight, Waiter
 from simulator.workers import SimDecodeWorker
@@ -32,9 +32,9 @@ class SimAdmissionQueue:
     _round_again: bool = False
     _ticking: bool = False
 
-    def holds_one_as_easy(self, tpot_ms: float) -> bool:
-        """A waiter at least as easy to admit as a request with ``tpot_ms`` is waiting."""
-        return queues_behind(tpot_ms, (w.tpot_ms for w in self.waiters))
+    def holds_one_as_easy(self, demand: Demand) -> bool:
+        """A waiter no harder to admit than a request of ``demand`` is waiting."""
+        return queues_behind(demand, (w.demand for w in self.waiters))
 
     def wait(self, flight: Flight, last_useful: Callable[[], float]) -> None:
         self.waiters.append(Waiter(flight, last_useful))
@@ -70,7 +70,7 @@ class SimAdmissionQueue:
         self._rounds_running = True
         known = last_useful or {}
         turns = AdmissionRound(list(self.waiters), lambda w: known[id(w)] if id(w) in known else w.last_useful(),
-                               lambda w: w.tpot_ms)
+                               lambda w: w.demand)
         self._next_turn(turns)
 
     def _next_turn(self, turns: AdmissionRound[Waiter]) -> None:

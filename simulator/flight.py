@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from client.bench.metrics import RequestRecord
 from client.bench.workload import PlannedRequest
 from common.engine.leases import Lease
+from common.slo.admission_round import Demand
 from simulator.workers import SimDecodeWorker, SimWorker
 
 
@@ -50,6 +51,11 @@ class Flight:
     def deadline(self) -> float:
         return self.arrived + self.ttft_s if self.ttft_s else float("inf")
 
+    @property
+    def demand(self) -> Demand:
+        """What it asks of decode admission (``common.slo.admission_round``)."""
+        return Demand(self.tpot_s * 1000, self.tokens, self.planned.output_len)
+
 
 @dataclass(eq=False)
 class Waiter:
@@ -58,5 +64,5 @@ class Waiter:
     trying: bool = False  # a turn's reservation attempt is under way: it cannot time out meanwhile
 
     @property
-    def tpot_ms(self) -> float:
-        return self.flight.tpot_s * 1000
+    def demand(self) -> Demand:
+        return self.flight.demand

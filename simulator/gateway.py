@@ -2,7 +2,7 @@
 gateway's own policy code.
 
     arrive ─▶ TTFT guard (``ttft_refusal``) ─▶ Reserve on decode workers in the router's order
-      (refused everywhere, or a waiter as easy to admit waiting: the admission queue's rounds,
+      (refused everywhere, or a waiter no harder to admit waiting: the admission queue's rounds,
       ``simulator.admission_queue``, until the last useful moment) ─▶ TTFT guard again ─▶ Prefill on the router's first prefill worker ─▶ KV copy ─▶
       first token (TTFT to the closed loop, ``outcome``) ─▶ Commit ─▶ decode (a TPOT late on the way:
       ``decoding_late``) ─▶ last token (TPOT to the closed loop)
@@ -102,7 +102,7 @@ class SimGateway:
             self._refuse(flight, "INVALID_ARGUMENT", "invalid_argument")
         elif not self._ttft_ok(flight):
             self._refuse(flight, reason="ttft_unattainable")
-        elif self.config.ttft_guard and flight.ttft_s and self.admission.holds_one_as_easy(flight.tpot_s * 1000):
+        elif self.config.ttft_guard and flight.ttft_s and self.admission.holds_one_as_easy(flight.demand):
             self._wait(flight)
         else:
             self._reserve(flight, self._reserved_or_wait)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.slo.admission_round import AdmissionRound, queues_behind
+from common.slo.admission_round import AdmissionRound, Demand, queues_behind
 from common.slo.cost_models import PrefillModel
 from common.slo.promise import ClassMargins
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
@@ -44,7 +44,7 @@ def test_least_loaded_and_round_robin_orders():
 def test_a_round_gives_turns_least_slack_first_and_skips_waiters_as_tight_as_one_refused():
     waiters = [("loose", 3.0, 100.0), ("tight", 1.0, 20.0), ("tighter", 2.0, 10.0), ("none", 4.0, 0.0),
                ("mid", 5.0, 50.0)]
-    turns = AdmissionRound(waiters, deadline=lambda w: w[1], tpot_ms=lambda w: w[2])
+    turns = AdmissionRound(waiters, deadline=lambda w: w[1], demand=lambda w: Demand(w[2]))
     given = []
     while (w := turns.next(lambda _: True)) is not None:
         given.append(w[0])
@@ -55,20 +55,40 @@ def test_a_round_gives_turns_least_slack_first_and_skips_waiters_as_tight_as_one
 
 def test_refusing_a_waiter_without_a_tpot_slo_ends_the_round():
     waiters = [("none", 1.0, 0.0), ("loose", 2.0, 100.0)]
-    turns = AdmissionRound(waiters, deadline=lambda w: w[1], tpot_ms=lambda w: w[2])
+    turns = AdmissionRound(waiters, deadline=lambda w: w[1], demand=lambda w: Demand(w[2]))
     first = turns.next(lambda _: True)
     turns.report(first, admitted=False)
     assert first[0] == "none" and turns.next(lambda _: True) is None
 
 
-def test_a_newcomer_queues_behind_a_waiter_at_least_as_easy_to_admit_and_tries_first_otherwise():
-    assert queues_behind(50.0, [50.0])  # as easy: the worker that refused it refuses this one
-    assert queues_behind(50.0, [20.0, 100.0])  # one looser waiter is enough
-    assert queues_behind(50.0, [0.0])  # a waiter without a TPOT SLO is the easiest of all
-    assert queues_behind(0.0, [0.0])
-    assert not queues_behind(50.0, [20.0, 10.0])  # every waiter tighter: it may fit where they did not
-    assert not queues_behind(0.0, [100.0])  # without a TPOT SLO it is easier than any waiter with one
-    assert not queues_behind(50.0, [])
+def test_a_newcomer_queues_behind_a_waiter_no_harder_to_admit_and_tries_first_otherwise():
+    def behind(tpot_ms: float, waiting: list[float]) -> bool:
+        return queues_behind(Demand(tpot_ms), [Demand(t) for t in waiting])
+
+    assert behind(50.0, [50.0])  # as easy: the worker that refused it refuses this one
+    assert behind(50.0, [20.0, 100.0])  # one looser waiter is enough
+    assert behind(50.0, [0.0])  # a waiter without a TPOT SLO is the easiest of all
+    assert behind(0.0, [0.0])
+    assert not behind(50.0, [20.0, 10.0])  # every waiter tighter: it may fit where they did not
+    assert not behind(0.0, [100.0])  # without a TPOT SLO it is easier than any waiter with one
+    assert not behind(50.0, [])
+    # sizes count: a waiter with a longer prompt or a larger output budget may be refused for its
+    # KV blocks or its projected decode where a smaller newcomer of its class fits
+    newcomer = Demand(50.0, prompt_tokens=400, max_tokens=64)
+    assert queues_behind(newcomer, [Demand(50.0, 300, 64)]) and queues_behind(newcomer, [Demand(100.0, 400, 32)])
+    assert not queues_behind(newcomer, [Demand(50.0, 3000, 64)])
+    assert not queues_behind(newcomer, [Demand(100.0, 100, 500)])
+
+
+def test_a_round_skips_only_waiters_at_least_as_hard_as_one_refused():
+    waiters = [("long", 1.0, Demand(50.0, 3000, 64)), ("short", 2.0, Demand(50.0, 200, 64)),
+               ("longer", 3.0, Demand(50.0, 3500, 64)), ("tight-long", 4.0, Demand(20.0, 3200, 100))]
+    turns = AdmissionRound(waiters, deadline=lambda w: w[1], demand=lambda w: w[2])
+    given = []
+    while (w := turns.next(lambda _: True)) is not None:
+        given.append(w[0])
+        turns.report(w, admitted=w[0] == "short")  # "long" refused: no KV blocks for it
+    assert given == ["long", "short"]  # the short one still gets its turn; the harder ones do not
 
 
 def test_where_load_ties_the_worker_holding_the_prompt_wins_before_free_blocks():
