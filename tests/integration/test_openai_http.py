@@ -39,8 +39,11 @@ def served(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterato
     keys = tmp / "api-keys.json"
     keys.write_text(json.dumps({"tenants": {"team": {"api_keys": [KEY]}}}))
     # the first start measures the workers' cost models on the real model (then cached)
+    # each token message as it comes: on cores shared with the workers the launcher otherwise holds
+    # messages 25 ms apart (``gateway.stream_interval``), and a step faster than that merges two
+    # tokens into one message, which the load tester's one-arrival-per-token check would read as text held back
     cluster = start_cluster(tmp, timeout_s=400, preset=MODEL, http_port=0, api_key=KEY,
-                            gateway_args=("--api-keys", str(keys)),
+                            gateway_args=("--api-keys", str(keys), "--stream-interval-ms", "0"),
                             worker_args=("--num-kv-blocks", "256", "--max-num-tokens", "512"))
     yield cluster
     cluster.stop()
