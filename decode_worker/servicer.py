@@ -37,7 +37,6 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
         self.receivers = receivers  # the KV transports this worker's pool offers
         self.draining = False
         self.metrics = metrics or Metrics("decode")
-        self._prefilling: set[str] = set()  # requests whose Prefill call here awaits their first token
 
     def start_draining(self) -> None:
         self.draining = True
@@ -94,15 +93,12 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
         except (ValueError, LeaseError) as exc:
             self.hub.forget_first(request_id)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        self._prefilling.add(request_id)
         try:
             out = await first
         except asyncio.CancelledError:  # the gateway gave up on it: nothing may decode unseen
             self.hub.forget_first(request_id)
             self.async_engine.abort_soon(request_id)
             raise
-        finally:
-            self._prefilling.discard(request_id)
         if out.error:
             await context.abort(grpc.StatusCode.INTERNAL, f"prefill failed: {out.error}")
         if not out.new_token_ids:
@@ -121,7 +117,7 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
     async def Abort(self, request: worker_pb2.WorkerAbortRequest,
                     context: grpc.aio.ServicerContext) -> worker_pb2.WorkerAbortResponse:
         # a request prefilled here has no other writer: its blocks are free to reuse at once
-        local = request.request_id in self._prefilling
+        local = self.hub.awaits_first(request.request_id)
         found = await self.async_engine.abort(request.request_id)
         return worker_pb2.WorkerAbortResponse(found=found, writes_done=local)
 

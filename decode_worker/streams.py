@@ -32,6 +32,10 @@ class StreamHub:
     def forget_first(self, request_id: str) -> None:
         self._first.pop(request_id, None)
 
+    def awaits_first(self, request_id: str) -> bool:
+        """Whether a Prefill call here still awaits the request's first output."""
+        return request_id in self._first
+
     def open(self, stream_id: str) -> asyncio.Queue[worker_pb2.StepEvents | None]:
         old = self._queues.get(stream_id)
         if old is not None:

@@ -63,7 +63,7 @@ class AdmissionQueue:
     def __len__(self) -> int:
         return len(self._waiters)
 
-    def holds_one_as_easy(self, demand: Demand) -> bool:
+    def holds_one_no_harder(self, demand: Demand) -> bool:
         """A waiter no harder to admit than a request of ``demand`` is waiting: the request queues
         behind it without trying first (``common.slo.admission_round.queues_behind``)."""
         return queues_behind(demand, (w.demand for w in self._waiters))

@@ -47,7 +47,7 @@ class DecodeReservations:
         """``prompt``: the request's prompt, hashed for the workers' prefix caches;
         ``ttft_deadline``: perf_counter time, inf without a TTFT SLO; ``avoid``: worker ids."""
         may_wait = self.router.ttft_guard and req.ttft_ms  # in the admission queue
-        if may_wait and self.admission.holds_one_as_easy(_demand(req)):
+        if may_wait and self.admission.holds_one_no_harder(_demand(req)):
             return await self._wait_for_admission(req, prompt, ttft_deadline, avoid, RequestError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED, "no decode worker admits the request: it waited behind requests "
                 "as easy to admit until its prefill could no longer finish in time", reason="decode_admission"))

@@ -32,7 +32,7 @@ class SimAdmissionQueue:
     _round_again: bool = False
     _ticking: bool = False
 
-    def holds_one_as_easy(self, demand: Demand) -> bool:
+    def holds_one_no_harder(self, demand: Demand) -> bool:
         """A waiter no harder to admit than a request of ``demand`` is waiting."""
         return queues_behind(demand, (w.demand for w in self.waiters))
 

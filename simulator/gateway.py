@@ -102,7 +102,7 @@ class SimGateway:
             self._refuse(flight, "INVALID_ARGUMENT", "invalid_argument")
         elif not self._ttft_ok(flight):
             self._refuse(flight, reason="ttft_unattainable")
-        elif self.config.ttft_guard and flight.ttft_s and self.admission.holds_one_as_easy(flight.demand):
+        elif self.config.ttft_guard and flight.ttft_s and self.admission.holds_one_no_harder(flight.demand):
             self._wait(flight)
         else:
             self._reserve(flight, self._reserved_or_wait)
@@ -116,9 +116,10 @@ class SimGateway:
     def _prefill_guards(self, decode: SimDecodeWorker | None = None) -> list[TtftGuard]:
         """The guards of every worker that may prefill a request: the prefill workers, and with local
         prefill ``decode`` (holding its reservation) or, before one is made, every decode worker."""
-        local = self.local_guards if decode is None else \
-            {decode.worker_id: self.local_guards[decode.worker_id]} if decode.worker_id in self.local_guards else {}
-        return [*self.guards.values(), *local.values()]
+        if decode is None:
+            return [*self.guards.values(), *self.local_guards.values()]
+        local = self.local_guards.get(decode.worker_id)
+        return [*self.guards.values(), *([local] if local is not None else [])]
 
     def _refuse(self, flight: Flight, code: str = REJECTED, reason: str = "decode_admission") -> None:
         flight.record.error = code

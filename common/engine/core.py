@@ -26,7 +26,7 @@ from common.engine.load import EngineLoad, measure
 from common.engine.prefix_cache import PrefixIndex, model_salt
 from common.engine.request import Request, RequestOutput
 from common.engine.sampling_params import SamplingParams
-from common.engine.scheduler import Scheduler, SchedulerConfig
+from common.engine.scheduler import Scheduler, SchedulerConfig, decode_ready
 from common.slo import tpot_guard
 from common.slo.calibration import Calibration
 from common.slo.promise import STEP, slo_class_ms
@@ -243,8 +243,7 @@ class EngineCore:
         if self.cost_models is None:
             return True
         # the running ones: committed requests waiting go before prompts (``Scheduler._admit_waiting``)
-        decoding = [r for r in self.scheduler.running
-                    if r.tpot_slo_ms and r.first_token_at is not None and r.num_tokens - r.num_computed_tokens == 1]
+        decoding = [r for r in self.scheduler.running if r.tpot_slo_ms and r.first_token_at is not None and decode_ready(r)]
         if not decoding:
             return True
         forward = self.forward_calibration.scale(self.cost_models.prefill.predict(tokens, attention))

@@ -215,7 +215,7 @@ class Scheduler:
             if self.stall_keeps is None:
                 self.waiting = deque(sorted(self.waiting, key=lambda r: r.ttft_deadline))
             else:
-                self.waiting = deque(sorted(self.waiting, key=lambda r: (not _decode_ready(r), r.ttft_deadline)))
+                self.waiting = deque(sorted(self.waiting, key=lambda r: (not decode_ready(r), r.ttft_deadline)))
         while self.waiting and budget > 0 and len(self.running) < self.config.max_batch_size:
             request = self.waiting[0]
             hit = self._attach_cached_prefix(request)
@@ -396,7 +396,7 @@ class Scheduler:
         return running + [b for blocks in self.held.values() for b in blocks]
 
 
-def _decode_ready(request: Request) -> bool:
+def decode_ready(request: Request) -> bool:
     """Whether the request's next token is a decode (its prompt's KV is all there)."""
     return bool(request.output_token_ids) and request.num_tokens - request.num_computed_tokens == 1
 
