@@ -90,6 +90,10 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
                                                      list(request.prompt_token_ids),
                                                      sampling_from_proto(request.sampling), ttft_slo_ms, tpot_slo_ms,
                                                      request.ttft_left_ms)
+        except AdmissionError as exc:  # its first token would be late here; the reservation is gone
+            self.hub.forget_first(request_id)
+            self.metrics.rejected("ttft_unattainable")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except (ValueError, LeaseError) as exc:
             self.hub.forget_first(request_id)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))

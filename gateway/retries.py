@@ -91,4 +91,6 @@ def prefill_error(exc: grpc.aio.AioRpcError, p: Progress) -> Exception:
         return WorkerLost(role, p.prefill.worker_id, exc.details() or "unreachable")
     if code == grpc.StatusCode.CANCELLED:
         return unavailable(f"prefill worker {p.prefill.worker_id} cancelled the request: {exc.details()}")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and p.prefill is p.decode:  # it refused to prefill it in time
+        return RequestError(code, exc.details() or "TTFT SLO unattainable", "ttft_unattainable")
     return RequestError(code, exc.details() or "prefill failed")

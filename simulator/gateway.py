@@ -264,18 +264,21 @@ class SimGateway:
             worker.core.add_request(flight.request_id, [0] * flight.tokens, params, prefill_only=True,
                                     ttft_slo_ms=flight.ttft_s * 1000, ttft_left_ms=left_ms)
 
+        received = self.sim.now + self.config.hop_s
+
         def prefill_here() -> None:  # the decode worker computes it: its first output answers the call
             lease = flight.lease
             assert lease is not None
             worker.listeners[flight.request_id] = lambda out: self._prefilled_here(flight, out)
             try:
                 worker.core.prefill_reserved(flight.request_id, lease.lease_id, [0] * flight.tokens, params,
-                                             flight.ttft_s * 1000, flight.tpot_s * 1000, left_ms)
-            except LeaseError:  # the call came after the reservation's lease ran out
+                                             flight.ttft_s * 1000, flight.tpot_s * 1000, left_ms, received)
+            except (LeaseError, AdmissionError) as exc:  # the lease ran out; or its first token would be late
                 del worker.listeners[flight.request_id]
                 guard.dropped(flight.request_id)
                 self.inflight[worker.worker_id] -= 1
-                self.sim.after(self.config.hop_s, self._commit_refused, flight)
+                ended = self._commit_refused if isinstance(exc, LeaseError) else self._local_refused
+                self.sim.after(self.config.hop_s, ended, flight)
 
         self.sim.after(self.config.hop_s, worker.call, prefill_here if worker is flight.decode else prefill)
 
@@ -364,6 +367,13 @@ class SimGateway:
         self.admission.notify()  # decode capacity may have come free
         flight.record.error = "UNAVAILABLE"
         self.sim.after(self.config.hop_s, self.done, flight)
+
+    def _local_refused(self, flight: Flight) -> None:
+        """As the gateway ends a request its decode worker refused to prefill in time
+        (RESOURCE_EXHAUSTED, ``retries.prefill_error``): that worker freed the reservation."""
+        self._forget_decode(flight)
+        self.admission.notify()
+        self._refuse(flight, reason="ttft_unattainable")
 
     def _decoded(self, flight: Flight, out: RequestOutput) -> None:
         if out.finished:

@@ -12,10 +12,7 @@ A step is two halves around the forward::
 
 from __future__ import annotations
 
-import dataclasses
-import statistics
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from common.engine.batch import ScheduledBatch
@@ -27,13 +24,13 @@ from common.engine.prefix_cache import PrefixIndex, model_salt
 from common.engine.request import Request, RequestOutput
 from common.engine.sampling_params import SamplingParams
 from common.engine.scheduler import Scheduler, SchedulerConfig, decode_ready
-from common.slo import tpot_guard
+from common.engine.step_costs import StepCosts
+from common.slo import local_prefill, tpot_guard
 from common.slo.calibration import Calibration
 from common.slo.promise import STEP, slo_class_ms
 from common.slo.ratio_histogram import RatioHistogram
 from common.slo.forward_budget import TightestSlo, forward_budget
-from common.slo.cost_models import CostModels, DecodeModel
-from common.slo.refit import StepLog
+from common.slo.cost_models import CostModels, attention_work
 
 Clock = Callable[[], float]
 
@@ -65,6 +62,7 @@ class EngineCore:
         self.leases = LeaseTable(self.pool, config.lease_timeout_s, config.quarantine_s)
         if config.work_conserving_credit:
             self.scheduler.all_fit = self._all_fit
+        self.fresh_decodes = local_prefill.FreshDecodes()  # what a prompt computed here waits behind
         self.tightest_ttft = TightestSlo(clock=clock)  # of the requests added: what cuts prefill forwards
         # prefill forwards as observed (their own time, not the period) vs the fitted model
         self.forward_calibration = Calibration(quantile=0.5, clock=clock)
@@ -77,15 +75,10 @@ class EngineCore:
         # (the gateway's closed loop steers them): what each request's TPOT is held to
         self.tpot_margins: dict[float, float] = {}
         self.cost_models: CostModels | None = None  # set by the worker (loaded or profiled)
-        self._profile_decode: DecodeModel | None = None  # the decode model before any refit: refits' prior
-        self.step_calibration = Calibration(clock=clock)  # decode step periods as observed vs the fitted model
+        self.step_costs = StepCosts(clock)  # decode steps as run vs the decode model: calibration, refits
         self.unloaded_step_s: float | None = None  # one request's step, measured alone at warm-up
         self.steps_completed = 0  # forwards run since start: heartbeats carry it as proof of progress
-        self._prediction_errors: deque[float] = deque(maxlen=32)  # calibrated prediction / observed, per step
-        self.step_ratios = RatioHistogram()  # every decode step's period / the model's prediction, since start
         self.forward_ratios = RatioHistogram()  # every prefill forward's time / the model's prediction
-        self.step_log = StepLog()  # decode steps really run: the decode model is refitted from them
-        self.refits = 0  # decode models replaced by a refit since start
         self._last_step_end: float | None = None  # end of the previous step, if it led straight here
         # What other threads read of this engine (``common.engine.load``): replaced, never
         # changed, after every step and every call below that changes requests, leases or blocks.
@@ -148,7 +141,7 @@ class EngineCore:
         new = tpot_guard.Decoding(tpot_slo_ms / 1000, max_tokens - 1, prompt_len + 1)
         present = self.decodings({slo_class_ms(tpot_slo_ms / 1000): epsilon})
         return tpot_guard.admits_request(new, present, self.cost_models.decode, self.unloaded_step_s,
-                                         epsilon, self.step_calibration.scale, self.config.max_batch_size)
+                                         epsilon, self.step_costs.calibration.scale, self.config.max_batch_size)
 
     def prefill_cap(self) -> int:
         """Prompt tokens a step may compute now: the configured budget, cut under a TTFT guard so
@@ -163,10 +156,7 @@ class EngineCore:
         (``common.slo.cost_models.attention_work``) begun now is predicted (fitted model × this
         worker's calibration of its forwards) to end within ``share`` of the time left to
         ``deadline`` (this engine's clock)."""
-        if self.cost_models is None:
-            return True
-        seconds = self.forward_calibration.scale(self.cost_models.prefill.predict(tokens, attention))
-        return seconds <= share * (deadline - self.clock())
+        return self.cost_models is None or self._forward_s(tokens, attention) <= share * (deadline - self.clock())
 
     def _all_fit(self, batch: int, mean_len: float, tightest_slo_s: float) -> bool:
         """Credit batching's work-conserving test: a step of every decoding request, as the
@@ -175,7 +165,7 @@ class EngineCore:
         in batch size) and only keeps the loose one present longer, in a place of the batch."""
         if self.cost_models is None:
             return False
-        step = self.step_calibration.scale(self.cost_models.decode.predict(batch, mean_len))
+        step = self.step_costs.calibration.scale(self.cost_models.decode.predict(batch, mean_len))
         return tpot_guard.step_keeps(step, tightest_slo_s, self.tpot_margin(tightest_slo_s))
 
     def tpot_margin(self, slo_s: float) -> float:
@@ -207,23 +197,38 @@ class EngineCore:
                           block_ids=blocks, tpot_slo_ms=tpot_slo_ms, cacheable=self.pool.prefix_index is not None,
                           first_token_at=now)
         self.scheduler.add(request)
+        self.fresh_decodes.observe(now, tpot_slo_ms / 1000)
         self.scheduler.register_full_blocks(request)  # the prompt's KV is all here: the next turn may share it
         self.load = self._measure()
 
     def prefill_reserved(self, request_id: str, lease_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                         ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0, ttft_left_ms: float = 0.0) -> None:
+                         ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0, ttft_left_ms: float = 0.0,
+                         received_at: float | None = None) -> None:
         """Conditional disaggregation: a reserved request's prompt computed in this engine's own
         steps instead of written into the lease by a prefill worker. It queues as a prompt in the
         lease's blocks (the leading ones the prefix cache lent it counted computed), goes least
         slack first among prompts, and into a step only while that step's forward keeps every
         decoding request's TPOT promise (``stall_keeps``); its first token comes out of that step,
-        and then it decodes as a committed request does."""
+        and then it decodes as a committed request does. Raises ``AdmissionError``, the lease
+        freed, when that first token is predicted to come after ``ttft_left_ms`` (as the call
+        arrived, at ``received_at`` on this engine's clock: it may have waited for a step to end)
+        (``local_first_token_s``)."""
         self._validate(request_id, prompt_token_ids, params)
+        if ttft_left_ms and received_at is not None:
+            ttft_left_ms = max(0.001, ttft_left_ms - (self.clock() - received_at) * 1000)
         lease = self.leases.commit(request_id, lease_id)
         size = self.config.block_size
         # its last token is always computed (the step samples after it): a cached block holding it
         # is given back (shared, so never written) and the scheduler adds a fresh one
         cached = min(lease.cached, (len(prompt_token_ids) - 1) // size)
+        tokens, computed = len(prompt_token_ids) - cached * size, cached * size
+        first_token_s = self.local_first_token_s(tokens, attention_work(tokens, computed))
+        if ttft_left_ms and self.cost_models is not None and (first_token_s is None or first_token_s * 1000 > ttft_left_ms):
+            self.pool.free(lease.block_ids)  # refused: the reservation ends here (the gateway's Release finds none)
+            self.load = self._measure()
+            raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms cannot be met by this decode worker: its first token "
+                                 + ("would wait for its decodes' slack without end" if first_token_s is None else
+                                    f"is predicted in {first_token_s * 1000:.0f} ms, {ttft_left_ms:.0f} ms left"))
         self.pool.free(lease.block_ids[cached:lease.cached])
         self.tightest_ttft.observe(ttft_slo_ms / 1000)
         self.scheduler.add(Request(request_id, list(prompt_token_ids), params, arrival_time=self.clock(),
@@ -235,24 +240,51 @@ class EngineCore:
 
     def stall_keeps(self, tokens: int, attention: int) -> bool:
         """Whether a step computing ``tokens`` prompt tokens (of ``attention`` work) beside the
-        decodes keeps every decoding request's TPOT promise: each one's next token, after that
-        forward and one more decode step (× its class's ε), still comes soon enough that its
-        time per output token since its first stays within its SLO were that token its last.
-        A prompt waits while it would not: the decodes' slack grows with every step that beats
+        decodes keeps every decoding request's TPOT promise (``local_prefill.stall_keeps``). A
+        prompt waits while it would not: the decodes' slack grows with every step that beats
         their SLO, so it never waits for long."""
         if self.cost_models is None:
             return True
-        # the running ones: committed requests waiting go before prompts (``Scheduler._admit_waiting``)
-        decoding = [r for r in self.scheduler.running if r.tpot_slo_ms and r.first_token_at is not None and decode_ready(r)]
-        if not decoding:
-            return True
-        forward = self.forward_calibration.scale(self.cost_models.prefill.predict(tokens, attention))
-        step = self.step_calibration.scale(self.cost_models.decode.predict(
-            len(decoding), sum(r.num_tokens for r in decoding) / len(decoding)))
+        promises, step = self._promises()
+        return not promises or local_prefill.stall_keeps(promises, self.clock(), self._forward_s(tokens, attention), step)
+
+    def local_first_token_s(self, tokens: int, attention: int) -> float | None:
+        """Seconds until a prompt of ``tokens`` (``attention`` work) given to this engine now
+        would have its first token: the prompts queued here go with it in one forward beside one
+        decode step, once the decodes' slack lets that forward in (``local_prefill.stall_wait_s``,
+        under the TPOT guard), and the requests that begin decoding here meanwhile, each with no
+        slack, let it in (``local_prefill.start_wait_s``, at their recent rate). An expected
+        time, not a bound. None when it never would, or without a cost model."""
+        if self.cost_models is None:
+            return None
+        queued = [r for r in self.scheduler.waiting if not decode_ready(r)]
+        tokens += sum(r.num_tokens - r.num_computed_tokens for r in queued)
+        attention += sum(attention_work(r.num_tokens - r.num_computed_tokens, r.num_computed_tokens) for r in queued)
+        forward = self._forward_s(tokens, attention)
+        if self.scheduler.stall_keeps is None:
+            return forward
+        promises, step = self._promises()
         now = self.clock()
-        return all(now + (forward + 2 * step) * self.tpot_margin(r.tpot_slo_ms / 1000)
-                   <= r.first_token_at + r.tpot_slo_ms / 1000 * len(r.output_token_ids)  # type: ignore[operator]
-                   for r in decoding)
+        tightest = self.fresh_decodes.tightest_s(now)
+        return local_prefill.first_token_s(promises, now, forward, step, self.fresh_decodes.rate(now), tightest,
+                                           self.tpot_margin(tightest))
+
+    def _forward_s(self, tokens: int, attention: int) -> float:
+        assert self.cost_models is not None
+        return self.forward_calibration.scale(self.cost_models.prefill.predict(tokens, attention))
+
+    def _promises(self) -> tuple[list[local_prefill.Promise], float]:
+        """The TPOT promises of the requests decoding here (running, or committed and about to:
+        they go before prompts, ``Scheduler._admit_waiting``), and their next step's predicted
+        time (0 without any)."""
+        decoding = [r for r in (*self.scheduler.running, *self.scheduler.waiting)
+                    if r.first_token_at is not None and decode_ready(r)]
+        if not decoding or self.cost_models is None:
+            return [], 0.0
+        step = self.step_costs.calibration.scale(self.cost_models.decode.predict(
+            len(decoding), sum(r.num_tokens for r in decoding) / len(decoding)))
+        return [local_prefill.Promise(r.first_token_at, r.tpot_slo_ms / 1000, len(r.output_token_ids),  # type: ignore[arg-type]
+                                      self.tpot_margin(r.tpot_slo_ms / 1000)) for r in decoding if r.tpot_slo_ms], step
 
     def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:
         released = self.leases.release(request_id, lease_id, writer_may_still_write, now=self.clock())
@@ -327,24 +359,15 @@ class EngineCore:
         for seq in batch.seqs:
             if seq.sample and seq.num_output_tokens == 0 and (request := self.scheduler.requests.get(seq.request_id)):
                 request.first_token_at = ended
+                self.fresh_decodes.observe(ended, request.tpot_slo_ms / 1000)
         self._last_step_end = ended if self.has_unfinished_requests() else None
         self.load = self._measure()
         return outputs
 
     def _measure(self) -> EngineLoad:
         return measure(self.scheduler, self.pool, self.leases, self.steps_completed,
-                       self.step_calibration_ratio, self.step_prediction_error, self.refits,
+                       self.step_costs.calibration.ratio, self.step_costs.prediction_error, self.step_costs.refits,
                        self.forward_calibration.ratio)
-
-    @property
-    def step_calibration_ratio(self) -> float:
-        """Calibrated decode step prediction / the model's."""
-        return self.step_calibration.ratio
-
-    @property
-    def step_prediction_error(self) -> float:
-        """Median over recent steps of the calibrated prediction (made before the step) / the step."""
-        return statistics.median(self._prediction_errors) if self._prediction_errors else 1.0
 
     def _observe_step(self, batch: ScheduledBatch, seconds: float) -> None:
         """Feeds decode-only steps to the calibration of the decode cost model.
@@ -358,18 +381,10 @@ class EngineCore:
                                      seconds)
 
     def observe_decode_step(self, batch_size: int, mean_len: float, seconds: float) -> None:
-        """One decode step of ``batch_size`` requests at ``mean_len`` took ``seconds``: teaches the
-        calibration, logs the step for refits, and refits when one is due."""
-        if self.cost_models is None or not self.cost_models.calibrate:
-            return
-        predicted = self.cost_models.decode.predict(batch_size, mean_len)
-        if seconds > 0:
-            self._prediction_errors.append(self.step_calibration.scale(predicted) / seconds)  # before it learns
-            self.step_log.observe(batch_size, mean_len, seconds)
-        self.step_ratios.observe(predicted, seconds)
-        self.step_calibration.observe(predicted, seconds)
-        if self.step_log.refit_due(self.clock()):
-            self._refit()
+        """One decode step of ``batch_size`` requests at ``mean_len`` took ``seconds`` (``StepCosts.observe``)."""
+        if self.cost_models is not None and self.cost_models.calibrate:
+            self.cost_models = self.step_costs.observe(self.cost_models, batch_size, mean_len, seconds,
+                                                       self.config.max_batch_size)
 
     def fast_forward(self, produced: dict[str, int], steps: int, last_end: float) -> None:
         """Records ``steps`` decode steps a simulator costed without running them one by one:
@@ -381,18 +396,6 @@ class EngineCore:
         self.steps_completed += steps
         self._last_step_end = last_end if self.has_unfinished_requests() else None
         self.load = self._measure()
-
-    def _refit(self) -> None:
-        """A new decode model from the steps run, when they support a sound one. Calibration
-        starts afresh: its ratios were against the old model."""
-        assert self.cost_models is not None
-        if self._profile_decode is None:
-            self._profile_decode = self.cost_models.decode
-        model = self.step_log.refit(self.clock(), self._profile_decode, self.config.max_batch_size)
-        if model is not None:
-            self.cost_models = dataclasses.replace(self.cost_models, decode=model)
-            self.step_calibration = Calibration(clock=self.clock)
-            self.refits += 1
 
     def check_integrity(self) -> None:
         """Pool whole, and every block's reference count equals the requests that hold it."""

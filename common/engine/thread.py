@@ -260,8 +260,9 @@ class AsyncEngine:
     async def prefill_reserved(self, request_id: str, lease_id: str, prompt_token_ids: list[int],
                                params: SamplingParams, ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0,
                                ttft_left_ms: float = 0.0) -> None:
+        received = self.thread.engine.clock()  # the engine's time left counts from here, not from its next turn
         await self.thread.run(lambda e: e.prefill_reserved(request_id, lease_id, prompt_token_ids, params, ttft_slo_ms,
-                                                           tpot_slo_ms, ttft_left_ms))
+                                                           tpot_slo_ms, ttft_left_ms, received))
 
     async def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:
         return await self.thread.run(lambda e: e.release_reservation(request_id, lease_id, writer_may_still_write))

@@ -82,8 +82,8 @@ def test_an_idle_decode_worker_admits_by_its_unloaded_step_not_by_a_model_50x_to
         for i in range(40):
             engine.observe_decode_step(1, 9 + i, engine.unloaded_step_s)
         # now a second request is admitted beside the first
-        assert engine.step_calibration_ratio < 0.2
-        assert 1 / 1.5 <= engine.step_prediction_error <= 1.5
+        assert engine.step_costs.calibration.ratio < 0.2
+        assert 1 / 1.5 <= engine.step_costs.prediction_error <= 1.5
         assert engine.tpot_admits(tpot_ms, 8, 64)
     finally:
         engine.abort_request("r")

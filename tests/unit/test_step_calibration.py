@@ -30,10 +30,10 @@ def test_decode_calibration_counts_the_time_between_steps():
         time.sleep(BETWEEN_STEPS_S)  # e.g. the engine thread handling calls between steps
         engine.step()
     # each period is at least 20 ms against a 1 ms model
-    assert engine.step_calibration.ratio >= BETWEEN_STEPS_S / 0.001
+    assert engine.step_costs.calibration.ratio >= BETWEEN_STEPS_S / 0.001
     # and so in the histogram of every step's ratio: 7 decode steps (the first token came with the
     # prompt), each at least 20x, so past the bucket of 10x; the prompt's one forward in its own
-    steps = engine.step_ratios.cumulative()
+    steps = engine.step_costs.ratios.cumulative()
     assert steps[-1][1] == 7 and dict(steps)[10.0] == 0
     assert engine.forward_ratios.cumulative()[-1][1] == 1
     engine.check_integrity()
@@ -41,7 +41,7 @@ def test_decode_calibration_counts_the_time_between_steps():
 
 def test_an_idle_engine_does_not_count_its_idle_time_as_a_step():
     engine = _engine(predicted_step_s=0.05)  # far slower than a real step of this model
-    engine.step_calibration.spread = 0.0
+    engine.step_costs.calibration.spread = 0.0
     engine.add_request("a", [1, 2, 3], SamplingParams(max_tokens=3, ignore_eos=True))
     while engine.has_unfinished_requests():
         engine.step()
@@ -54,7 +54,7 @@ def test_an_idle_engine_does_not_count_its_idle_time_as_a_step():
         engine.step()
     # had the idle 300 ms been taken for a step period (6x the model) among these few steps, the
     # mean ratio would exceed 1; counted right, real steps (a few ms) scale the model down
-    assert engine.step_calibration.ratio < 1.0
+    assert engine.step_costs.calibration.ratio < 1.0
     engine.check_integrity()
 
 

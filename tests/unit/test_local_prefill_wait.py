@@ -1,0 +1,173 @@
+"""How long a prompt given to a decode worker waits for its decodes' slack
+(``common.slo.local_prefill``: ``stall_wait_s``, ``start_wait_s``, ``FreshDecodes``), and the
+decode engine refusing a prompt whose first token that wait would make late
+(``EngineCore.prefill_reserved``), checked against step-by-step and Monte Carlo computations."""
+
+from __future__ import annotations
+
+import random
+
+import grpc
+import pytest
+
+from common.engine.config import EngineConfig
+from common.engine.core import AdmissionError, EngineCore
+from common.engine.sampling_params import SamplingParams
+from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
+from common.slo.local_prefill import FreshDecodes, Promise, stall_keeps, stall_wait_s, start_wait_s
+
+
+def _first_step_that_keeps(promises: list[Promise], now: float, forward_s: float, step_s: float) -> int | None:
+    """Brute force: the decodes step on, one token each per ``step_s``, until the forward keeps."""
+    for k in range(10_000):
+        later = [Promise(p.first_token_at, p.tpot_slo_s, p.tokens_out + k, p.margin) for p in promises]
+        if stall_keeps(later, now + k * step_s, forward_s, step_s):
+            return k
+    return None
+
+
+def test_the_wait_for_slack_is_the_first_step_at_which_the_forward_keeps_every_promise():
+    rng = random.Random(3)
+    for _ in range(300):
+        now, step = 10.0, rng.uniform(0.002, 0.03)
+        promises = [Promise(now - rng.uniform(0, 0.5), rng.uniform(step * 1.05, 0.1), rng.randint(1, 40),
+                            rng.uniform(1.0, 1.5)) for _ in range(rng.randint(1, 6))]
+        forward = rng.uniform(0.005, 0.2)
+        steps = _first_step_that_keeps(promises, now, forward, step)
+        assert steps is not None
+        assert stall_wait_s(promises, now, forward, step) == pytest.approx(steps * step)
+
+
+def test_a_request_whose_step_is_as_long_as_its_slo_never_makes_room():
+    now = 1.0
+    starved = Promise(now, 0.010, 1, 1.3)  # its first token just out, a 10 ms SLO, 10 ms steps
+    assert stall_wait_s([starved], now, forward_s=0.02, step_s=0.010) is None
+    relaxed = Promise(now - 5.0, 0.010, 1000, 1.3)  # 5 s of slack banked: the forward keeps at once
+    assert stall_wait_s([relaxed], now, forward_s=0.02, step_s=0.010) == 0.0
+
+
+def _simulated_start(rng: random.Random, w0: float, rate: float, gap: float) -> float:
+    """The first t >= w0 with no fresh request in (t - gap, t), fresh ones coming as a Poisson process."""
+    t, last = w0, 0.0
+    arrivals, a = [], rng.expovariate(rate)
+    while a < w0 + 100 * gap + 10 / rate:
+        arrivals.append(a)
+        a += rng.expovariate(rate)
+    i = 0
+    while True:
+        while i < len(arrivals) and arrivals[i] < t:
+            last = arrivals[i]
+            i += 1
+        if last + gap <= t or last == 0.0:
+            return t
+        t = last + gap  # the forward may start then, unless another one came meanwhile
+
+
+@pytest.mark.parametrize("w0, rate, gap", [(0.06, 17.0, 0.075), (0.2, 5.0, 0.05), (0.01, 30.0, 0.04), (0.0, 20.0, 0.1),
+                                           (0.05, 0.0, 0.1)])
+def test_the_expected_start_matches_a_monte_carlo_of_poisson_arrivals(w0, rate, gap):
+    rng = random.Random(11)
+    runs = 40_000 if rate else 1
+    mean = sum(_simulated_start(rng, w0, rate, gap) if rate else w0 for _ in range(runs)) / runs
+    assert start_wait_s(w0, rate, gap) == pytest.approx(mean, rel=0.02, abs=1e-4)
+
+
+def test_fresh_decodes_counts_a_rate_and_the_tightest_slo_over_its_window():
+    fresh = FreshDecodes(window_s=5.0)
+    assert fresh.rate(0.0) == 0.0 and fresh.tightest_s(0.0) == 0.0
+    for i in range(20):
+        fresh.observe(10.0 + 0.25 * i, 0.05 if i % 2 else 0.03)  # 4 a second for 5 s
+    assert fresh.rate(14.75) == pytest.approx(20 / 4.75)
+    assert fresh.tightest_s(14.75) == 0.03
+    fresh.observe(20.0, 0.05)  # the others are more than 5 s old by then
+    assert fresh.tightest_s(20.0) == 0.05 and fresh.rate(20.0) == pytest.approx(1 / 5.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _core(clock: Clock) -> EngineCore:
+    core = EngineCore(EngineConfig(policy="scorpio", num_kv_blocks=64), 64, 2048, vocab_size=1000, eos_token_ids=(),
+                      clock=clock)
+    # a 400-token forward: 30 ms; a decode step: 2 ms
+    core.cost_models = CostModels(PrefillModel(0, 0.030, 0.0), DecodeModel(0.0, 0.0, 0.0, 0.002))
+    core.unloaded_step_s = 0.002
+    return core
+
+
+def _reserve_and_prefill(core: EngineCore, ttft_left_ms: float, received_at: float | None = None) -> None:
+    lease = core.reserve("local", 400, 8, tpot_slo_ms=50)
+    assert lease is not None
+    core.prefill_reserved("local", lease.lease_id, list(range(1, 401)), SamplingParams(max_tokens=8, ignore_eos=True),
+                          ttft_slo_ms=1000, tpot_slo_ms=50, ttft_left_ms=ttft_left_ms, received_at=received_at)
+
+
+def _one_fresh_decode(core: EngineCore) -> None:
+    lease = core.reserve("tight", 8, 64, tpot_slo_ms=15)
+    assert lease is not None
+    core.commit("tight", lease.lease_id, list(range(1, 9)), 5, SamplingParams(max_tokens=64, ignore_eos=True),
+                tpot_slo_ms=15)
+
+
+# A fresh 15 ms request: (30 + 2·2) ms × 1.3 is 29.2 ms past its next token's due time; its slack
+# grows 13 ms a 2 ms step, so the forward waits 3 steps (6 ms). One fresh request in the last
+# second (the rate's shortest span) adds (e^{λW}(1 − e^{−λW}) − λW)/λ with λ = 1/s, W = 6 ms:
+# 0.036 ms. Its first token: 6.036 + 30 (forward) + 2 (the step it rides) = 38.04 ms.
+FIRST_TOKEN_MS = 6 + (2.718281828 ** 0.006 * (1 - 2.718281828 ** -0.006) - 0.006) * 1000 + 30 + 2
+
+
+def test_the_decode_engine_predicts_the_wait_its_decodes_impose():
+    clock = Clock()
+    core = _core(clock)
+    _one_fresh_decode(core)
+    assert core.local_first_token_s(400, 400 * 400) * 1000 == pytest.approx(FIRST_TOKEN_MS, rel=1e-6)
+
+
+def test_a_prompt_whose_first_token_would_be_late_is_refused_and_its_lease_freed():
+    clock = Clock()
+    core = _core(clock)
+    _one_fresh_decode(core)
+    free_before = core.pool.num_free
+    with pytest.raises(AdmissionError, match="predicted in 38 ms, 37 ms left"):
+        _reserve_and_prefill(core, ttft_left_ms=FIRST_TOKEN_MS - 1)
+    assert core.pool.num_free == free_before and "local" not in core.scheduler.requests
+    core.check_integrity()
+    _reserve_and_prefill(core, ttft_left_ms=FIRST_TOKEN_MS + 1)  # in time: it queues
+    assert "local" in core.scheduler.requests
+
+
+def test_the_time_the_call_waited_for_the_engine_counts_against_it():
+    clock = Clock()
+    core = _core(clock)
+    _one_fresh_decode(core)
+    received = clock.now
+    clock.now += 0.005  # a step ran before the engine took the call
+    with pytest.raises(AdmissionError):
+        _reserve_and_prefill(core, ttft_left_ms=FIRST_TOKEN_MS + 1, received_at=received)
+
+
+def test_an_idle_decode_engine_predicts_the_forward_alone():
+    core = _core(Clock())
+    assert core.local_first_token_s(400, 400 * 400) == pytest.approx(0.030)
+
+
+def test_the_gateway_refuses_a_request_its_decode_worker_would_not_prefill_in_time():
+    from gateway import retries
+    from gateway.errors import RequestError
+    from gateway.request_state import Progress
+
+    class Refused(grpc.aio.AioRpcError):
+        def __init__(self) -> None:
+            super().__init__(grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                             details="TTFT SLO 100 ms cannot be met by this decode worker")
+
+    worker = object()
+    p = Progress(prefill=worker, decode=worker)  # type: ignore[arg-type]
+    error = retries.prefill_error(Refused(), p)
+    assert isinstance(error, RequestError)
+    assert error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.reason == "ttft_unattainable"
