@@ -7,7 +7,8 @@ profile (``simulator/profiles/h100-1b-bfloat16.json`` by default) and six SLO cl
 0.5/2/3/0.5/1/7.5 s × TPOT 30/30/30/50/50/50 ms. Prompts longer than the model's limit are
 refused by all policies alike.
 
-    python bench/sim_scale.py [--rates 100,200,300,400,500] [--out bench/results/sim-scale.json] [--plot f.png]
+    python bench/sim_scale.py [--rates 100,200,300,400,500] [--policies scorpio,fcfs,round_robin] [--local-prefill on|off]
+                              [--out bench/results/sim-scale.json] [--plot f.png]
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def workload(rate: float, num_prompts: int) -> list:  # type: ignore[type-arg]
 
 
 def point(policy: str, rate: float, plan: list, args: argparse.Namespace, models: CostModels) -> dict:  # type: ignore[type-arg]
-    config = SimConfig(prefill=args.prefill, decode=args.decode, policy=policy)
+    config = SimConfig(prefill=args.prefill, decode=args.decode, policy=policy, local_prefill=args.local_prefill == "on")
     run = simulate(plan, config, models)
     result = summarize(run.records, run.duration, [99.0], ["ttft", "tpot"])
     admitted = int(result["num_prompts"]) - int(result["rejected"])  # type: ignore[call-overload]
@@ -61,7 +62,7 @@ def plot(points: list[dict], out: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, key, title in ((axes[0], "goodput", "Goodput (good req/s)"),
                            (axes[1], "admitted_attainment", "Admitted requests meeting both SLOs")):
-        for policy in POLICIES:
+        for policy in dict.fromkeys(p["policy"] for p in points):
             ps = [p for p in points if p["policy"] == policy]
             ax.plot([p["rate"] for p in ps], [p[key] for p in ps], marker="o", label=policy)
         ax.set(title=title, xlabel="offered rate (req/s)")
@@ -79,22 +80,29 @@ def main() -> None:
     parser.add_argument("--rates", default="100,200,300,400,500")
     parser.add_argument("--duration-s", type=float, default=60.0, help="seconds of the trace per point")
     parser.add_argument("--cost-model", type=Path, default=PROFILE)
+    parser.add_argument("--policies", default=",".join(POLICIES), help="of " + ", ".join(POLICIES))
+    parser.add_argument("--local-prefill", choices=("on", "off"), default="on",
+                        help="conditional disaggregation (the gateway's default: on; TTFT-guarded policies only)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
+    policies = [p for p in args.policies.split(",") if p]
+    if not policies or set(policies) - set(POLICIES):
+        parser.error(f"--policies: some of {', '.join(POLICIES)}")
     models = CostModels.load(args.cost_model)
     started = time.perf_counter()
     points = []
     for rate in (float(r) for r in args.rates.split(",")):
         plan = workload(rate, min(19366, round(rate * args.duration_s)))
-        for policy in POLICIES:
+        for policy in policies:
             points.append(point(policy, rate, plan, args, models))
             p = points[-1]
             progress(f"{policy:12s} @ {rate:5g} req/s: goodput {p['goodput']:7.1f}, adherence {p['adherence']:6.1%}, "
-                     f"admitted meeting SLOs {p['admitted_attainment']:6.1%} ({p['wall_s']:.1f} s)")
+                     f"admitted meeting SLOs {p['admitted_attainment']:7.2%} ({p['wall_s']:.1f} s)")
     if args.plot:
         plot(points, args.plot)
     emit({"cluster": f"{args.prefill}P{args.decode}D", "profile": str(args.cost_model.name), "slo_classes": CLASSES,
+          "local_prefill": args.local_prefill,
           "points": points, "wall_s": time.perf_counter() - started}, args.out)
 
 

@@ -242,7 +242,8 @@ class EngineCore:
         """Whether a step computing ``tokens`` prompt tokens (of ``attention`` work) beside the
         decodes keeps every decoding request's TPOT promise (``local_prefill.stall_keeps``). A
         prompt waits while it would not: the decodes' slack grows with every step that beats
-        their SLO, so it never waits for long."""
+        their SLO, and every request that begins decoding meanwhile, with none, holds it again
+        (how long, ``local_first_token_s`` predicts)."""
         if self.cost_models is None:
             return True
         promises, step = self._promises()

@@ -301,3 +301,21 @@ def test_a_request_no_prefill_worker_can_serve_in_time_is_prefilled_by_its_decod
     # without local prefill the TTFT guard refuses B
     a, b = simulate(plan, _config("scorpio", local_prefill=False), per_token).records
     assert a.ok and b.error == REJECTED
+
+
+def test_a_decode_worker_refuses_a_prompt_its_decodes_slack_would_make_late():
+    # prefill forwards of 0.1 ms a token, decode steps of 5 ms. A (TPOT 7 ms) is prefilled 0-10 ms
+    # and decodes from 10 ms on; C (1,000 tokens) holds the prefill worker 10-110 ms. B (TTFT 15
+    # ms) comes at 11 ms: the prefill worker would take until 120 ms, its decode worker's guard
+    # predicts 10 ms. But A, fresh, has no slack for a 10 ms forward: (10 + 2·5) × 1.3 = 26 ms
+    # against the 7 ms its next token is due in, 2 ms gained a step; B's first token would come
+    # after some 50 ms of waiting. The decode worker refuses it (the gateway's guard alone had let
+    # it in, and it would have been late), and A decodes on undisturbed.
+    per_token = CostModels(PrefillModel(0, 0.0, 1e-4), DecodeModel(0.0, 0.0, 0.0, 0.005))
+    plan = [_request(0, 0.0, 30, SloClass("a", 1000, 7)), _request(1, 0.011, 3, SloClass("b", 15, 50)),
+            _request(2, 0.010, 3, SloClass("c", 1000, 50), prompt=1000)]
+    run = simulate(plan, _config("scorpio"), per_token)
+    a, b, c = run.records
+    assert b.error == REJECTED and run.refusals.get("ttft_unattainable") == 1
+    assert a.good() and c.good()
+    assert a.token_times[0] == pytest.approx(0.010) and a.tpot <= 0.007
