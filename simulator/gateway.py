@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from client.bench.metrics import REJECTED
 from common.engine.core import AdmissionError
 from common.engine.leases import Lease, LeaseError
-from common.engine.request import RequestOutput
+from common.engine.request import RequestOutput, left_on_arrival
 from common.engine.sampling_params import SamplingParams
 from common.slo.local_prefill import prefills_locally
 from common.slo.promise import decoding_late, outcome
@@ -258,13 +258,12 @@ class SimGateway:
                 self.host.handed(served, self.sim.now)
         params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
         left_ms = max(0.001, (flight.deadline - self.sim.now) * 1000) if flight.ttft_s else 0.0
+        received = self.sim.now + self.config.hop_s  # a local prefill's call waits there for the worker's turn
 
         def prefill() -> None:
             worker.listeners[flight.request_id] = lambda out: self._prefilled(flight, out)
             worker.core.add_request(flight.request_id, [0] * flight.tokens, params, prefill_only=True,
                                     ttft_slo_ms=flight.ttft_s * 1000, ttft_left_ms=left_ms)
-
-        received = self.sim.now + self.config.hop_s
 
         def prefill_here() -> None:  # the decode worker computes it: its first output answers the call
             lease = flight.lease
@@ -272,7 +271,8 @@ class SimGateway:
             worker.listeners[flight.request_id] = lambda out: self._prefilled_here(flight, out)
             try:
                 worker.core.prefill_reserved(flight.request_id, lease.lease_id, [0] * flight.tokens, params,
-                                             flight.ttft_s * 1000, flight.tpot_s * 1000, left_ms, received)
+                                             flight.ttft_s * 1000, flight.tpot_s * 1000,
+                                             left_on_arrival(left_ms, received, self.sim.now))
             except (LeaseError, AdmissionError) as exc:  # the lease ran out; or its first token would be late
                 del worker.listeners[flight.request_id]
                 guard.dropped(flight.request_id)

@@ -202,20 +202,16 @@ class EngineCore:
         self.load = self._measure()
 
     def prefill_reserved(self, request_id: str, lease_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                         ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0, ttft_left_ms: float = 0.0,
-                         received_at: float | None = None) -> None:
+                         ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0, ttft_left_ms: float = 0.0) -> None:
         """Conditional disaggregation: a reserved request's prompt computed in this engine's own
         steps instead of written into the lease by a prefill worker. It queues as a prompt in the
         lease's blocks (the leading ones the prefix cache lent it counted computed), goes least
         slack first among prompts, and into a step only while that step's forward keeps every
         decoding request's TPOT promise (``stall_keeps``); its first token comes out of that step,
         and then it decodes as a committed request does. Raises ``AdmissionError``, the lease
-        freed, when that first token is predicted to come after ``ttft_left_ms`` (as the call
-        arrived, at ``received_at`` on this engine's clock: it may have waited for a step to end)
+        freed, when that first token is predicted to come after ``ttft_left_ms``
         (``local_first_token_s``)."""
         self._validate(request_id, prompt_token_ids, params)
-        if ttft_left_ms and received_at is not None:
-            ttft_left_ms = max(0.001, ttft_left_ms - (self.clock() - received_at) * 1000)
         lease = self.leases.commit(request_id, lease_id)
         size = self.config.block_size
         # its last token is always computed (the step samples after it): a cached block holding it

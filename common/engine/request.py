@@ -93,3 +93,12 @@ class RequestOutput:
     error: str | None = None
     kv_block_ids: tuple[int, ...] = ()  # prefill-only: the held blocks holding the prompt's KV
     cached_tokens: int = 0  # with the first token: prompt tokens whose KV came from the prefix cache
+
+
+def left_on_arrival(ttft_left_ms: float, received_at: float, now: float) -> float:
+    """What is left now of a TTFT budget that had ``ttft_left_ms`` left when the call arrived at
+    ``received_at``: a call waits for the engine's turn (a step, a whole prefill forward) and that
+    wait is the request's. 0 (no TTFT SLO) stays 0; a budget spent leaves a token 1 µs."""
+    if not ttft_left_ms:
+        return 0.0
+    return max(0.001, ttft_left_ms - (now - received_at) * 1000)

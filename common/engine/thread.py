@@ -22,7 +22,7 @@ from common.engine.leases import Lease
 from common.slo.tpot_guard import TPOT_MARGIN
 from common.engine.llm_engine import LLMEngine
 from common.worker.faults import InjectedFault
-from common.engine.request import RequestOutput
+from common.engine.request import RequestOutput, left_on_arrival
 from common.engine.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -260,9 +260,9 @@ class AsyncEngine:
     async def prefill_reserved(self, request_id: str, lease_id: str, prompt_token_ids: list[int],
                                params: SamplingParams, ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0,
                                ttft_left_ms: float = 0.0) -> None:
-        received = self.thread.engine.clock()  # the engine's time left counts from here, not from its next turn
+        received = self.thread.engine.clock()
         await self.thread.run(lambda e: e.prefill_reserved(request_id, lease_id, prompt_token_ids, params, ttft_slo_ms,
-                                                           tpot_slo_ms, ttft_left_ms, received))
+                                                           tpot_slo_ms, left_on_arrival(ttft_left_ms, received, e.clock())))
 
     async def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:
         return await self.thread.run(lambda e: e.release_reservation(request_id, lease_id, writer_may_still_write))
@@ -303,3 +303,4 @@ class AsyncEngine:
                 self.thread.abort(request_id)
                 if prefill_only:  # it may have finished (KV held) before the abort got there
                     self.release_held_soon(request_id)
+
