@@ -303,4 +303,3 @@ class AsyncEngine:
                 self.thread.abort(request_id)
                 if prefill_only:  # it may have finished (KV held) before the abort got there
                     self.release_held_soon(request_id)
-
