@@ -17,13 +17,13 @@ from typing import Any
 import grpc
 
 from common.rpc.metadata import REFUSED_BY
+from common.slo.admission_round import Demand
 from gateway.admission import AdmissionQueue
 from gateway.prefix_view import PromptBlocks
 from gateway.errors import RequestError, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
 from gateway.router import Router
 from gateway.ttft_guard import last_useful_moment
-from common.slo.admission_round import Demand
 from gateway.validation import ValidatedRequest
 from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, call_timeout, quietly
 from wire.slo import to_wire

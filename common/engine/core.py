@@ -218,7 +218,7 @@ class EngineCore:
         # is given back (shared, so never written) and the scheduler adds a fresh one
         cached = min(lease.cached, (len(prompt_token_ids) - 1) // size)
         tokens, computed = len(prompt_token_ids) - cached * size, cached * size
-        first_token_s = self.local_first_token_s(tokens, attention_work(tokens, computed))
+        first_token_s = self.local_first_token_s(tokens, attention_work(tokens, computed)) if ttft_left_ms else 0.0
         if ttft_left_ms and self.cost_models is not None and (first_token_s is None or first_token_s * 1000 > ttft_left_ms):
             self.pool.free(lease.block_ids)  # refused: the reservation ends here (the gateway's Release finds none)
             self.load = self._measure()
@@ -356,7 +356,8 @@ class EngineCore:
         for seq in batch.seqs:
             if seq.sample and seq.num_output_tokens == 0 and (request := self.scheduler.requests.get(seq.request_id)):
                 request.first_token_at = ended
-                self.fresh_decodes.observe(ended, request.tpot_slo_ms / 1000)
+                if not request.prefill_only:  # it decodes here (a prefill worker's never does)
+                    self.fresh_decodes.observe(ended, request.tpot_slo_ms / 1000)
         self._last_step_end = ended if self.has_unfinished_requests() else None
         self.load = self._measure()
         return outputs
