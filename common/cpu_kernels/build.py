@@ -30,7 +30,7 @@ from common import env
 
 NAME = "pdserve_cpu_kernels"
 SOURCES = ("decode_attention.cpp", "layer_ops.cpp", "prefill_attention.cpp")  # the first defines the module
-HEADERS = ("vec.h",)  # what the sources include: part of the build's key as much as they are
+HEADERS = ("tile_gemm.h", "vec.h")  # what the sources include: part of the build's key as much as they are
 FLAGS = ("-O3", "-march=native", "-fopenmp")
 HERE = Path(__file__).resolve().parent
 DONE = "built"  # written into the build directory once the library loaded

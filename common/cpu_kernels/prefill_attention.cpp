@@ -11,6 +11,8 @@
 // visible keys (float32 inside, rounded once; the rest of the row 0), then times the values.
 // Tasks run in parallel, each GEMM on one thread: torch's batched GEMMs split over the few kv heads
 // kept threads idle, and the mask and softmax were three passes over the scores where this is one.
+// In float32 the GEMMs are the register tiles of tile_gemm.h (1.7x oneDNN's at SmolLM2's and a
+// Llama-8B's head shapes, 300 to 2,048 tokens, two threads); in bfloat16 they are oneDNN's.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tile_gemm.h"
 #include "vec.h"
 
 namespace {
@@ -62,6 +65,31 @@ void attend_block(const torch::Tensor& grouped_q, const torch::Tensor& keys, con
   at::mm_out(mixed, scores, values[h].narrow(0, 0, padded_end));
 }
 
+// float32 with head dimensions and padded keys in whole vectors: the two products by tile_gemm.h,
+// each tile of rows stopping at the keys its last query row sees (a query row is `group`
+// consecutive rows here). `kt` [kv_heads, d, padded context]: the keys transposed.
+constexpr int SCORE_ROWS = 8, MIX_ROWS = 4;  // rows a tile; they divide a block's rows (whole grains)
+void attend_block_tiled(const torch::Tensor& grouped_q, const torch::Tensor& kt, const torch::Tensor& values,
+                        torch::Tensor& grouped_out, int64_t h, int64_t start, int64_t rows, int64_t first, double scale,
+                        int64_t grain, torch::Tensor& scratch, std::vector<float>& row) {
+  const int64_t group = grouped_q.size(2), dim = grouped_q.size(3), end = first + start + rows;
+  const int64_t padded_rows = round_up(rows, grain), padded_end = round_up(end, grain), m = group * padded_rows;
+  const int64_t offset = (h * grouped_q.size(1) + start) * group * dim;  // both grouped layouts are contiguous
+  const float* q = grouped_q.data_ptr<float>() + offset;
+  float* out = grouped_out.data_ptr<float>() + offset;
+  const float* keys_t = kt[h].data_ptr<float>();
+  const float* v = values[h].data_ptr<float>();
+  float* s = scratch.data_ptr<float>();
+  const auto seen = [&](int64_t r) { return std::min(end - rows + r / group + 1, end); };  // keys row r sees
+  for (int64_t i = 0; i < m; i += SCORE_ROWS)
+    scores_rows<SCORE_ROWS>(q + i * dim, dim, keys_t, kt.size(2), s + i * padded_end, padded_end, dim,
+                            round_up(seen(i + SCORE_ROWS - 1), W), float(scale));
+  row.resize(padded_end);
+  for (int64_t r = 0; r < m; ++r) softmax_row(s + r * padded_end, seen(r), padded_end, row.data());
+  for (int64_t i = 0; i < m; i += MIX_ROWS)
+    mix_rows<MIX_ROWS>(s + i * padded_end, padded_end, v, dim, out + i * dim, dim, seen(i + MIX_ROWS - 1), dim);
+}
+
 // `t` [a, b, c (, d)] as a contiguous tensor whose dimension `dim` is padded with zeros to `size`.
 torch::Tensor padded(const torch::Tensor& t, int64_t dim, int64_t size) {
   if (t.size(dim) == size) return t.contiguous();
@@ -76,8 +104,9 @@ torch::Tensor padded(const torch::Tensor& t, int64_t dim, int64_t size) {
 }  // namespace
 
 // q [n, heads, d]; keys/values [kv_heads, context, d] (any strides; context >= n); returns [n, heads, d].
+// `tiles`: float32's products by tile_gemm.h where the shapes allow (else torch's GEMMs, oneDNN's).
 torch::Tensor prefill_attention(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values,
-                                double scale, int64_t block, int64_t grain) {
+                                double scale, int64_t block, int64_t grain, bool tiles) {
   TORCH_CHECK(q.dim() == 3 && keys.dim() == 3 && keys.sizes() == values.sizes() && q.size(2) == keys.size(2),
               "prefill_attention: q [n, heads, d], keys and values [kv_heads, context, d]");
   TORCH_CHECK(q.size(1) % keys.size(0) == 0 && keys.size(1) >= q.size(0) && block >= 1 && grain >= 1,
@@ -94,6 +123,8 @@ torch::Tensor prefill_attention(const torch::Tensor& q, const torch::Tensor& key
   const int64_t last = (blocks - 1) * block, padded_n = last + round_up(n - last, grain);  // the last block's rows padded
   const auto grouped_q = padded(q.view({n, kv_heads, group, dim}).permute({1, 0, 2, 3}), 1, padded_n);
   auto grouped_out = at::empty({kv_heads, padded_n, group, dim}, q.options());
+  const bool tiled = tiles && q.scalar_type() == at::kFloat && dim % W == 0 && grain % W == 0;
+  const auto kt = tiled ? k.transpose(1, 2).contiguous() : torch::Tensor();
   const at::ThreadLocalState caller;  // inference mode and the like, for the tasks' own torch calls
   at::parallel_for(0, kv_heads * blocks, 1, [&](int64_t begin, int64_t end) {
     const at::ThreadLocalStateGuard same_state(caller);
@@ -106,7 +137,9 @@ torch::Tensor prefill_attention(const torch::Tensor& q, const torch::Tensor& key
       const int64_t h = task % kv_heads, t = task / kv_heads;
       const int64_t b = t % 2 == 0 ? t / 2 : blocks - 1 - t / 2;
       const int64_t start = b * block, rows = std::min(block, n - start);
-      if (q.scalar_type() == at::kBFloat16) {
+      if (tiled) {
+        attend_block_tiled(grouped_q, kt, v, grouped_out, h, start, rows, first, scale, grain, scratch, row);
+      } else if (q.scalar_type() == at::kBFloat16) {
         attend_block<c10::BFloat16>(grouped_q, k, v, grouped_out, h, start, rows, first, scale, grain, scratch, row);
       } else {
         attend_block<float>(grouped_q, k, v, grouped_out, h, start, rows, first, scale, grain, scratch, row);

@@ -15,8 +15,11 @@ QUERY_BLOCK_BYTES = 256
 SHAPE_GRAIN = ROW_GRAIN
 
 
-def prefill_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+def prefill_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float,
+                      tiles: bool = True) -> torch.Tensor:
     """``q [n, heads, d]``: the last ``n`` positions of a context whose ``keys``/``values`` are
-    ``[kv_heads, context, d]``; query ``i`` sees keys ``0 .. context - n + i``. Returns ``[n, heads, d]``."""
+    ``[kv_heads, context, d]``; query ``i`` sees keys ``0 .. context - n + i``. Returns ``[n, heads, d]``.
+    ``tiles``: float32's products by the kernel's own register tiles where the head dimension is
+    whole vectors (``tile_gemm.h``), else by torch's GEMMs (bfloat16's always: oneDNN's are faster)."""
     return build.load().prefill_attention(q, keys, values, scale, QUERY_BLOCK_BYTES // q.element_size(),
-                                          SHAPE_GRAIN)
+                                          SHAPE_GRAIN, tiles)

@@ -20,6 +20,7 @@ from common.model.attention_metadata import AttentionMetadata
 from common.model.kv_cache import PagedKVCache
 from common.model.config import ModelConfig, load_model_config
 from common.model.ops import TORCH_OPS, ModelOps, Rotary
+from common.model.packed_linear import ROW_GRAIN
 from common.model.rope import RotaryTable
 from common.model.weights import LayerWeights, ModelWeights, load_weights
 
@@ -85,11 +86,12 @@ class LlamaModel:
         CPU, one that large is mapped fresh from the OS on every call and each of its pages is
         faulted in as it is first written, which cost more than the SiLU and the product on it;
         a tile's is small enough for the allocator to reuse, and stays in the caches."""
-        linear, ops, tile = self.linear, self.ops, self.mlp_tile_rows
-        if tile is None or x.shape[0] <= tile:
+        linear, ops, rows = self.linear, self.ops, x.shape[0]
+        if self.mlp_tile_rows is None or rows <= self.mlp_tile_rows:
             return linear(ops.silu_mul(linear(x, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
-        out = x.new_empty(x.shape[0], w.down.shape[0])
-        for start in range(0, x.shape[0], tile):
+        tile = even_tile(rows, self.mlp_tile_rows)
+        out = x.new_empty(rows, w.down.shape[0])
+        for start in range(0, rows, tile):
             part = x[start:start + tile]
             out[start:start + tile] = linear(ops.silu_mul(linear(part, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
         return out
@@ -100,6 +102,16 @@ class LlamaModel:
 
 
 def mlp_tile_rows(config: ModelConfig, dtype: torch.dtype) -> int:
-    """Rows per MLP tile on a CPU: as many as keep the gate/up output within ``MLP_TILE_BYTES``."""
+    """Rows per MLP tile on a CPU: as many as keep the gate/up output within ``MLP_TILE_BYTES``, in
+    whole ``ROW_GRAIN``s (a prefill-sized linear of other row counts runs on rows padded to one:
+    a copy of its input, and of its output back)."""
     row_bytes = 2 * config.intermediate_size * torch.empty((), dtype=dtype).element_size()
-    return max(16, MLP_TILE_BYTES // row_bytes)
+    return max(ROW_GRAIN, MLP_TILE_BYTES // row_bytes // ROW_GRAIN * ROW_GRAIN)
+
+
+def even_tile(rows: int, most: int) -> int:
+    """Rows per tile for ``rows`` split into as few tiles of at most ``most`` (a multiple of
+    ``ROW_GRAIN``) as can be, each the same whole number of grains but the last: 512 rows at most
+    336 go as 256 + 256, not 336 + 176."""
+    share = -(-rows // -(-rows // most))  # rows / tiles, rounded up
+    return min(most, -(-share // ROW_GRAIN) * ROW_GRAIN)

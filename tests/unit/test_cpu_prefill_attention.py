@@ -1,4 +1,5 @@
-"""The CPU's blocked bfloat16 prefill attention against a float64 brute force."""
+"""The CPU's blocked prefill attention (bfloat16 torch path, the C++ kernel in both dtypes) against a
+float64 brute force."""
 
 from __future__ import annotations
 
@@ -81,15 +82,18 @@ def test_bfloat16_prefill_chunks_on_cpu_take_the_blocked_path_also_after_cached_
     assert (torch.cat(outs).double() - want).abs().max().item() < 3e-2
 
 
+@pytest.mark.parametrize("tiles", [True, False])
 @pytest.mark.parametrize("rows,context,heads,kv_heads", SHAPES)
-@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("dim", [64, 128, 40])
 def test_the_cpu_prefill_kernel_matches_brute_force_in_float32(rows: int, context: int, heads: int, kv_heads: int,
-                                                              dim: int) -> None:
-    """float32, where the torch path runs SDPA: the kernel's blocks to float32 rounding."""
+                                                              dim: int, tiles: bool) -> None:
+    """float32, where the torch path runs SDPA: the kernel's blocks to float32 rounding, by its own
+    register tiles (``tiles``; a head of 40 dimensions, not whole vectors, takes the GEMMs) and by
+    torch's GEMMs."""
     from common.cpu_kernels.prefill_attention import prefill_attention
 
     gen = torch.Generator().manual_seed(rows + context + dim)
     q, keys, values = (torch.randn(*shape, dim, generator=gen) for shape in ((rows, heads), (kv_heads, context),
                                                                              (kv_heads, context)))
-    got = prefill_attention(q, keys, values, dim ** -0.5)
+    got = prefill_attention(q, keys, values, dim ** -0.5, tiles)
     torch.testing.assert_close(got.double(), brute_force(q, keys, values, dim ** -0.5), rtol=2e-6, atol=2e-6)
