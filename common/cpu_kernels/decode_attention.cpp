@@ -35,6 +35,18 @@ inline const float* as_float(const T* rows, float* buffer) {
   return buffer;
 }
 
+// The W rows at `rows` asked for ahead of their use, a request a cache line. A pair's keys and then
+// its values are one stream read a group of rows at a time with arithmetic in between; left to the
+// hardware's prefetcher it ran at 24 GB/s where plain reads of the same bytes ran at 38, asked for
+// four groups ahead at 30 (float32, SmolLM2's shapes at batch 32 over 600 positions, 30 layers'
+// caches, two threads; bfloat16 31 → 33).
+constexpr int64_t AHEAD = 4 * W;  // rows
+template <int D, typename T>
+inline void prefetch_rows(const T* rows) {
+  const char* bytes = reinterpret_cast<const char*>(rows);
+  for (int64_t b = 0; b < int64_t(W) * D * int64_t(sizeof(T)); b += 64) __builtin_prefetch(bytes + b, 0, 0);
+}
+
 struct Shape {
   int64_t batch, heads, kv_heads, slot_stride, head_stride, window;
   float scale;
@@ -48,7 +60,11 @@ void attend_one(const T* q, const T* keys, const T* values, T* out, int64_t len,
   const int64_t start = s.window > 0 ? std::max<int64_t>(0, len - s.window) : 0;
   const int64_t first = start / W * W, width = (len + W - 1) / W * W - first;  // whole groups of W rows
   for (int64_t i = 0; i < G * D; i += W) store(query + i, load(q + i) * s.scale);
+  for (int64_t j0 = first; j0 < std::min(len, first + AHEAD); j0 += W) prefetch_rows<D>(keys + j0 * D);
   for (int64_t j0 = first; j0 < len; j0 += W) {  // the scores, W rows at a time
+    const int64_t ahead = j0 + AHEAD, into_values = first + (ahead - len) / W * W;  // past the keys: the values
+    if (ahead < len) prefetch_rows<D>(keys + ahead * D);
+    else if (into_values < len) prefetch_rows<D>(values + into_values * D);
     const float* block = as_float<D>(keys + j0 * D, rows);
     for (int64_t g = 0; g < G; ++g) {
       vf qv[C], dots[W];
@@ -68,6 +84,7 @@ void attend_one(const T* q, const T* keys, const T* values, T* out, int64_t len,
   }
   std::fill(acc, acc + G * D, 0.0f);
   for (int64_t j0 = first; j0 < len; j0 += W) {  // the weighted sum of the values
+    if (j0 + AHEAD < len) prefetch_rows<D>(values + (j0 + AHEAD) * D);
     const float* block = as_float<D>(values + j0 * D, rows);
     const int k0 = int(std::max<int64_t>(0, start - j0)), k1 = int(std::min<int64_t>(W, len - j0));
     for (int64_t g = 0; g < G; ++g) {
