@@ -11,7 +11,7 @@
 // visible keys (float32 inside, rounded once; the rest of the row 0), then times the values.
 // Tasks run in parallel, each GEMM on one thread: torch's batched GEMMs split over the few kv heads
 // kept threads idle, and the mask and softmax were three passes over the scores where this is one.
-// In float32 the GEMMs are the register tiles of tile_gemm.h (1.7x oneDNN's at SmolLM2's and a
+// In float32 the GEMMs are the register tiles of tile_gemm.h (1.4-1.9x oneDNN's at SmolLM2's and a
 // Llama-8B's head shapes, 300 to 2,048 tokens, two threads); in bfloat16 they are oneDNN's.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -68,7 +68,8 @@ void attend_block(const torch::Tensor& grouped_q, const torch::Tensor& keys, con
 // float32 with head dimensions and padded keys in whole vectors: the two products by tile_gemm.h,
 // each tile of rows stopping at the keys its last query row sees (a query row is `group`
 // consecutive rows here). `kt` [kv_heads, d, padded context]: the keys transposed.
-constexpr int SCORE_ROWS = 8, MIX_ROWS = 4;  // rows a tile; they divide a block's rows (whole grains)
+// A tile's rows (they divide a block's rows, whole grains) and vectors of columns: 16 sums each.
+constexpr int SCORE_ROWS = 8, SCORE_VECTORS = 2, MIX_ROWS = 4, MIX_VECTORS = 4;
 void attend_block_tiled(const torch::Tensor& grouped_q, const torch::Tensor& kt, const torch::Tensor& values,
                         torch::Tensor& grouped_out, int64_t h, int64_t start, int64_t rows, int64_t first, double scale,
                         int64_t grain, torch::Tensor& scratch, std::vector<float>& row) {
@@ -82,12 +83,13 @@ void attend_block_tiled(const torch::Tensor& grouped_q, const torch::Tensor& kt,
   float* s = scratch.data_ptr<float>();
   const auto seen = [&](int64_t r) { return std::min(end - rows + r / group + 1, end); };  // keys row r sees
   for (int64_t i = 0; i < m; i += SCORE_ROWS)
-    scores_rows<SCORE_ROWS>(q + i * dim, dim, keys_t, kt.size(2), s + i * padded_end, padded_end, dim,
-                            round_up(seen(i + SCORE_ROWS - 1), W), float(scale));
+    product_rows<SCORE_ROWS, SCORE_VECTORS>(q + i * dim, dim, keys_t, kt.size(2), s + i * padded_end, padded_end,
+                                            dim, round_up(seen(i + SCORE_ROWS - 1), W), float(scale));
   row.resize(padded_end);
   for (int64_t r = 0; r < m; ++r) softmax_row(s + r * padded_end, seen(r), padded_end, row.data());
   for (int64_t i = 0; i < m; i += MIX_ROWS)
-    mix_rows<MIX_ROWS>(s + i * padded_end, padded_end, v, dim, out + i * dim, dim, seen(i + MIX_ROWS - 1), dim);
+    product_rows<MIX_ROWS, MIX_VECTORS>(s + i * padded_end, padded_end, v, dim, out + i * dim, dim,
+                                        seen(i + MIX_ROWS - 1), dim, 1.0f);
 }
 
 // `t` [a, b, c (, d)] as a contiguous tensor whose dimension `dim` is padded with zeros to `size`.
