@@ -10,10 +10,9 @@ Memory policies (TensorRT-LLM's names):
 - ``max_utilization``: blocks are taken as tokens arrive; when none are left the most
   recently admitted request is preempted (its KV dropped) and later recomputed.
 
-Prefix caching (with the pool's prefix index): a request admitted with nothing computed first
-takes the longest cached run of its full blocks (shared, not copied) and starts computing after
-it, always leaving at least its last token to compute (the step samples after it); every block
-a step fills is named in the index, so preempted, finished and later requests find it.
+Prefix caching (with the pool's prefix index, ``common.engine.prefix_sharing``): a request
+admitted with nothing computed first takes the longest cached run of its full blocks, and every
+block a step fills is named in the index.
 """
 
 from __future__ import annotations
@@ -22,9 +21,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from common.engine import prefix_sharing
 from common.engine.batch import ScheduledBatch, ScheduledSeq, prompt_attention_work
 from common.engine.block_pool import BlockPool, blocks_for
-from common.engine.prefix_cache import chain_hashes
 from common.engine.request import FINISH_REASONS, Request, RequestOutput, RequestStatus
 from common.slo.cost_models import attention_work
 from common.slo.credit import CreditBatcher
@@ -256,41 +255,13 @@ class Scheduler:
     def _attach_cached_prefix(self, request: Request) -> int | None:
         """Shares the cached blocks of the request's longest cached prefix into it; returns how
         many (None when it is not looked up: no cache, a hand-off, or KV already computed)."""
-        index = self.pool.prefix_index
-        if index is None or not self.match_prefixes or not request.cacheable or request.block_ids:
+        if self.pool.prefix_index is None or not self.match_prefixes or not request.cacheable or request.block_ids:
             return None
-        size = self.config.block_size
-        usable = (request.num_tokens - 1) // size  # the last token is always computed: it is sampled after
-        blocks = index.lookup(self._block_hashes(request, usable)[:usable])
-        if blocks:
-            self.pool.share(blocks)
-            request.block_ids = list(blocks)
-            request.num_computed_tokens = len(blocks) * size
-            request.num_registered = len(blocks)
-        request.num_cached_tokens = len(blocks) * size
-        return len(blocks)
+        return prefix_sharing.attach_cached_prefix(self.pool, self.config.block_size, self.config.prefix_salt, request)
 
     def register_full_blocks(self, request: Request) -> None:
-        """Names in the prefix index each full block of the request not named yet (after a step
-        filled them, or when a committed request arrives with its prompt's KV written)."""
-        index = self.pool.prefix_index
-        size = self.config.block_size
-        full = request.num_computed_tokens // size
-        if index is None or not request.cacheable or full <= request.num_registered:
-            return
-        hashes = self._block_hashes(request, full)
-        for i in range(request.num_registered, full):
-            index.add(request.block_ids[i], hashes[i])
-        request.num_registered = full
-
-    def _block_hashes(self, request: Request, blocks: int) -> list[int]:
-        """The request's hashes of at least its first ``blocks`` full blocks, worked out once each
-        (its tokens never change: a prompt, then what it sampled)."""
-        if len(request.block_hashes) < blocks:
-            size = self.config.block_size
-            request.block_hashes = chain_hashes(request.token_ids(0, blocks * size), size, self.config.prefix_salt,
-                                                request.block_hashes)
-        return request.block_hashes
+        """Names the request's newly full blocks in the prefix index (``prefix_sharing``)."""
+        prefix_sharing.register_full_blocks(self.pool, self.config.block_size, self.config.prefix_salt, request)
 
     def _drop_blocks(self, request: Request) -> None:
         """Gives back every block of a request and forgets its computed KV (it starts over)."""
