@@ -302,8 +302,7 @@ class SimGateway:
 
         def copied() -> None:
             worker.call(lambda: worker.core.release_held(flight.request_id))
-            overhead = self._calls.choice(self.config.call_overhead_s) if self.config.call_overhead_s else 0.0
-            self.sim.after(self.config.hop_s + overhead, self._first_token, flight, overhead)
+            self._answer_prefill(flight)
 
         self.sim.after(copy_s, copied)
 
@@ -314,6 +313,10 @@ class SimGateway:
         assert decode is not None
         if not out.finished:
             decode.listeners[flight.request_id] = lambda later: self._decoded(flight, later)
+        self._answer_prefill(flight)
+
+    def _answer_prefill(self, flight: Flight) -> None:
+        """The Prefill call's answer reaches the gateway a hop and a drawn call overhead later."""
         overhead = self._calls.choice(self.config.call_overhead_s) if self.config.call_overhead_s else 0.0
         self.sim.after(self.config.hop_s + overhead, self._first_token, flight, overhead)
 

@@ -218,13 +218,14 @@ class EngineCore:
         # is given back (shared, so never written) and the scheduler adds a fresh one
         cached = min(lease.cached, (len(prompt_token_ids) - 1) // size)
         tokens, computed = len(prompt_token_ids) - cached * size, cached * size
-        first_token_s = self.local_first_token_s(tokens, attention_work(tokens, computed)) if ttft_left_ms else 0.0
-        if ttft_left_ms and self.cost_models is not None and (first_token_s is None or first_token_s * 1000 > ttft_left_ms):
-            self.pool.free(lease.block_ids)  # refused: the reservation ends here (the gateway's Release finds none)
-            self.load = self._measure()
-            raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms cannot be met by this decode worker: its first token "
-                                 + ("would wait for its decodes' slack without end" if first_token_s is None else
-                                    f"is predicted in {first_token_s * 1000:.0f} ms, {ttft_left_ms:.0f} ms left"))
+        if ttft_left_ms and self.cost_models is not None:  # a budget to check, and a model to check it with
+            first_token_s = self.local_first_token_s(tokens, attention_work(tokens, computed))
+            if first_token_s is None or first_token_s * 1000 > ttft_left_ms:
+                self.pool.free(lease.block_ids)  # refused: the reservation ends here (the gateway's Release finds none)
+                self.load = self._measure()
+                why = ("would wait for its decodes' slack without end" if first_token_s is None
+                       else f"is predicted in {first_token_s * 1000:.0f} ms, {ttft_left_ms:.0f} ms left")
+                raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms cannot be met by this decode worker: its first token {why}")
         self.pool.free(lease.block_ids[cached:lease.cached])
         self.tightest_ttft.observe(ttft_slo_ms / 1000)
         self.scheduler.add(Request(request_id, list(prompt_token_ids), params, arrival_time=self.clock(),
