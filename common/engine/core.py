@@ -20,12 +20,13 @@ from common.engine.block_pool import BlockPool, blocks_for
 from common.engine.config import EngineConfig
 from common.engine.leases import Lease, LeaseTable
 from common.engine.load import EngineLoad, measure
+from common.engine.local_prompts import LocalPrompts
 from common.engine.prefix_cache import PrefixIndex, model_salt
 from common.engine.request import Request, RequestOutput
 from common.engine.sampling_params import SamplingParams
-from common.engine.scheduler import Scheduler, SchedulerConfig, decode_ready
+from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.engine.step_costs import StepCosts
-from common.slo import local_prefill, tpot_guard
+from common.slo import tpot_guard
 from common.slo.calibration import Calibration
 from common.slo.promise import STEP, slo_class_ms
 from common.slo.ratio_histogram import RatioHistogram
@@ -62,7 +63,7 @@ class EngineCore:
         self.leases = LeaseTable(self.pool, config.lease_timeout_s, config.quarantine_s)
         if config.work_conserving_credit:
             self.scheduler.all_fit = self._all_fit
-        self.fresh_decodes = local_prefill.FreshDecodes()  # what a prompt computed here waits behind
+        self.local_prompts = LocalPrompts(self)  # prompts computed in this engine's own steps
         self.tightest_ttft = TightestSlo(clock=clock)  # of the requests added: what cuts prefill forwards
         # prefill forwards as observed (their own time, not the period) vs the fitted model
         self.forward_calibration = Calibration(quantile=0.5, clock=clock)
@@ -70,7 +71,7 @@ class EngineCore:
             self.scheduler.prefill_cap = self.prefill_cap
             self.scheduler.forward_keeps = self.forward_keeps
         if self.scheduler.config.tpot_guard:
-            self.scheduler.stall_keeps = self.stall_keeps
+            self.scheduler.stall_keeps = self.local_prompts.stall_keeps
         # ε by TPOT SLO class (``slo_class_ms``), as the latest reservation of each class brought it
         # (the gateway's closed loop steers them): what each request's TPOT is held to
         self.tpot_margins: dict[float, float] = {}
@@ -156,7 +157,7 @@ class EngineCore:
         (``common.slo.cost_models.attention_work``) begun now is predicted (fitted model × this
         worker's calibration of its forwards) to end within ``share`` of the time left to
         ``deadline`` (this engine's clock)."""
-        return self.cost_models is None or self._forward_s(tokens, attention) <= share * (deadline - self.clock())
+        return self.cost_models is None or self.forward_s(tokens, attention) <= share * (deadline - self.clock())
 
     def _all_fit(self, batch: int, mean_len: float, tightest_slo_s: float) -> bool:
         """Credit batching's work-conserving test: a step of every decoding request, as the
@@ -197,7 +198,7 @@ class EngineCore:
                           block_ids=blocks, tpot_slo_ms=tpot_slo_ms, cacheable=self.pool.prefix_index is not None,
                           first_token_at=now)
         self.scheduler.add(request)
-        self.fresh_decodes.observe(now, tpot_slo_ms / 1000)
+        self.local_prompts.decode_began(now, tpot_slo_ms / 1000)
         self.scheduler.register_full_blocks(request)  # the prompt's KV is all here: the next turn may share it
         self.load = self._measure()
 
@@ -207,10 +208,10 @@ class EngineCore:
         steps instead of written into the lease by a prefill worker. It queues as a prompt in the
         lease's blocks (the leading ones the prefix cache lent it counted computed), goes least
         slack first among prompts, and into a step only while that step's forward keeps every
-        decoding request's TPOT promise (``stall_keeps``); its first token comes out of that step,
+        decoding request's TPOT promise (``LocalPrompts.stall_keeps``); its first token comes out of that step,
         and then it decodes as a committed request does. Raises ``AdmissionError``, the lease
         freed, when that first token is predicted to come after ``ttft_left_ms``
-        (``local_first_token_s``)."""
+        (``LocalPrompts.first_token_s``)."""
         self._validate(request_id, prompt_token_ids, params)
         lease = self.leases.commit(request_id, lease_id)
         size = self.config.block_size
@@ -219,7 +220,7 @@ class EngineCore:
         cached = min(lease.cached, (len(prompt_token_ids) - 1) // size)
         tokens, computed = len(prompt_token_ids) - cached * size, cached * size
         if ttft_left_ms and self.cost_models is not None:  # a budget to check, and a model to check it with
-            first_token_s = self.local_first_token_s(tokens, attention_work(tokens, computed))
+            first_token_s = self.local_prompts.first_token_s(tokens, attention_work(tokens, computed))
             if first_token_s is None or first_token_s * 1000 > ttft_left_ms:
                 self.pool.free(lease.block_ids)  # refused: the reservation ends here (the gateway's Release finds none)
                 self.load = self._measure()
@@ -235,54 +236,10 @@ class EngineCore:
                                    tpot_slo_ms=tpot_slo_ms, cacheable=self.pool.prefix_index is not None))
         self.load = self._measure()
 
-    def stall_keeps(self, tokens: int, attention: int) -> bool:
-        """Whether a step computing ``tokens`` prompt tokens (of ``attention`` work) beside the
-        decodes keeps every decoding request's TPOT promise (``local_prefill.stall_keeps``). A
-        prompt waits while it would not: the decodes' slack grows with every step that beats
-        their SLO, and every request that begins decoding meanwhile, with none, holds it again
-        (how long, ``local_first_token_s`` predicts)."""
-        if self.cost_models is None:
-            return True
-        promises, step = self._promises()
-        return not promises or local_prefill.stall_keeps(promises, self.clock(), self._forward_s(tokens, attention), step)
-
-    def local_first_token_s(self, tokens: int, attention: int) -> float | None:
-        """Seconds until a prompt of ``tokens`` (``attention`` work) given to this engine now
-        would have its first token: the prompts queued here go with it in one forward beside one
-        decode step, once the decodes' slack lets that forward in (``local_prefill.stall_wait_s``,
-        under the TPOT guard), and the requests that begin decoding here meanwhile, each with no
-        slack, let it in (``local_prefill.start_wait_s``, at their recent rate). An expected
-        time, not a bound. None when it never would, or without a cost model."""
-        if self.cost_models is None:
-            return None
-        queued = [r for r in self.scheduler.waiting if not decode_ready(r)]
-        tokens += sum(r.num_tokens - r.num_computed_tokens for r in queued)
-        attention += sum(attention_work(r.num_tokens - r.num_computed_tokens, r.num_computed_tokens) for r in queued)
-        forward = self._forward_s(tokens, attention)
-        if self.scheduler.stall_keeps is None:
-            return forward
-        promises, step = self._promises()
-        now = self.clock()
-        tightest = self.fresh_decodes.tightest_s(now)
-        return local_prefill.first_token_s(promises, now, forward, step, self.fresh_decodes.rate(now), tightest,
-                                           self.tpot_margin(tightest))
-
-    def _forward_s(self, tokens: int, attention: int) -> float:
+    def forward_s(self, tokens: int, attention: int) -> float:
+        """A prefill forward's predicted time: the fitted model × this worker's calibration."""
         assert self.cost_models is not None
         return self.forward_calibration.scale(self.cost_models.prefill.predict(tokens, attention))
-
-    def _promises(self) -> tuple[list[local_prefill.Promise], float]:
-        """The TPOT promises of the requests decoding here (running, or committed and about to:
-        they go before prompts, ``Scheduler._admit_waiting``), and their next step's predicted
-        time (0 without any)."""
-        decoding = [r for r in (*self.scheduler.running, *self.scheduler.waiting)
-                    if r.first_token_at is not None and decode_ready(r)]
-        if not decoding or self.cost_models is None:
-            return [], 0.0
-        step = self.step_costs.calibration.scale(self.cost_models.decode.predict(
-            len(decoding), sum(r.num_tokens for r in decoding) / len(decoding)))
-        return [local_prefill.Promise(r.first_token_at, r.tpot_slo_ms / 1000, len(r.output_token_ids),  # type: ignore[arg-type]
-                                      self.tpot_margin(r.tpot_slo_ms / 1000)) for r in decoding if r.tpot_slo_ms], step
 
     def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:
         released = self.leases.release(request_id, lease_id, writer_may_still_write, now=self.clock())
@@ -358,7 +315,7 @@ class EngineCore:
             if seq.sample and seq.num_output_tokens == 0 and (request := self.scheduler.requests.get(seq.request_id)):
                 request.first_token_at = ended
                 if not request.prefill_only:  # it decodes here (a prefill worker's never does)
-                    self.fresh_decodes.observe(ended, request.tpot_slo_ms / 1000)
+                    self.local_prompts.decode_began(ended, request.tpot_slo_ms / 1000)
         self._last_step_end = ended if self.has_unfinished_requests() else None
         self.load = self._measure()
         return outputs

@@ -1,6 +1,6 @@
 """Conditional disaggregation: which worker prefills (``common.slo.local_prefill``), a decode
 engine computing a reserved prompt itself (``EngineCore.prefill_reserved``), and the TPOT
-promises of its decoding requests held while it does (``EngineCore.stall_keeps``)."""
+promises of its decoding requests held while it does (``LocalPrompts.stall_keeps``)."""
 
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ def test_the_decode_engine_predicts_the_wait_its_decodes_impose():
     clock = Clock()
     core = _core(clock)
     _one_fresh_decode(core)
-    assert core.local_first_token_s(400, 400 * 400) * 1000 == pytest.approx(FIRST_TOKEN_MS, rel=1e-6)
+    assert core.local_prompts.first_token_s(400, 400 * 400) * 1000 == pytest.approx(FIRST_TOKEN_MS, rel=1e-6)
 
 
 def test_a_prompt_whose_first_token_would_be_late_is_refused_and_its_lease_freed():
@@ -151,7 +151,7 @@ def test_the_time_a_call_waited_for_the_engine_counts_against_its_budget():
 
 def test_an_idle_decode_engine_predicts_the_forward_alone():
     core = _core(Clock())
-    assert core.local_first_token_s(400, 400 * 400) == pytest.approx(0.030)
+    assert core.local_prompts.first_token_s(400, 400 * 400) == pytest.approx(0.030)
 
 
 def test_the_gateway_refuses_a_request_its_decode_worker_would_not_prefill_in_time():

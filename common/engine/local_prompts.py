@@ -1,0 +1,75 @@
+"""Prompts a decode engine computes in its own steps (conditional disaggregation), read from the
+engine's state: the TPOT promises of its decoding requests that such a prompt's forward must keep
+(``stall_keeps``, the scheduler's test) and when its first token is expected
+(``first_token_s``, what ``EngineCore.prefill_reserved`` refuses by). The arithmetic is
+``common.slo.local_prefill``'s; this is the glue between it and one engine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from common.engine.scheduler import decode_ready
+from common.slo import local_prefill
+from common.slo.cost_models import attention_work
+
+if TYPE_CHECKING:
+    from common.engine.core import EngineCore
+
+
+class LocalPrompts:
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self.fresh_decodes = local_prefill.FreshDecodes()  # what a prompt computed here waits behind
+
+    def decode_began(self, now: float, tpot_slo_s: float) -> None:
+        """A request began decoding here (committed, or its first token out of a local prompt)."""
+        self.fresh_decodes.observe(now, tpot_slo_s)
+
+    def stall_keeps(self, tokens: int, attention: int) -> bool:
+        """Whether a step computing ``tokens`` prompt tokens (of ``attention`` work) beside the
+        decodes keeps every decoding request's TPOT promise (``local_prefill.stall_keeps``). A
+        prompt waits while it would not: the decodes' slack grows with every step that beats
+        their SLO, and every request that begins decoding meanwhile, with none, holds it again
+        (how long, ``first_token_s`` predicts)."""
+        core = self.core
+        if core.cost_models is None:
+            return True
+        promises, step = self.promises()
+        return not promises or local_prefill.stall_keeps(promises, core.clock(), core.forward_s(tokens, attention), step)
+
+    def first_token_s(self, tokens: int, attention: int) -> float | None:
+        """Seconds until a prompt of ``tokens`` (``attention`` work) given to this engine now
+        would have its first token: the prompts queued here go with it in one forward beside one
+        decode step, once the decodes' slack lets that forward in (``local_prefill.stall_wait_s``,
+        under the TPOT guard), and the requests that begin decoding here meanwhile, each with no
+        slack, let it in (``local_prefill.start_wait_s``, at their recent rate). An expected
+        time, not a bound. None when it never would, or without a cost model."""
+        core = self.core
+        if core.cost_models is None:
+            return None
+        queued = [r for r in core.scheduler.waiting if not decode_ready(r)]
+        tokens += sum(r.num_tokens - r.num_computed_tokens for r in queued)
+        attention += sum(attention_work(r.num_tokens - r.num_computed_tokens, r.num_computed_tokens) for r in queued)
+        forward = core.forward_s(tokens, attention)
+        if core.scheduler.stall_keeps is None:
+            return forward
+        promises, step = self.promises()
+        now = core.clock()
+        tightest = self.fresh_decodes.tightest_s(now)
+        return local_prefill.first_token_s(promises, now, forward, step, self.fresh_decodes.rate(now), tightest,
+                                           core.tpot_margin(tightest))
+
+    def promises(self) -> tuple[list[local_prefill.Promise], float]:
+        """The TPOT promises of the requests decoding here (running, or committed and about to:
+        they go before prompts, ``Scheduler._admit_waiting``), and their next step's predicted
+        time (0 without any)."""
+        core = self.core
+        decoding = [r for r in (*core.scheduler.running, *core.scheduler.waiting)
+                    if r.first_token_at is not None and decode_ready(r)]
+        if not decoding or core.cost_models is None:
+            return [], 0.0
+        step = core.step_costs.calibration.scale(core.cost_models.decode.predict(
+            len(decoding), sum(r.num_tokens for r in decoding) / len(decoding)))
+        return [local_prefill.Promise(r.first_token_at, r.tpot_slo_ms / 1000, len(r.output_token_ids),  # type: ignore[arg-type]
+                                      core.tpot_margin(r.tpot_slo_ms / 1000)) for r in decoding if r.tpot_slo_ms], step
