@@ -180,20 +180,45 @@ def knee(args: argparse.Namespace, slo_mix: str, config: SimConfig, models, trut
 
 def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: argparse.Namespace, slo_mix: str,
                work: Path) -> list[dict]:
+    """Each rate run ``args.repeats`` times in a row on ``cluster``: the point compared is their mean
+    (``repeated``), each run's figures beside it."""
     points = []
     for rate in rates:
-        refused_before, _ = guards_now(cluster)
-        result, used = cores_used(cluster, lambda: bench_point(cluster.address, rate, args, slo_mix, work / policy,
-                                                                requests=requests(args)))
-        refused, margins = guards_now(cluster)
-        refusals = {reason: round(n - refused_before.get(reason, 0.0)) for reason, n in refused.items()}
-        points.append({**point_summary(policy, rate, result), "cores_used": used,
-                       "refusals": {reason: n for reason, n in refusals.items() if n}, "margins": margins})
-        p = points[-1]
-        progress(f"  real {policy} @ {rate:g} req/s: goodput {p['goodput']:.2f}, admitted attainment "
-                 f"{p['admitted_attainment']:.1%}, rejected {p['rejected']}; cores used: "
-                 + ", ".join(f"{name} {cores:.2f}" for name, cores in used.items()))
+        runs = []
+        for _ in range(args.repeats):
+            refused_before, _ = guards_now(cluster)
+            result, used = cores_used(cluster, lambda: bench_point(cluster.address, rate, args, slo_mix,
+                                                                    work / policy, requests=requests(args)))
+            refused, margins = guards_now(cluster)
+            refusals = {reason: round(n - refused_before.get(reason, 0.0)) for reason, n in refused.items()}
+            runs.append({**point_summary(policy, rate, result), "cores_used": used,
+                         "refusals": {reason: n for reason, n in refusals.items() if n}, "margins": margins})
+            p = runs[-1]
+            progress(f"  real {policy} @ {rate:g} req/s: goodput {p['goodput']:.2f}, admitted attainment "
+                     f"{p['admitted_attainment']:.1%}, rejected {p['rejected']}; cores used: "
+                     + ", ".join(f"{name} {cores:.2f}" for name, cores in used.items()))
+        points.append(repeated(runs))
     return points
+
+
+def repeated(runs: list[dict]) -> dict:
+    """One real point from runs of it: goodput, admitted attainment, rejections and refusals by
+    reason their means, each run's goodput and attainment listed (``*_runs``), and their spread
+    ((max - min) / mean: how far two measurements of the same point part); the rest the last run's."""
+    def mean(key: str) -> float:
+        return statistics.fmean(r[key] for r in runs)
+
+    def spread(key: str) -> float:
+        values = [r[key] for r in runs]
+        return (max(values) - min(values)) / mean(key) if mean(key) else 0.0
+
+    reasons = {reason for r in runs for reason in r["refusals"]}
+    return {**runs[-1], "goodput": mean("goodput"), "admitted_attainment": mean("admitted_attainment"),
+            "rejected": mean("rejected"),
+            "refusals": {reason: statistics.fmean(r["refusals"].get(reason, 0) for r in runs) for reason in reasons},
+            "goodput_runs": [r["goodput"] for r in runs], "goodput_spread": spread("goodput"),
+            "admitted_attainment_runs": [r["admitted_attainment"] for r in runs],
+            "admitted_attainment_spread": spread("admitted_attainment")}
 
 
 def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: float, args: argparse.Namespace,
@@ -281,6 +306,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prefill-spread", choices=("drawn", "none"), default="drawn",
                         help="simulated prefill forwards: each drawn from the calibration's spread, or all at its mean")
     parser.add_argument("--fractions", default="0.5,1,2", help="rates as fractions of the knee")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="real runs of each point in a row: the mean is compared, and their spread shows how "
+                             "far the real measurement parts from itself")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()

@@ -33,6 +33,9 @@ def compare(real: list[dict], simulated: list[dict], beside: dict[str, list[dict
                  "sim_rejected": s["rejected"], "real_refusals": r["refusals"], "sim_refusals": s["refusals"],
                  "real_margins": r["margins"], "sim_margins": s["margins"],
                  "real_cores_used": r["cores_used"], "sim_stretch": s["stretch"]}
+        for key in ("goodput_runs", "goodput_spread", "admitted_attainment_runs", "admitted_attainment_spread"):
+            if key in r:  # the real point was run more than once (``--repeats``)
+                point[f"real_{key}"] = r[key]
         for name, points in beside.items():
             v = same(points)
             point.update({f"sim_{name}_goodput": v["goodput"], f"sim_{name}_admitted_attainment": v["admitted_attainment"],
@@ -53,7 +56,10 @@ def summary_line(p: dict) -> str:
             f"({beside('goodput', '.2f')}); admitted attainment real "
             f"{p['real_admitted_attainment']:.1%} sim {p['sim_admitted_attainment']:.1%} "
             f"({beside('admitted_attainment', '.1%')})"
-            + (f"; refused real {p['real_refusals']} sim {p['sim_refusals']}" if p["policy"] == "scorpio" else ""))
+            + (f"; refused real {p['real_refusals']} sim {p['sim_refusals']}" if p["policy"] == "scorpio" else "")
+            + (f"; real runs apart by {p['real_goodput_spread']:.0%} (goodput), "
+               f"{p['real_admitted_attainment_spread']:.0%} (attainment)" if len(p.get("real_goodput_runs", ())) > 1
+               else ""))
 
 
 def plot(points: list[dict], out: Path) -> None:

@@ -72,3 +72,21 @@ def test_a_steps_in_cluster_cost_as_a_fixed_cost_per_step():
         assert model.predict(batch, 300) == pytest.approx(decode.predict(batch, 300) + extra)
         assert model.predict(batch, 300) < 2.0 * decode.predict(batch, 300)
     assert per_step_cost(decode, 0.8, 300).predict(16, 300) == pytest.approx(0.8 * decode.predict(16, 300))
+
+
+def test_a_point_run_several_times_is_compared_at_its_mean_and_carries_its_spread():
+    import bench.sim_vs_real as svr  # imports the cluster launcher: kept out of the module's import time
+
+    runs = [{**_point("fcfs", 64.0, 2.0, 0.1), "refusals": {"ttft_unattainable": 3}},
+            {**_point("fcfs", 64.0, 1.0, 0.04), "refusals": {}},
+            {**_point("fcfs", 64.0, 3.0, 0.13), "refusals": {"ttft_unattainable": 6, "decode_admission": 3}}]
+    point = svr.repeated(runs)
+    assert point["goodput"] == pytest.approx(2.0) and point["admitted_attainment"] == pytest.approx(0.09)
+    assert point["goodput_spread"] == pytest.approx((3.0 - 1.0) / 2.0)
+    assert point["admitted_attainment_spread"] == pytest.approx((0.13 - 0.04) / 0.09)
+    assert point["refusals"] == {"ttft_unattainable": 3.0, "decode_admission": 1.0}  # per run, absent ones as 0
+    assert point["goodput_runs"] == [2.0, 1.0, 3.0]
+    compared = compare([point], [_point("fcfs", 64.0, 2.2, 0.1)], {})[0]
+    assert compared["real_goodput"] == pytest.approx(2.0) and compared["goodput_within_15pct"]
+    assert compared["real_goodput_spread"] == pytest.approx(1.0)
+    assert "real_goodput_spread" not in compare([runs[0]], [_point("fcfs", 64.0, 2.2, 0.1)], {})[0]
