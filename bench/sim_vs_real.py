@@ -33,6 +33,7 @@ simulated ``fcfs`` near saturation where the real one is not).
 
     python bench/sim_vs_real.py [--duration-s 20] [--out bench/results/sim-vs-real-cpu.json] [--plot f.png]
     python bench/sim_vs_real.py --workload trace   # the Azure conversation trace, as bench/slo.py's trace
+    python bench/sim_vs_real.py --repeats 3        # each point three times, seeds of its own, real and simulated
 
 The gateway and the load tester run on the workers' two cores here (``pdserve up`` pins one worker
 to each, the rest where the OS puts them), and take more of them the higher the load: a prefill
@@ -97,7 +98,8 @@ from simulator.profile import this_machine  # noqa: E402
 from simulator.run import simulate  # noqa: E402
 
 FIRST_TOKEN_HOPS = 6  # client → gateway → decode (reserve) → gateway → prefill → gateway → client
-WARM_SEED = 8  # the compared runs use seed 7
+COMPARED_SEED = 7
+WARM_SEED = 8  # the warm-up's: its prompts are none of the compared runs' (those use 7, then 9, 10, ...)
 GRID = (2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
 TRACE_ROWS = 1000  # as many requests as a 20 s point at 50 req/s sends: the trace's rows the points replay
 
@@ -114,19 +116,27 @@ def mean_context(args: argparse.Namespace) -> float:
     return args.prompt_len + args.output_len / 2
 
 
-def bench_namespace(args: argparse.Namespace, rate: float, slo_mix: str, num_prompts: int) -> argparse.Namespace:
+def seeds(repeats: int) -> list[int]:
+    """The load tester's seeds for a point run ``repeats`` times: a run's prompts are new to the
+    cluster's prefix cache (the same seed again would send the same prompts, half their prefill
+    served from the cache), and the simulation replays each run's plan."""
+    return [COMPARED_SEED] + [WARM_SEED + i for i in range(1, repeats)]
+
+
+def bench_namespace(args: argparse.Namespace, rate: float, slo_mix: str, num_prompts: int,
+                    seed: int = COMPARED_SEED) -> argparse.Namespace:
     """The ``pdserve bench`` arguments ``bench_point`` runs with, for building the same plan."""
     parser = argparse.ArgumentParser()
     add_bench_args(parser)
-    argv = ["--num-prompts", str(num_prompts), "--request-rate", str(rate), "--seed", "7", *requests(args),
+    argv = ["--num-prompts", str(num_prompts), "--request-rate", str(rate), "--seed", str(seed), *requests(args),
             "--ignore-eos"] + (["--slo-mix", slo_mix] if slo_mix else [])
     return parser.parse_args(argv)
 
 
 def sim_point(policy: str, rate: float, args: argparse.Namespace, slo_mix: str, config: SimConfig, models,  # type: ignore[no-untyped-def]
-              truth) -> dict:  # type: ignore[no-untyped-def]
+              truth, seed: int = COMPARED_SEED) -> dict:  # type: ignore[no-untyped-def]
     n = max(args.min_prompts, round(rate * args.duration_s))
-    run = simulate(build_plan(bench_namespace(args, rate, slo_mix, n), rate), config, models, truth)
+    run = simulate(build_plan(bench_namespace(args, rate, slo_mix, n, seed), rate), config, models, truth)
     result = summarize(run.records, run.duration, [99.0], ["ttft", "tpot"])
     result["per_class"] = {}
     margins = {_kind_and_slo(key): m for key, m in run.margins.items()}
@@ -180,15 +190,15 @@ def knee(args: argparse.Namespace, slo_mix: str, config: SimConfig, models, trut
 
 def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: argparse.Namespace, slo_mix: str,
                work: Path) -> list[dict]:
-    """Each rate run ``args.repeats`` times in a row on ``cluster``: the point compared is their mean
-    (``repeated``), each run's figures beside it."""
+    """Each rate run ``args.repeats`` times in a row on ``cluster``, each run with its own seed
+    (``seeds``): the point compared is their mean (``repeated``), each run's figures beside it."""
     points = []
     for rate in rates:
         runs = []
-        for _ in range(args.repeats):
+        for seed in seeds(args.repeats):
             refused_before, _ = guards_now(cluster)
             result, used = cores_used(cluster, lambda: bench_point(cluster.address, rate, args, slo_mix,
-                                                                    work / policy, requests=requests(args)))
+                                                                    work / policy, requests=requests(args), seed=seed))
             refused, margins = guards_now(cluster)
             refusals = {reason: round(n - refused_before.get(reason, 0.0)) for reason, n in refused.items()}
             runs.append({**point_summary(policy, rate, result), "cores_used": used,
@@ -202,7 +212,7 @@ def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: arg
 
 
 def repeated(runs: list[dict]) -> dict:
-    """One real point from runs of it: goodput, admitted attainment, rejections and refusals by
+    """One point from runs of it (real, or simulated): goodput, admitted attainment, rejections and refusals by
     reason their means, each run's goodput and attainment listed (``*_runs``), and their spread
     ((max - min) / mean: how far two measurements of the same point part); the rest the last run's."""
     def mean(key: str) -> float:
@@ -307,8 +317,9 @@ def parse_args() -> argparse.Namespace:
                         help="simulated prefill forwards: each drawn from the calibration's spread, or all at its mean")
     parser.add_argument("--fractions", default="0.5,1,2", help="rates as fractions of the knee")
     parser.add_argument("--repeats", type=int, default=1,
-                        help="real runs of each point in a row: the mean is compared, and their spread shows how "
-                             "far the real measurement parts from itself")
+                        help="runs of each point in a row, each with its own seed (its own prompts, arrivals and "
+                             "classes), real and simulated: their means are compared, and the spread of each shows "
+                             "how far one run of the point parts from another")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
@@ -344,11 +355,12 @@ def main() -> None:
         bench_point(cluster.address, args.base_rate, args, "", work / "warm-fcfs", num_prompts=args.base_prompts,
                     requests=requests(args), seed=WARM_SEED)
         real += run_points(cluster, "fcfs", rates, args, slo_mix, work)
-    simulated = [sim_point(policy, rate, args, slo_mix, replace(config, policy=policy), models,
-                           alone) for policy in ("scorpio", "fcfs") for rate in rates]
-    beside = {name: [sim_point(policy, rate, args, slo_mix, replace(variant, policy=policy),
-                               models, variant_truth) for policy in ("scorpio", "fcfs") for rate in rates]
-              for name, (variant, variant_truth) in variants.items()}
+    def simulated_at(config: SimConfig, truth: CostModels) -> list[dict]:  # each real point's runs, simulated
+        return [repeated([sim_point(policy, rate, args, slo_mix, replace(config, policy=policy), models, truth, seed)
+                          for seed in seeds(args.repeats)]) for policy in ("scorpio", "fcfs") for rate in rates]
+
+    simulated = simulated_at(config, alone)
+    beside = {name: simulated_at(variant, variant_truth) for name, (variant, variant_truth) in variants.items()}
     points = compare(real, simulated, beside)
     for p in points:
         progress(summary_line(p))

@@ -34,8 +34,8 @@ def compare(real: list[dict], simulated: list[dict], beside: dict[str, list[dict
                  "real_margins": r["margins"], "sim_margins": s["margins"],
                  "real_cores_used": r["cores_used"], "sim_stretch": s["stretch"]}
         for key in ("goodput_runs", "goodput_spread", "admitted_attainment_runs", "admitted_attainment_spread"):
-            if key in r:  # the real point was run more than once (``--repeats``)
-                point[f"real_{key}"] = r[key]
+            if key in r:  # the point was run more than once (``--repeats``)
+                point[f"real_{key}"], point[f"sim_{key}"] = r[key], s.get(key)
         for name, points in beside.items():
             v = same(points)
             point.update({f"sim_{name}_goodput": v["goodput"], f"sim_{name}_admitted_attainment": v["admitted_attainment"],

@@ -97,6 +97,10 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
         except (ValueError, LeaseError) as exc:
             self.hub.forget_first(request_id)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except Exception as exc:  # a fault of this worker's: the engine freed the reservation; say it plainly
+            log.exception("Prefill of a reserved request failed")
+            self.hub.forget_first(request_id)
+            await context.abort(grpc.StatusCode.INTERNAL, f"prefill failed: {exc!r}")
         try:
             out = await first
         except asyncio.CancelledError:  # the gateway gave up on it: nothing may decode unseen

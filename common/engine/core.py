@@ -219,14 +219,12 @@ class EngineCore:
         # is given back (shared, so never written) and the scheduler adds a fresh one
         cached = min(lease.cached, (len(prompt_token_ids) - 1) // size)
         tokens, computed = len(prompt_token_ids) - cached * size, cached * size
-        if ttft_left_ms and self.cost_models is not None:  # a budget to check, and a model to check it with
-            first_token_s = self.local_prompts.first_token_s(tokens, attention_work(tokens, computed))
-            if first_token_s is None or first_token_s * 1000 > ttft_left_ms:
-                self.pool.free(lease.block_ids)  # refused: the reservation ends here (the gateway's Release finds none)
-                self.load = self._measure()
-                why = ("would wait for its decodes' slack without end" if first_token_s is None
-                       else f"is predicted in {first_token_s * 1000:.0f} ms, {ttft_left_ms:.0f} ms left")
-                raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms cannot be met by this decode worker: its first token {why}")
+        try:
+            self._refuse_if_late(tokens, computed, ttft_slo_ms, ttft_left_ms)
+        except BaseException:  # refused, or the prediction failed: the reservation ends here either way
+            self.pool.free(lease.block_ids)  # (the gateway's Release then finds none)
+            self.load = self._measure()
+            raise
         self.pool.free(lease.block_ids[cached:lease.cached])
         self.tightest_ttft.observe(ttft_slo_ms / 1000)
         self.scheduler.add(Request(request_id, list(prompt_token_ids), params, arrival_time=self.clock(),
@@ -235,6 +233,18 @@ class EngineCore:
                                    num_registered=cached, ttft_slo_ms=ttft_slo_ms, ttft_left_ms=ttft_left_ms,
                                    tpot_slo_ms=tpot_slo_ms, cacheable=self.pool.prefix_index is not None))
         self.load = self._measure()
+
+    def _refuse_if_late(self, tokens: int, computed: int, ttft_slo_ms: float, ttft_left_ms: float) -> None:
+        """Raises ``AdmissionError`` when a prompt of ``tokens`` to compute (``computed`` before
+        them) given to this engine now is predicted to have its first token after ``ttft_left_ms``;
+        nothing to check without a budget or a cost model."""
+        if not ttft_left_ms or self.cost_models is None:
+            return
+        first_token_s = self.local_prompts.first_token_s(tokens, attention_work(tokens, computed))
+        if first_token_s is None or first_token_s * 1000 > ttft_left_ms:
+            why = ("would wait for its decodes' slack without end" if first_token_s is None
+                   else f"is predicted in {first_token_s * 1000:.0f} ms, {ttft_left_ms:.0f} ms left")
+            raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms cannot be met by this decode worker: its first token {why}")
 
     def forward_s(self, tokens: int, attention: int) -> float:
         """A prefill forward's predicted time: the fitted model × this worker's calibration."""

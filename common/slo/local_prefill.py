@@ -22,6 +22,7 @@ Plain code of numbers, ``now`` given.
 from __future__ import annotations
 
 import math
+import sys
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from common.slo.ttft_guard import TtftGuard
 
 FRESH_WINDOW_S = 5.0  # how far back FreshDecodes counts
 FRESH_MIN_SPAN_S = 1.0  # its rate over at least this long: one request just seen is not a rate
+MAX_EXPONENT = math.log(sys.float_info.max)  # e^x overflows past it
 
 
 def prefills_locally(prefill: Sequence[TtftGuard], prefill_tokens: Sequence[int], local: TtftGuard,
@@ -123,10 +125,13 @@ def start_wait_s(now_wait_s: float, fresh_rate: float, fresh_wait_s: float) -> f
     The forward starts at the first t ≥ w0 with no arrival in (t − W, t). With m = min(W, w0):
     none in (w0 − m, w0) lets it start at w0; else, from w0, the gap still missing, d, completes
     in (1 − e^{−λd})·e^{λW}/λ expected, and the time back to the last arrival is exponential;
-    together, E[t] = w0 + (e^{λW}(1 − e^{−λm}) − λm)/λ."""
+    together, E[t] = w0 + (e^{λW}(1 − e^{−λm}) − λm)/λ. Infinite where e^{λW} is past a float's
+    range: fresh requests come so often that a gap of W practically never opens."""
     lam, w0, gap = fresh_rate, now_wait_s, fresh_wait_s
     if lam <= 0 or w0 <= 0 or gap <= 0:
         return w0
+    if lam * gap > MAX_EXPONENT:
+        return math.inf
     m = min(gap, w0)
     return w0 + (math.exp(lam * gap) * -math.expm1(-lam * m) - lam * m) / lam
 
@@ -142,4 +147,4 @@ def first_token_s(promises: Iterable[Promise], now: float, forward_s: float, ste
     if wait is not None and fresh_tpot_s > 0:
         fresh_wait = stall_wait_s([Promise(now, fresh_tpot_s, 1, fresh_margin)], now, forward_s, step_s)
         wait = None if fresh_wait is None else start_wait_s(wait, fresh_rate, fresh_wait)
-    return None if wait is None else wait + forward_s + step_s
+    return None if wait is None or math.isinf(wait) else wait + forward_s + step_s

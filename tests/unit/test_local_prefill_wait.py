@@ -14,7 +14,7 @@ from common.engine.config import EngineConfig
 from common.engine.core import AdmissionError, EngineCore
 from common.engine.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
-from common.slo.local_prefill import FreshDecodes, Promise, stall_keeps, stall_wait_s, start_wait_s
+from common.slo.local_prefill import FreshDecodes, Promise, first_token_s, stall_keeps, stall_wait_s, start_wait_s
 
 
 def _first_step_that_keeps(promises: list[Promise], now: float, forward_s: float, step_s: float) -> int | None:
@@ -70,6 +70,16 @@ def test_the_expected_start_matches_a_monte_carlo_of_poisson_arrivals(w0, rate, 
     runs = 40_000 if rate else 1
     mean = sum(_simulated_start(rng, w0, rate, gap) if rate else w0 for _ in range(runs)) / runs
     assert start_wait_s(w0, rate, gap) == pytest.approx(mean, rel=0.02, abs=1e-4)
+
+
+def test_a_gap_fresh_decodes_almost_never_leave_is_waited_for_without_end_not_an_overflow():
+    # e^{λW} past a float's range: 60 fresh requests a second, each leaving a 12 s gap
+    assert start_wait_s(0.5, 60.0, 12.0) == float("inf")
+    assert start_wait_s(0.5, 60.0, 11.0) == pytest.approx(0.5 + (2.718281828 ** 660 * (1 - 2.718281828 ** -30) - 30) / 60,
+                                                          rel=1e-6)  # just inside it
+    # a decode at 3.1 ms beside a fresh 3.2 ms TPOT class: 0.1 ms of slack a step for a 600 ms forward
+    promises = [Promise(100.0, 0.0032, 1, 1.3)]
+    assert first_token_s(promises, 100.0, 0.6, 0.0031, 60.0, 0.0032, 1.3) is None
 
 
 def test_fresh_decodes_counts_a_rate_and_the_tightest_slo_over_its_window():
@@ -139,6 +149,22 @@ def test_a_prompt_whose_first_token_would_be_late_is_refused_and_its_lease_freed
     core.check_integrity()
     _reserve_and_prefill(core, ttft_left_ms=FIRST_TOKEN_MS + 1)  # in time: it queues
     assert "local" in core.scheduler.requests
+
+
+def test_a_prediction_that_fails_frees_the_reservation_and_leaves_the_engine_whole(monkeypatch):
+    clock = Clock()
+    core = _core(clock)
+    free_before = core.pool.num_free
+
+    def fails(tokens: int, attention: int) -> float:
+        raise ArithmeticError("planted")
+
+    monkeypatch.setattr(core.local_prompts, "first_token_s", fails)
+    with pytest.raises(ArithmeticError, match="planted"):
+        _reserve_and_prefill(core, ttft_left_ms=1000)
+    assert core.pool.num_free == free_before and "local" not in core.scheduler.requests
+    assert core.load.free_blocks == free_before  # what the heartbeat tells the gateway
+    core.check_integrity()
 
 
 def test_the_time_a_call_waited_for_the_engine_counts_against_its_budget():
