@@ -29,7 +29,6 @@ from common.engine.request import RequestOutput, left_on_arrival
 from common.engine.sampling_params import SamplingParams
 from common.slo.local_prefill import prefills_locally
 from common.slo.promise import decoding_late, outcome
-from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
 from common.slo.tpot_guard import DecodeView, tpot_epsilons
 from common.slo.ttft_decision import last_useful_admission, ttft_refusal
 from common.slo.ttft_guard import TtftGuard, new_guard
@@ -39,6 +38,7 @@ from simulator.event_loop import EventLoop
 from simulator.events import Simulation
 from simulator.flight import Flight
 from simulator.host import HostCpu
+from simulator.routing import SimRouter
 from simulator.workers import SimDecodeWorker, SimPrefillWorker, SimWorker
 
 
@@ -70,7 +70,7 @@ class SimGateway:
                                                            target, self.sim.clock, probe_first=False)
         self.inflight = {w.worker_id: 0 for w in [*self.prefills, *self.decodes]}
         self.decoding = {w.worker_id: {} for w in self.decodes}
-        self.round_robin = {"prefill": RoundRobin(), "decode": RoundRobin()}
+        self.router = SimRouter(self.config.policy, self.config.ttft_guard)
         self._calls = random.Random(f"{self.config.seed}-calls")  # draws of ``config.call_overhead_s``
         self._free_blocks = {w.worker_id: w.core.load.free_blocks for w in self.decodes}
         self.admission = SimAdmissionQueue(self.sim, self.config.admission_tick_s, self._refuse, self._reserve,
@@ -132,16 +132,7 @@ class SimGateway:
         self._try_decode(flight, self._decode_order(flight), 0, then)
 
     def _decode_order(self, flight: Flight) -> list[SimDecodeWorker]:
-        workers = self.decodes
-        if self.config.policy == "round_robin":
-            order = self.round_robin["decode"].order(len(workers))
-        elif self.config.policy == "scorpio":
-            order = decode_order_by_vbs([self.views[w.worker_id] for w in workers],
-                                        [self._free_blocks[w.worker_id] for w in workers], flight.tpot_s)
-        else:
-            order = least_loaded_order([self.inflight[w.worker_id] for w in workers],
-                                       [-self._free_blocks[w.worker_id] for w in workers])
-        return [workers[i] for i in order]
+        return self.router.decode_order(self.decodes, self.views, self._free_blocks, self.inflight, flight.tpot_s)
 
     def _try_decode(self, flight: Flight, candidates: list[SimDecodeWorker], at: int, then: Reserved) -> None:
         if at == len(candidates):
@@ -283,16 +274,8 @@ class SimGateway:
         self.sim.after(self.config.hop_s, worker.call, prefill_here if worker is flight.decode else prefill)
 
     def _prefill_order(self, flight: Flight) -> list[SimPrefillWorker]:
-        workers = self.prefills
-        if self.config.policy == "round_robin":
-            order = self.round_robin["prefill"].order(len(workers))
-        elif self.config.ttft_guard:
-            order = prefill_order([self.guards[w.worker_id] for w in workers], [flight.tokens] * len(workers),
-                                  flight.deadline, self.sim.now, flight.ttft_s)
-        else:
-            order = least_loaded_order([self.inflight[w.worker_id] for w in workers],
-                                       [self.guards[w.worker_id].queued_tokens for w in workers])
-        return [workers[i] for i in order]
+        return self.router.prefill_order(self.prefills, self.guards, self.inflight, flight.tokens, flight.deadline,
+                                         self.sim.now, flight.ttft_s)
 
     def _prefilled(self, flight: Flight, out: RequestOutput) -> None:
         """On the prefill worker, between steps: the prompt's KV is ready; copy it, then answer."""

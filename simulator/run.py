@@ -22,7 +22,7 @@ class SimRun:
     records: list[RequestRecord]
     duration: float  # simulated seconds from the first send to the last answer
     wall_s: float  # seconds the simulation took
-    margins: dict[str, float]  # each guard's margins at the end (ttft headroom / tpot epsilon, by worker and SLO class)
+    margins: dict[str, float]  # each guard's margins at the end (ttft headroom / boundary / tpot epsilon, by worker and SLO class)
     stretch: dict[str, float]  # by role: the workers' forwards over what they take alone (1: the host is not simulated)
     refusals: dict[str, int]  # requests refused before any work, by reason (as ``pdserve:request_rejections``)
     busy: dict[str, float]  # by role: the share of the run its workers computed (a mean over them; empty without a host)
@@ -62,6 +62,7 @@ def simulate(plan: list[PlannedRequest], config: SimConfig, models: CostModels,
     last = max((r.token_times[-1] if r.token_times else r.start) for r in (f.record for f in flights))
     margins = {f"ttft_headroom/{wid}/{ms:g}ms": m for wid, g in gateway.guards.items() for ms, m in g.headrooms.items()}
     margins.update({f"tpot_epsilon/{wid}/{ms:g}ms": m for wid, v in gateway.views.items() for ms, m in v.epsilons.items()})
+    margins.update({f"ttft_boundary/{wid}/0ms": g.boundary.margin for wid, g in gateway.guards.items()})  # as the gateway's metric
     stretch = host.mean_stretch() if host is not None else {"prefill": 1.0, "decode": 1.0}
     first = min((f.planned.send_at for f in flights), default=0.0)
     span = max(last - first, 1e-9)
