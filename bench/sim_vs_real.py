@@ -118,7 +118,7 @@ def mean_context(args: argparse.Namespace) -> float:
 
 def seeds(repeats: int) -> list[int]:
     """The load tester's seeds for a point run ``repeats`` times: a run's prompts are new to the
-    cluster's prefix cache (the same seed again would send the same prompts, half their prefill
+    cluster's prefix cache (the same seed again would send the same prompts, nearly all their prefill
     served from the cache), and the simulation replays each run's plan."""
     return [COMPARED_SEED] + [WARM_SEED + i for i in range(1, repeats)]
 
