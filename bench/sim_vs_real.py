@@ -61,8 +61,9 @@ run against the same real points: a paired comparison.
 Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
 "sim_admitted_attainment", "real_cores_used", "sim_stretch", "real_refusals", "sim_refusals",
 "real_margins", "sim_margins", and for each variant V "sim_V_goodput", "sim_V_admitted_attainment",
-"sim_V_stretch", "sim_V_refusals", "sim_V_within_15pct"},
-...], ...}``: the refusals by the reason the gateway counts (``ttft_unattainable``: the TTFT guard;
+"sim_V_stretch", "sim_V_refusals", "sim_V_within_15pct", and with ``--repeats`` above 1, for real and sim,
+"*_goodput_runs", "*_admitted_attainment_runs" (each run's) and "*_goodput_spread",
+"*_admitted_attainment_spread" ((max − min) / mean)}, ...], ...}``: the refusals by the reason the gateway counts (``ttft_unattainable``: the TTFT guard;
 ``decode_admission``: no decode place in time) and the guards' margins at the point's end, by kind
 and SLO, show where the real and the simulated guards part.
 """
