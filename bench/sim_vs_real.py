@@ -10,7 +10,8 @@ RPCs, token streaming and the gateway share the two cores. The simulator is told
 runs that are not compared (and nothing from the compared ones): an RPC hop (the median round
 trip of the gateway's Info call, halved); what prefill calls took at the gateway beyond the
 worker's own time under the calibration load (``pdserve:prefill_call_overhead_seconds``, read
-back as one draw per call); a prefill forward: the profile's scaled by the prefill worker's own
+back as one draw per call), grown with the load as its mean grew from the calibration load to the
+heavier one (``SimConfig.call_overhead_growth``: on two cores, 0.7 ms at 6 req/s, 2.0 at 64); a prefill forward: the profile's scaled by the prefill worker's own
 forwards under that load (their mean ratio to its model); and the decode step: the profile's
 (measured at every batch size) scaled by what a step costs inside the cluster, the decode worker's
 own model of the steps it ran under that load (``pdserve:cost_model_coefficient``, times its steps'
@@ -95,6 +96,7 @@ from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
 from simulator.config import SimConfig  # noqa: E402
+from simulator.host import RateLaw  # noqa: E402
 from simulator.profile import this_machine  # noqa: E402
 from simulator.run import simulate  # noqa: E402
 
@@ -259,11 +261,18 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     decode_scales = [(args.calibration_rate, decode_load_scale(cluster, models, step_ratio, step_factors,
                                                                calibration_run["total_output_tokens"],
                                                                mean_context(args)))]
+    before_heavier = overhead_buckets(cluster)
     heavier, heavier_decode_scale = heavier_load(cluster, models, args, work)
+    heavier_overheads = call_overheads(before_heavier, overhead_buckets(cluster), hop_s)
     own_cores = replace(own_cores, decode_step_memory=step_memory(cluster))  # the heavier load's last steps
     decode_scales.append((args.front_end_rate, heavier_decode_scale))
     loads = (args.base_rate, unloaded_used), (args.calibration_rate, used), (args.front_end_rate, heavier)
-    shared = host_config(own_cores, loads)
+    growth = overhead_growth(args, overheads, heavier_overheads)
+    machine.update({"call_overhead_ms_mean_calibration": statistics.fmean(overheads) * 1000 if overheads else 0.0,
+                    "call_overhead_ms_mean_heavier": (statistics.fmean(heavier_overheads) * 1000
+                                                      if heavier_overheads else 0.0),
+                    "call_overhead_growth_exponent": growth.exponent})
+    shared = replace(host_config(own_cores, loads), call_overhead_growth=(growth.at_one, growth.exponent))
     measured = replace(shared, decode_step_ratio=decode_step_law(decode_scales))
     # the truth was measured with the front end on the workers' cores: the simulated host charges
     # that itself, so the truth it runs is what the calibration load's stretch leaves
@@ -281,6 +290,17 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     machine.update(host_figures(measured, loads, decode_scales, stretch))
     progress("the host: " + ", ".join(f"{k} {v:.3g}" for k, v in machine.items() if k.startswith(HOST_FIGURES)))
     return truth, machine, shared, alone_at(truth, stretch), variants
+
+
+def overhead_growth(args: argparse.Namespace, calibration: tuple[float, ...], heavier: tuple[float, ...]) -> RateLaw:
+    """How a prefill call's overhead grows with the load: the calibration load's draws (what the
+    simulation draws from) × this law, fitted through 1 at the calibration rate and the heavier
+    load's mean overhead over the calibration's at its rate (flat without either, and where the
+    heavier load's is the lower: noise)."""
+    if not calibration or not heavier:
+        return RateLaw(1.0, 0.0)
+    ratio = max(1.0, statistics.fmean(heavier) / statistics.fmean(calibration))
+    return RateLaw.fit([(args.calibration_rate, 1.0), (args.front_end_rate, ratio)])
 
 
 def heavier_load(cluster: LocalCluster, models: CostModels, args: argparse.Namespace, work: Path

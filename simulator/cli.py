@@ -86,6 +86,10 @@ def _add_host_args(group: argparse._ArgumentGroup) -> None:
                              help=f"the cores a {role} worker's own RPC threads use beside its engine, on its own "
                                   "cores: AT_1 · rate^EXPONENT, the rate of requests handed to the worker; with "
                                   "--host-cores")
+    group.add_argument("--call-overhead-growth", type=_rate_law, default=DEFAULTS.call_overhead_growth,
+                       metavar="AT_1,EXPONENT",
+                       help="--call-overhead-ms's draws × AT_1 · rate^EXPONENT, the rate of requests sent over the "
+                            "last second (for draws measured at one load: 1 there); default none; with --host-cores")
     group.add_argument("--decode-step-ratio", type=_rate_law, default=DEFAULTS.decode_step_ratio,
                          metavar="AT_1,EXPONENT",
                          help="a decode step's time in the cluster over its time alone, measured against the load: "
@@ -149,6 +153,7 @@ def sim_config(args: argparse.Namespace, **overrides: object) -> SimConfig:
                   decode_own_cores=args.decode_own_cores, decode_cpu_share=args.decode_cpu_share,
                   decode_step_ratio=args.decode_step_ratio, decode_step_memory=args.decode_step_memory,
                   call_overhead_s=tuple(ms / 1000 for ms in args.call_overhead_ms),
+                  call_overhead_growth=args.call_overhead_growth,
                   gateway_loop_s=args.gateway_loop_ms)
     values.update(overrides)
     return SimConfig(**values)  # type: ignore[arg-type]

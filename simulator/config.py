@@ -31,6 +31,10 @@ class SimConfig:
     # (event loops' delays, a busy host): each call draws one of these at random; empty: none.
     # Measured: a cluster's ``pdserve:prefill_call_overhead_seconds`` (``call_overhead_from_histogram``)
     call_overhead_s: tuple[float, ...] = ()
+    # how those overheads grow with the load: each draw × AT_1 · r^EXPONENT, r the requests sent
+    # over the last second (``simulator.host``'s rate; with host_cores), for draws measured at one
+    # load and the factor fitted through it (1 there) and a heavier one; (0, 0): as drawn
+    call_overhead_growth: tuple[float, float] = (0.0, 0.0)
     heartbeat_s: float = 0.5
     admission_tick_s: float = 0.025  # the admission queue's round at the latest
     slo_target: float = DEFAULT_TARGET
@@ -90,7 +94,10 @@ class SimConfig:
             raise ValueError("decode step and prefill forward factors must be > 0")
         if min(self.prefill_scale, self.decode_scale) <= 0:
             raise ValueError("prefill_scale and decode_scale must be > 0")
-        laws = (self.front_end_cores, self.prefill_own_cores, self.decode_own_cores, self.decode_step_ratio)
+        laws = (self.front_end_cores, self.prefill_own_cores, self.decode_own_cores, self.decode_step_ratio,
+                self.call_overhead_growth)
+        if self.call_overhead_growth[0] > 0 and not self.host_cores:
+            raise ValueError("call_overhead_growth reads the load from the simulated host: it needs host_cores")
         if self.host_cores < 0 or min(min(law) for law in laws) < 0:
             raise ValueError("host cores and the rate laws' figures and exponents must be >= 0")
         if min(self.gateway_loop_s) < 0:

@@ -37,7 +37,7 @@ from simulator.config import SimConfig
 from simulator.event_loop import EventLoop
 from simulator.events import Simulation
 from simulator.flight import Flight
-from simulator.host import HostCpu
+from simulator.host import HostCpu, RateLaw
 from simulator.routing import SimRouter
 from simulator.workers import SimDecodeWorker, SimPrefillWorker, SimWorker
 
@@ -301,6 +301,8 @@ class SimGateway:
     def _answer_prefill(self, flight: Flight) -> None:
         """The Prefill call's answer reaches the gateway a hop and a drawn call overhead later."""
         overhead = self._calls.choice(self.config.call_overhead_s) if self.config.call_overhead_s else 0.0
+        if overhead and self.host is not None and self.config.call_overhead_growth[0] > 0:
+            overhead *= RateLaw(*self.config.call_overhead_growth).at(self.host.rate(self.sim.now))
         self.sim.after(self.config.hop_s + overhead, self._first_token, flight, overhead)
 
     def _first_token(self, flight: Flight, overhead_s: float = 0.0) -> None:

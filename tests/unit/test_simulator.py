@@ -47,6 +47,16 @@ def test_a_call_overhead_delays_the_first_token_and_nothing_else():
     assert plain.records[0].ttft == pytest.approx(0.010)
 
 
+def test_a_call_overhead_grows_with_the_load_by_its_law():
+    # as above on a simulated host (no front end or own threads to stretch a forward): two requests
+    # sent within the last second, so each 7 ms draw × 1.5 · 2^1 = 21 ms; B's prefill ends at 20 ms
+    config = _config("scorpio", call_overhead_s=(0.007,), host_cores=2, call_overhead_growth=(1.5, 1.0))
+    a, b = simulate([_request(0, 0.0, 3), _request(1, 0.001, 3)], config, FLAT).records
+    assert (a.ttft, b.ttft) == pytest.approx((0.031, 0.040))
+    with pytest.raises(ValueError, match="host_cores"):
+        _config("scorpio", call_overhead_s=(0.007,), call_overhead_growth=(1.5, 1.0))
+
+
 def test_call_overheads_are_read_back_from_a_histogram_one_per_call():
     # cumulative buckets: 2 calls under 1 ms, 3 more in (1, 4] ms, 1 beyond 4 ms
     values = call_overhead_from_histogram([(0.001, 2), (0.004, 5), (float("inf"), 6)], hops_s=0.0005)
