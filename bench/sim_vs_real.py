@@ -11,7 +11,7 @@ runs that are not compared (and nothing from the compared ones): an RPC hop (the
 trip of the gateway's Info call, halved); what prefill calls took at the gateway beyond the
 worker's own time under the calibration load (``pdserve:prefill_call_overhead_seconds``, read
 back as one draw per call), grown with the load as its mean grew from the calibration load to the
-heavier one (``SimConfig.call_overhead_growth``: on two cores, 0.7 ms at 6 req/s, 2.0 at 64); a prefill forward: the profile's scaled by the prefill worker's own
+heavier one (``SimConfig.call_overhead_growth``; on two cores its median was 0.7 ms at 6 req/s, 2.0 at 64); a prefill forward: the profile's scaled by the prefill worker's own
 forwards under that load (their mean ratio to its model); and the decode step: the profile's
 (measured at every batch size) scaled by what a step costs inside the cluster, the decode worker's
 own model of the steps it ran under that load (``pdserve:cost_model_coefficient``, times its steps'
