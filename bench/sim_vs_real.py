@@ -11,9 +11,10 @@ runs that are not compared (and nothing from the compared ones): an RPC hop (the
 trip of the gateway's Info call, halved); what prefill calls took at the gateway beyond the
 worker's own time under the calibration load (``pdserve:prefill_call_overhead_seconds``, read
 back as one draw per call), grown with the load as its mean grew from the calibration load to the
-heavier one (``SimConfig.call_overhead_growth``; on two cores its median was 0.7 ms at 6 req/s, 2.0 at 64); a prefill forward: the profile's scaled by the prefill worker's own
-forwards under that load (their mean ratio to its model); and the decode step: the profile's
-(measured at every batch size) scaled by what a step costs inside the cluster, the decode worker's
+heavier one (``SimConfig.call_overhead_growth``; on two cores its median was 0.7 ms at 6 req/s and
+2.0 ms at 64); a prefill forward: the profile's scaled by the prefill worker's own forwards under
+that load (their mean ratio to its model); and the decode step: the profile's (measured at every
+batch size) scaled by what a step costs inside the cluster, the decode worker's
 own model of the steps it ran under that load (``pdserve:cost_model_coefficient``, times its steps'
 mean ratio to it) over the profile's, at one request. Each simulated forward and step then takes
 that times a factor drawn from how the calibration load's fell around their mean
@@ -62,9 +63,10 @@ run against the same real points: a paired comparison.
 Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
 "sim_admitted_attainment", "real_cores_used", "sim_stretch", "real_refusals", "sim_refusals",
 "real_margins", "sim_margins", and for each variant V "sim_V_goodput", "sim_V_admitted_attainment",
-"sim_V_stretch", "sim_V_refusals", "sim_V_within_15pct", and with ``--repeats`` above 1, for real and sim,
-"*_goodput_runs", "*_admitted_attainment_runs" (each run's) and "*_goodput_spread",
-"*_admitted_attainment_spread" ((max − min) / mean)}, ...], ...}``: the refusals by the reason the gateway counts (``ttft_unattainable``: the TTFT guard;
+"sim_V_stretch", "sim_V_refusals", "sim_V_within_15pct", and with ``--repeats`` above 1, for real
+and sim, "*_goodput_runs", "*_admitted_attainment_runs" (each run's) and "*_goodput_spread",
+"*_admitted_attainment_spread" ((max − min) / mean)}, ...], ...}``: the refusals by the reason the
+gateway counts (``ttft_unattainable``: the TTFT guard;
 ``decode_admission``: no decode place in time) and the guards' margins at the point's end, by kind
 and SLO, show where the real and the simulated guards part.
 """
@@ -215,9 +217,10 @@ def run_points(cluster: LocalCluster, policy: str, rates: list[float], args: arg
 
 
 def repeated(runs: list[dict]) -> dict:
-    """One point from runs of it (real, or simulated): goodput, admitted attainment, rejections and refusals by
-    reason their means, each run's goodput and attainment listed (``*_runs``), and their spread
-    ((max - min) / mean: how far two measurements of the same point part); the rest the last run's."""
+    """One point from runs of it (real, or simulated): goodput, admitted attainment, rejections and
+    refusals by reason their means, each run's goodput and attainment listed (``*_runs``), and their
+    spread ((max - min) / mean: how far two measurements of the same point part); the rest the last
+    run's."""
     def mean(key: str) -> float:
         return statistics.fmean(r[key] for r in runs)
 
@@ -376,6 +379,7 @@ def main() -> None:
         bench_point(cluster.address, args.base_rate, args, "", work / "warm-fcfs", num_prompts=args.base_prompts,
                     requests=requests(args), seed=WARM_SEED)
         real += run_points(cluster, "fcfs", rates, args, slo_mix, work)
+
     def simulated_at(config: SimConfig, truth: CostModels) -> list[dict]:  # each real point's runs, simulated
         return [repeated([sim_point(policy, rate, args, slo_mix, replace(config, policy=policy), models, truth, seed)
                           for seed in seeds(args.repeats)]) for policy in ("scorpio", "fcfs") for rate in rates]

@@ -36,7 +36,8 @@ class LocalPrompts:
         if core.cost_models is None:
             return True
         promises, step = self.promises()
-        return not promises or local_prefill.stall_keeps(promises, core.clock(), core.forward_s(tokens, attention), step)
+        forward = core.forward_s(tokens, attention)
+        return not promises or local_prefill.stall_keeps(promises, core.clock(), forward, step)
 
     def first_token_s(self, tokens: int, attention: int) -> float | None:
         """Seconds until a prompt of ``tokens`` (``attention`` work) given to this engine now
