@@ -1,9 +1,11 @@
 """The simulated host of ``bench/sim_vs_real.py``, fitted from a real cluster's measured loads: the
 cores its front end and its workers' own threads used, and (for a variant) what its decode steps
-took, each as a power of the request rate (``simulator.host``)."""
+took, each as a power of the request rate (``simulator.host``), and how a prefill call's overhead
+grows with it."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -33,6 +35,19 @@ def decode_step_law(decode_scales: list[tuple[float, float]]) -> tuple[float, fl
     profile's at two loads (``(rate, scale)``)."""
     fitted = RateLaw.fit(decode_scales)
     return fitted.at_one, fitted.exponent
+
+
+def overhead_growth(calibration: tuple[float, tuple[float, ...]], heavier: tuple[float, tuple[float, ...]]) -> RateLaw:
+    """How a prefill call's overhead grows with the load (``SimConfig.call_overhead_growth``), from
+    the overheads drawn at two loads (``(rate, draws)``): the calibration load's draws (what the
+    simulation draws from) × this law, fitted through 1 at its rate and the heavier load's mean over
+    the calibration's at the heavier rate (flat without either, and where the heavier load's is the
+    lower: noise)."""
+    (calibration_rate, drawn), (heavier_rate, heavier_drawn) = calibration, heavier
+    if not drawn or not heavier_drawn:
+        return RateLaw(1.0, 0.0)
+    ratio = max(1.0, statistics.fmean(heavier_drawn) / statistics.fmean(drawn))
+    return RateLaw.fit([(calibration_rate, 1.0), (heavier_rate, ratio)])
 
 
 def host_figures(measured: SimConfig, loads: tuple[tuple[float, dict[str, float]], ...],

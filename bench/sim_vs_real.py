@@ -87,7 +87,7 @@ from bench.cluster_readings import (call_overheads, decode_load_scale, guards_no
                                     in_cluster_decode, observed_ratios, overhead_buckets, ratios_between,
                                     step_memory)
 from bench.process_cores import cores_used, front_end  # noqa: E402
-from bench.sim_host import HOST_FIGURES, decode_step_law, host_config, host_figures  # noqa: E402
+from bench.sim_host import HOST_FIGURES, decode_step_law, host_config, host_figures, overhead_growth  # noqa: E402
 from bench.sim_variants import alone_at, variants_beside  # noqa: E402
 from bench.sim_vs_real_report import compare, plot, summary_line  # noqa: E402
 from bench.slo import TRACE_REQUESTS, bench_point, point_summary, slo_classes, trace_means  # noqa: E402
@@ -98,7 +98,6 @@ from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
 from simulator.config import SimConfig  # noqa: E402
-from simulator.host import RateLaw  # noqa: E402
 from simulator.profile import this_machine  # noqa: E402
 from simulator.run import simulate  # noqa: E402
 
@@ -270,7 +269,7 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     own_cores = replace(own_cores, decode_step_memory=step_memory(cluster))  # the heavier load's last steps
     decode_scales.append((args.front_end_rate, heavier_decode_scale))
     loads = (args.base_rate, unloaded_used), (args.calibration_rate, used), (args.front_end_rate, heavier)
-    growth = overhead_growth(args, overheads, heavier_overheads)
+    growth = overhead_growth((args.calibration_rate, overheads), (args.front_end_rate, heavier_overheads))
     machine.update({"call_overhead_ms_mean_calibration": statistics.fmean(overheads) * 1000 if overheads else 0.0,
                     "call_overhead_ms_mean_heavier": (statistics.fmean(heavier_overheads) * 1000
                                                       if heavier_overheads else 0.0),
@@ -293,17 +292,6 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     machine.update(host_figures(measured, loads, decode_scales, stretch))
     progress("the host: " + ", ".join(f"{k} {v:.3g}" for k, v in machine.items() if k.startswith(HOST_FIGURES)))
     return truth, machine, shared, alone_at(truth, stretch), variants
-
-
-def overhead_growth(args: argparse.Namespace, calibration: tuple[float, ...], heavier: tuple[float, ...]) -> RateLaw:
-    """How a prefill call's overhead grows with the load: the calibration load's draws (what the
-    simulation draws from) × this law, fitted through 1 at the calibration rate and the heavier
-    load's mean overhead over the calibration's at its rate (flat without either, and where the
-    heavier load's is the lower: noise)."""
-    if not calibration or not heavier:
-        return RateLaw(1.0, 0.0)
-    ratio = max(1.0, statistics.fmean(heavier) / statistics.fmean(calibration))
-    return RateLaw.fit([(args.calibration_rate, 1.0), (args.front_end_rate, ratio)])
 
 
 def heavier_load(cluster: LocalCluster, models: CostModels, args: argparse.Namespace, work: Path

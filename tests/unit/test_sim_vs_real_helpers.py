@@ -93,14 +93,12 @@ def test_a_point_run_several_times_is_compared_at_its_mean_and_carries_its_sprea
 
 
 def test_the_call_overheads_growth_is_fitted_through_one_at_the_calibration_load_and_the_heavier_ones_mean():
-    import argparse
     import math
 
-    import bench.sim_vs_real as svr
+    from bench.sim_host import overhead_growth
 
-    args = argparse.Namespace(calibration_rate=6.0, front_end_rate=18.0)
-    law = svr.overhead_growth(args, (0.0005, 0.0015), (0.001, 0.002, 0.003))  # means 1 ms and 2 ms
+    law = overhead_growth((6.0, (0.0005, 0.0015)), (18.0, (0.001, 0.002, 0.003)))  # means 1 ms and 2 ms
     assert law.at(6.0) == pytest.approx(1.0) and law.at(18.0) == pytest.approx(2.0)
     assert law.exponent == pytest.approx(math.log(2) / math.log(3))
-    assert svr.overhead_growth(args, (0.001,), (0.0005,)).at(64.0) == pytest.approx(1.0)  # lighter at load: flat
-    assert svr.overhead_growth(args, (), (0.002,)).at(64.0) == 1.0  # nothing measured: as drawn
+    assert overhead_growth((6.0, (0.001,)), (18.0, (0.0005,))).at(64.0) == pytest.approx(1.0)  # lighter at load: flat
+    assert overhead_growth((6.0, ()), (18.0, (0.002,))).at(64.0) == 1.0  # nothing measured: as drawn
