@@ -97,7 +97,8 @@ class SimConfig:
         laws = (self.front_end_cores, self.prefill_own_cores, self.decode_own_cores, self.decode_step_ratio,
                 self.call_overhead_growth)
         if self.call_overhead_growth[0] > 0 and not self.host_cores:
-            raise ValueError("call_overhead_growth reads the load from the simulated host: it needs host_cores")
+            raise ValueError("call_overhead_growth (--call-overhead-growth) reads the load from the simulated host: "
+                             "it needs host_cores (--host-cores)")
         if self.host_cores < 0 or min(min(law) for law in laws) < 0:
             raise ValueError("host cores and the rate laws' figures and exponents must be >= 0")
         if min(self.gateway_loop_s) < 0:
