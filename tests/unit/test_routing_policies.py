@@ -96,3 +96,32 @@ def test_where_load_ties_the_worker_holding_the_prompt_wins_before_free_blocks()
     assert decode_order_by_vbs([DecodeView(), DecodeView()], [240, 256], tpot_s=0.0, held=[6, 0]) == [0, 1]
     assert least_loaded_order([0, 0], [-240, -256], held=[6, 0]) == [0, 1]
     assert least_loaded_order([1, 0], [-240, -256], held=[6, 0]) == [1, 0], "load still decides first"
+
+
+def test_the_simulated_gateway_orders_its_workers_by_the_same_functions():
+    from types import SimpleNamespace
+
+    from simulator.routing import SimRouter
+
+    workers = [SimpleNamespace(worker_id=w) for w in ("d0", "d1", "d2")]
+    light, heavy, empty = DecodeView(), DecodeView(), DecodeView()
+    light.routed.update({"a": 0.1})
+    heavy.routed.update({"b": 0.02, "c": 0.02})
+    views = {"d0": light, "d1": heavy, "d2": empty}
+    free = {"d0": 10, "d1": 10, "d2": 5}
+    inflight = {"d0": 2, "d1": 0, "d2": 1}
+    ids = lambda order: [w.worker_id for w in order]  # noqa: E731
+    scorpio = SimRouter("scorpio", ttft_guard=True)
+    assert ids(scorpio.decode_order(workers, views, free, inflight, 0.02)) == ["d2", "d0", "d1"]  # as above
+    fcfs = SimRouter("fcfs", ttft_guard=False)
+    assert ids(fcfs.decode_order(workers, views, free, inflight, 0.02)) == ["d1", "d2", "d0"]  # fewest in flight
+    guards = {w.worker_id: _guard({}) for w in workers}
+    guards["d0"].queued["q"] = (10.0, 2000, 0.0)
+    prefill_inflight = {"d0": 0, "d1": 0, "d2": 0}
+    # fcfs: none in flight anywhere, so the queued tokens decide: d0's 2000 put it last
+    assert ids(fcfs.prefill_order(workers, guards, prefill_inflight, 250, 0.020, 0.0, 0.020)) == ["d1", "d2", "d0"]
+    assert ids(scorpio.prefill_order(workers, guards, prefill_inflight, 250, 0.020, 0.0, 0.020))[-1] == "d0"
+    turns = SimRouter("round_robin", ttft_guard=False)
+    assert [ids(turns.decode_order(workers, views, free, inflight, 0.02)) for _ in range(2)] == [
+        ["d0", "d1", "d2"], ["d1", "d2", "d0"]]
+    assert ids(turns.prefill_order(workers, guards, prefill_inflight, 250, 0.020, 0.0, 0.020)) == ["d0", "d1", "d2"]
