@@ -72,6 +72,8 @@ class SimGateway:
         self.decoding = {w.worker_id: {} for w in self.decodes}
         self.router = SimRouter(self.config.policy, self.config.ttft_guard)
         self._calls = random.Random(f"{self.config.seed}-calls")  # draws of ``config.call_overhead_s``
+        growth = self.config.call_overhead_growth  # those draws × this law at the host's rate (with a host)
+        self._overhead_growth = RateLaw(*growth) if growth[0] > 0 and self.host is not None else None
         self._free_blocks = {w.worker_id: w.core.load.free_blocks for w in self.decodes}
         self.admission = SimAdmissionQueue(self.sim, self.config.admission_tick_s, self._refuse, self._reserve,
                                            self._reserved)
@@ -301,8 +303,9 @@ class SimGateway:
     def _answer_prefill(self, flight: Flight) -> None:
         """The Prefill call's answer reaches the gateway a hop and a drawn call overhead later."""
         overhead = self._calls.choice(self.config.call_overhead_s) if self.config.call_overhead_s else 0.0
-        if overhead and self.host is not None and self.config.call_overhead_growth[0] > 0:
-            overhead *= RateLaw(*self.config.call_overhead_growth).at(self.host.rate(self.sim.now))
+        if overhead and self._overhead_growth is not None:
+            assert self.host is not None
+            overhead *= self._overhead_growth.at(self.host.rate(self.sim.now))
         self.sim.after(self.config.hop_s + overhead, self._first_token, flight, overhead)
 
     def _first_token(self, flight: Flight, overhead_s: float = 0.0) -> None:
