@@ -24,7 +24,7 @@ from bench.common import emit, progress  # noqa: E402
 from common.slo.startup import hardware_name  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILE = Path("simulator/profiles/h100-1b-bfloat16.json")
+PROFILE = Path("simulator/profiles/h200-1b-bfloat16.json")  # measured by `pdserve profile` there
 CLASSES = "a:500:30,b:2000:30,c:3000:30,d:500:50,e:1000:50,f:7500:50"
 TRACE_REQUESTS = 19366
 KEPT = ("num_prompts", "duration", "request_goodput", "slo_adherence", "rejected", "failed", "median_ttft_ms",

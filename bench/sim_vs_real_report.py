@@ -9,14 +9,14 @@ from pathlib import Path
 from bench.sim_variants import VARIANTS
 
 
-def _close(s: dict, r: dict, key: str) -> bool:
+def close_enough(s: dict, r: dict, key: str) -> bool:
     """The simulated figure within 15% of the real point's."""
     return abs(s[key] - r[key]) <= 0.15 * max(r[key], 1e-9)
 
 
-def _within(s: dict, r: dict) -> bool:
+def both_close(s: dict, r: dict) -> bool:
     """Goodput and admitted attainment both within 15% of the real point's."""
-    return _close(s, r, "goodput") and _close(s, r, "admitted_attainment")
+    return close_enough(s, r, "goodput") and close_enough(s, r, "admitted_attainment")
 
 
 def compare(real: list[dict], simulated: list[dict], beside: dict[str, list[dict]]) -> list[dict]:
@@ -40,9 +40,9 @@ def compare(real: list[dict], simulated: list[dict], beside: dict[str, list[dict
             v = same(points)
             point.update({f"sim_{name}_goodput": v["goodput"], f"sim_{name}_admitted_attainment": v["admitted_attainment"],
                           f"sim_{name}_stretch": v["stretch"], f"sim_{name}_refusals": v["refusals"],
-                          f"sim_{name}_within_15pct": _within(v, r)})
-        point["goodput_within_15pct"] = _close(s, r, "goodput")
-        point["attainment_within_15pct"] = _close(s, r, "admitted_attainment")
+                          f"sim_{name}_within_15pct": both_close(v, r)})
+        point["goodput_within_15pct"] = close_enough(s, r, "goodput")
+        point["attainment_within_15pct"] = close_enough(s, r, "admitted_attainment")
         out.append(point)
     return out
 
