@@ -141,8 +141,11 @@ class EngineCore:
             return True
         new = tpot_guard.Decoding(tpot_slo_ms / 1000, max_tokens - 1, prompt_len + 1)
         present = self.decodings({slo_class_ms(tpot_slo_ms / 1000): epsilon})
+        # the newcomer needs a place once its KV is committed: at least a prefill forward's fixed cost away
+        soonest_commit_s = max(0.0, self.cost_models.prefill.base_s)
         return tpot_guard.admits_request(new, present, self.cost_models.decode, self.unloaded_step_s,
-                                         epsilon, self.step_costs.calibration.scale, self.config.max_batch_size)
+                                         epsilon, self.step_costs.calibration.scale, self.config.max_batch_size,
+                                         soonest_commit_s)
 
     def prefill_cap(self) -> int:
         """Prompt tokens a step may compute now: the configured budget, cut under a TTFT guard so

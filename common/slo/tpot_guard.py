@@ -8,8 +8,9 @@ forward (``projected_tpots``): under credit batching each request runs at rate
 batch size ``Σ TRP`` and the mean length, and requests leave when their tokens run out (at most
 ``max_tokens``: an earlier EOS only helps). Then::
 
-    admitted ⇔ requests present (running, waiting, reserved) + 1 ≤ max_batch_size
-               and for every request r with a TPOT SLO:  projected TPOT(r) · ε(r) ≤ SLO(r)
+    admitted ⇔ for every request r with a TPOT SLO:  projected TPOT(r) · ε(r) ≤ SLO(r)
+               and, if that makes k more present (running, waiting, reserved) than
+               max_batch_size, k of them are projected to leave before the newcomer can commit
     idle (nothing running, nothing reserved) ⇔ unloaded_step · ε(new) ≤ SLO(new)
 
 ε is the margin the gateway's closed loop steers (``common.slo.promise``; it starts at
@@ -105,8 +106,11 @@ def admits(requests: Sequence[Decoding], model: DecodeModel, epsilon: float = TP
            calibration: Callable[[float], float] = _uncalibrated) -> bool:
     """Whether every request with a TPOT SLO keeps it over its decode, with its own margin
     (``Decoding.epsilon``) or else ``epsilon``."""
-    return all(not r.slo_s or tpot * (r.epsilon or epsilon) <= r.slo_s
-               for r, tpot in zip(requests, projected_tpots(requests, model, calibration)))
+    return _all_keep(requests, projected_tpots(requests, model, calibration), epsilon)
+
+
+def _all_keep(requests: Sequence[Decoding], tpots: Sequence[float], epsilon: float) -> bool:
+    return all(not r.slo_s or tpot * (r.epsilon or epsilon) <= r.slo_s for r, tpot in zip(requests, tpots))
 
 
 def step_keeps(step_s: float, slo_s: float, epsilon: float = TPOT_MARGIN) -> bool:
@@ -118,24 +122,37 @@ def step_keeps(step_s: float, slo_s: float, epsilon: float = TPOT_MARGIN) -> boo
 
 def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeModel, unloaded_step_s: float | None,
                    epsilon: float = TPOT_MARGIN, calibration: Callable[[float], float] = _uncalibrated,
-                   max_running: int | None = None) -> bool:
+                   max_running: int | None = None, soonest_commit_s: float = 0.0) -> bool:
     """The guard's answer for ``new`` (no SLO: always admitted) joining the requests ``present``
     (running and reserved); ``unloaded_step_s``: one request's step measured alone (None: not
     measured, the model decides even when idle); ``max_running``: the most requests the engine
-    runs at once (its ``max_batch_size``; None: no limit).
+    runs at once (its ``max_batch_size``; None: no limit); ``soonest_commit_s``: the least time
+    before ``new`` can need a place in the batch (its KV committed here, at least one prefill
+    forward away).
 
     The projection has every request present decode from now on; past ``max_running`` some of
-    them wait for a free place in the batch with their first token already out, and their TPOT
-    grows by the wait. So a request with an SLO that would make more than ``max_running``
-    present is refused: under credit batching loose requests are slowed to their SLO and stay
-    present longer, and that limit, not the step time, is what binds first."""
+    them would wait for a place in the batch with their first token already out, and their TPOT
+    grow by the wait. Under credit batching loose requests are slowed to their SLO and stay
+    present longer, and that limit, not the step time, is what binds first. So a request with an
+    SLO that makes k more present than ``max_running`` is admitted only if the projection has k
+    of those present leave within ``soonest_commit_s``: the places free before it could take
+    one, and nobody waits. (Counting places alone refused requests a GPU serves in time: its steps
+    are short beside a prefill forward, so places free within one.)"""
     if not new.slo_s:
         return True
-    if max_running is not None and len(present) + 1 > max_running:
-        return False
     if not present and unloaded_step_s is not None:
         return step_keeps(unloaded_step_s, new.slo_s, epsilon)
-    return admits([*present, new], model, epsilon, calibration)
+    together = [*present, new]
+    past_limit = len(together) - max_running if max_running is not None else 0
+    if past_limit > 0 and soonest_commit_s <= 0:
+        return False  # no place can free in time: no projection needed
+    tpots = projected_tpots(together, model, calibration)
+    if not _all_keep(together, tpots, epsilon):
+        return False
+    if past_limit <= 0:
+        return True
+    departures = sorted(tpot * r.remaining for r, tpot in zip(present, tpots))
+    return departures[past_limit - 1] <= soonest_commit_s
 
 
 def tpot_epsilons(target: float = DEFAULT_TARGET, clock: Callable[[], float] = time.monotonic) -> ClassMargins:

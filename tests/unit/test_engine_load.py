@@ -80,16 +80,21 @@ async def test_typed_engine_calls_return_their_results_and_raise_the_engines_err
     engine.check_integrity()
 
 
-def test_a_decode_worker_reserves_no_more_requests_with_a_tpot_slo_than_its_batch_holds():
-    """Running and reserved requests both count: one more than ``max_batch_size`` would wait
-    for a place in the batch after its first token, so the TPOT guard refuses it."""
+def test_a_decode_worker_admits_past_its_batch_only_where_a_place_frees_before_the_prefill():
+    """Running and reserved requests both count: one more than ``max_batch_size`` would wait for a
+    place in the batch after its first token, unless one is projected to free before its KV can
+    be committed (at least a prefill forward's fixed cost away). 10 ms steps; "a" has 2 tokens to go,
+    so its place frees in 20 ms."""
     engine = LLMEngine(EngineConfig(num_kv_blocks=64, policy="scorpio", max_batch_size=2))
-    engine.cost_models = CostModels(PrefillModel(0, 0.001, 0.0), DecodeModel(0.0, 0.0, 0.0, 0.0001))  # 0.1 ms a step
+    decode = DecodeModel(0.0, 0.0, 0.0, 0.010)  # 10 ms a step
+    engine.cost_models = CostModels(PrefillModel(0, 0.001, 0.0), decode)  # a forward: 1 ms at least
     first = engine.reserve("a", 3, 4, tpot_slo_ms=50.0)
-    engine.commit("a", first.lease_id, [1, 2, 3], 7, PARAMS, tpot_slo_ms=50.0)
-    assert engine.reserve("b", 3, 4, tpot_slo_ms=50.0) is not None
+    engine.commit("a", first.lease_id, [1, 2, 3], 7, PARAMS, tpot_slo_ms=50.0)  # 3 tokens, the first out
+    assert engine.reserve("b", 3, 4, tpot_slo_ms=50.0) is not None  # a place at once
     with pytest.raises(AdmissionError):
-        engine.reserve("c", 3, 4, tpot_slo_ms=50.0)
+        engine.reserve("c", 3, 4, tpot_slo_ms=50.0)  # a's place frees in 20 ms, c could commit in 1
+    engine.cost_models = CostModels(PrefillModel(0, 0.025, 0.0), decode)  # a forward: 25 ms at least
+    assert engine.reserve("c", 3, 4, tpot_slo_ms=50.0) is not None
     assert engine.reserve("d", 3, 4) is not None  # no TPOT SLO: nothing to promise, never refused
 
 

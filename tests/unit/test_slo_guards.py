@@ -258,17 +258,28 @@ def test_tpot_guard_admits_an_idle_worker_by_its_unloaded_step_and_a_busy_one_by
     assert admits_request(new(30.0), _same(2, 0.030, remaining=20), model, step, epsilon=0.9)
 
 
-def test_tpot_guard_refuses_a_request_the_batch_has_no_place_for():
-    """Past ``max_running`` a committed request waits for a place in the batch with its first
-    token out, however cheap the model says steps are: the guard counts places, not only time."""
+def test_tpot_guard_admits_past_the_batch_only_where_places_free_before_the_newcomer_commits():
+    """Past ``max_running`` a committed request would wait for a place in the batch with its first
+    token out. Worked by hand with 1 ms steps whatever the batch, every SLO alike (so every request
+    runs every step): those present leave after 10, 20 and 30 ms. k past the limit, the newcomer is
+    admitted only if the k-th of them leaves within ``soonest_commit_s``."""
     from common.slo.tpot_guard import admits_request
 
-    model = DecodeModel(alpha=0.0, beta=0.0, gamma=0.0, delta=0.001)  # 1 ms a step whatever the batch
-    present = _same(3, 0.050, remaining=20)
-    assert admits_request(Decoding(0.050, 20, 9), present, model, 0.001, max_running=4)
-    assert not admits_request(Decoding(0.050, 20, 9), present, model, 0.001, max_running=3)
-    assert admits_request(Decoding(0.050, 20, 9), present, model, 0.001)  # no limit given: time alone
-    assert admits_request(Decoding(0.0, 20, 9), present, model, 0.001, max_running=3)  # no SLO: never refused
+    model = DecodeModel(alpha=0.0, beta=0.0, gamma=0.0, delta=0.001)
+
+    def admitted(max_running: int | None, soonest_commit_s: float, slo_ms: float = 50.0) -> bool:
+        present = [Decoding(slo_ms / 1000, remaining, 100) for remaining in (10, 20, 30)]
+        return admits_request(Decoding(slo_ms / 1000, 20, 9), present, model, 0.001, max_running=max_running,
+                              soonest_commit_s=soonest_commit_s)
+
+    assert admitted(4, 0.0)  # a place at once
+    assert not admitted(3, 0.0)  # no time for a place to free: refused, however cheap the steps
+    assert not admitted(3, 0.0099) and admitted(3, 0.0101)  # one past: the first leaves at 10 ms
+    assert not admitted(2, 0.0199) and admitted(2, 0.0201)  # two past: the second at 20 ms
+    assert not admitted(2, 1.0, slo_ms=1.29)  # places or not, the TPOT projection still decides (1 ms x 1.3)
+    assert admitted(None, 0.0)  # no limit given: time alone
+    # no SLO: never refused, whatever the batch holds
+    assert admits_request(Decoding(0.0, 20, 9), [Decoding(0.05, 10, 100)], model, 0.001, max_running=1)
 
 
 def test_tpot_guard_projects_growing_lengths_and_applies_the_calibration():
