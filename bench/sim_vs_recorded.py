@@ -18,7 +18,8 @@ Last line: ``{"recorded", "cost_model", "workloads": {NAME: {"calibration": {"ra
 "prefill_scale"}, "points": [{"rate", "policy", "real_goodput", "sim_goodput",
 "real_admitted_attainment", "sim_admitted_attainment", "sim_profile_goodput",
 "sim_profile_admitted_attainment", "sim_profile_within_15pct", "real_rejected", "sim_rejected", "real_p99_ttft_ms",
-"sim_p99_ttft_ms", "real_p99_tpot_ms", "sim_p99_tpot_ms", "goodput_within_15pct",
+"sim_p99_ttft_ms", "real_p99_tpot_ms", "sim_p99_tpot_ms", "real_gateway_loop_busy" (its loop thread's CPU
+over the point, where recorded), "sim_gateway_loop_busy", "goodput_within_15pct",
 "attainment_within_15pct"}, ...]}}}``.
 """
 
@@ -97,7 +98,8 @@ def sim_point(workload: RecordedWorkload, point: dict, models: CostModels, scale
     run = simulate(plan_for(workload, point), config, models)
     result = summarize(run.records, run.duration, [99.0], ["ttft", "tpot"])
     result["per_class"] = {}
-    return point_summary(point["policy"], point["rate"], {**result, "num_prompts": len(run.records)})
+    summary = point_summary(point["policy"], point["rate"], {**result, "num_prompts": len(run.records)})
+    return {**summary, "gateway_loop_busy": run.gateway_loop_busy}
 
 
 def calibrate(workload: RecordedWorkload, models: CostModels) -> tuple[float, float]:
@@ -131,6 +133,10 @@ def compared(real: dict, sim: dict, bare: dict) -> dict:
     for key in ("goodput", "admitted_attainment", "rejected", "p99_ttft_ms", "p99_tpot_ms"):
         point[f"real_{key}"], point[f"sim_{key}"] = real[key], sim[key]
     point["sim_profile_goodput"], point["sim_profile_admitted_attainment"] = bare["goodput"], bare["admitted_attainment"]
+    # the share of the point the gateway's event loop worked: real, its thread's CPU over the point
+    if "gateway_loop_cpu_s" in real and real.get("duration_s"):
+        point["real_gateway_loop_busy"] = real["gateway_loop_cpu_s"] / real["duration_s"]
+    point["sim_gateway_loop_busy"] = sim["gateway_loop_busy"]
     point["sim_profile_within_15pct"] = both_close(bare, real)
     point["goodput_within_15pct"] = close_enough(sim, real, "goodput")
     point["attainment_within_15pct"] = close_enough(sim, real, "admitted_attainment")
@@ -163,7 +169,8 @@ def main() -> None:
             progress(f"  {p['policy']:8s} @ {p['rate']:5g}: goodput real {p['real_goodput']:.1f} sim {p['sim_goodput']:.1f}"
                      f" (profile alone {p['sim_profile_goodput']:.1f}); admitted attainment real "
                      f"{p['real_admitted_attainment']:.1%} sim {p['sim_admitted_attainment']:.1%}; refused real "
-                     f"{p['real_rejected']} sim {p['sim_rejected']}")
+                     f"{p['real_rejected']} sim {p['sim_rejected']}; gateway loop busy real "
+                     f"{p.get('real_gateway_loop_busy', float('nan')):.0%} sim {p['sim_gateway_loop_busy']:.0%}")
             points.append(p)
         within = sum(p["goodput_within_15pct"] and p["attainment_within_15pct"] for p in points)
         bare = sum(p["sim_profile_within_15pct"] for p in points)

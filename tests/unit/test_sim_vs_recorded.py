@@ -65,9 +65,11 @@ def test_records_it_cannot_use_are_refused_with_what_to_do():
 def test_a_compared_point_is_judged_within_15_percent_on_each_figure():
     def point(goodput: float, attainment: float) -> dict:
         return {"policy": "scorpio", "rate": 64.0, "goodput": goodput, "admitted_attainment": attainment,
-                "rejected": 3, "p99_ttft_ms": 50.0, "p99_tpot_ms": 5.0}
+                "rejected": 3, "p99_ttft_ms": 50.0, "p99_tpot_ms": 5.0, "gateway_loop_busy": 0.25}
 
-    p = compared(point(100.0, 1.0), point(116.0, 0.9), point(100.0, 0.8))
+    real = {**point(100.0, 1.0), "gateway_loop_cpu_s": 4.0, "duration_s": 10.0}
+    p = compared(real, point(116.0, 0.9), point(100.0, 0.8))
+    assert (p["real_gateway_loop_busy"], p["sim_gateway_loop_busy"]) == (0.4, 0.25)
     assert not p["goodput_within_15pct"] and p["attainment_within_15pct"]
     assert not p["sim_profile_within_15pct"]  # its attainment is 20% off
     assert (p["real_goodput"], p["sim_goodput"], p["sim_profile_goodput"]) == (100.0, 116.0, 100.0)
