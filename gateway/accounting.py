@@ -50,4 +50,8 @@ class RequestAccounting:
         self.metrics.finished(code)
         if before_work:
             self.metrics.rejected(reason)
-        log.info("ended with %s (%s): %s", code, reason, message, extra={"status": code, "reason": reason})
+        # a refusal before any work is counted (pdserve:request_rejections) and logged at debug: past
+        # capacity refusals come by the hundred a second, and a line each took a seventh of what a
+        # refusal cost the event loop
+        log.log(logging.DEBUG if before_work else logging.INFO, "ended with %s (%s): %s", code, reason, message,
+                extra={"status": code, "reason": reason})

@@ -34,8 +34,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         try:
             async for message in self.front.generate(request, caller):
                 yield message
-        except RequestError as exc:
-            await context.abort(exc.code, exc.message)
+        except RequestError as exc:  # the status set and the handler returned: no exception to unwind
+            context.set_code(exc.code)
+            context.set_details(exc.message)
         except Exception as exc:  # the gateway's own fault: INTERNAL says so, grpc's default UNKNOWN does not
             log.exception("request failed inside the gateway")
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error in the gateway: {type(exc).__name__}")
