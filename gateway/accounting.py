@@ -50,8 +50,12 @@ class RequestAccounting:
         self.metrics.finished(code)
         if before_work:
             self.metrics.rejected(reason)
-        # a refusal before any work is counted (pdserve:request_rejections) and logged at debug: past
-        # capacity refusals come by the hundred a second, and a line each took a seventh of what a
-        # refusal cost the event loop
-        log.log(logging.DEBUG if before_work else logging.INFO, "ended with %s (%s): %s", code, reason, message,
+        log.log(_level(code, before_work), "ended with %s (%s): %s", code, reason, message,
                 extra={"status": code, "reason": reason})
+
+
+def _level(code: str, before_work: bool) -> int:
+    """A load refusal (RESOURCE_EXHAUSTED before any work) is counted (pdserve:request_rejections)
+    and logged at debug: past capacity they come by the hundred a second, and a line each took a
+    seventh of what a refusal cost the event loop. Every other ending is logged at info."""
+    return logging.DEBUG if before_work and code == "RESOURCE_EXHAUSTED" else logging.INFO
