@@ -87,13 +87,11 @@ from bench.cluster_readings import (call_overheads, decode_load_scale, guards_no
                                     in_cluster_decode, observed_ratios, overhead_buckets, ratios_between,
                                     step_memory)
 from bench.process_cores import cores_used, front_end  # noqa: E402
+from bench.replay import planned_arrivals, simulated_point  # noqa: E402
 from bench.sim_host import HOST_FIGURES, decode_step_law, host_config, host_figures, overhead_growth  # noqa: E402
 from bench.sim_variants import alone_at, variants_beside  # noqa: E402
 from bench.sim_vs_real_report import compare, plot, summary_line  # noqa: E402
 from bench.slo import TRACE_REQUESTS, bench_point, point_summary, slo_classes, trace_means  # noqa: E402
-from client.bench.cli import add_bench_args  # noqa: E402
-from client.bench.metrics import summarize  # noqa: E402
-from client.bench.plan import build_plan  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 from common.slo.cost_models import CostModels, DecodeModel  # noqa: E402
@@ -127,25 +125,13 @@ def seeds(repeats: int) -> list[int]:
     return [COMPARED_SEED] + [WARM_SEED + i for i in range(1, repeats)]
 
 
-def bench_namespace(args: argparse.Namespace, rate: float, slo_mix: str, num_prompts: int,
-                    seed: int = COMPARED_SEED) -> argparse.Namespace:
-    """The ``pdserve bench`` arguments ``bench_point`` runs with, for building the same plan."""
-    parser = argparse.ArgumentParser()
-    add_bench_args(parser)
-    argv = ["--num-prompts", str(num_prompts), "--request-rate", str(rate), "--seed", str(seed), *requests(args),
-            "--ignore-eos"] + (["--slo-mix", slo_mix] if slo_mix else [])
-    return parser.parse_args(argv)
-
-
 def sim_point(policy: str, rate: float, args: argparse.Namespace, slo_mix: str, config: SimConfig, models,  # type: ignore[no-untyped-def]
               truth, seed: int = COMPARED_SEED) -> dict:  # type: ignore[no-untyped-def]
     n = max(args.min_prompts, round(rate * args.duration_s))
-    run = simulate(build_plan(bench_namespace(args, rate, slo_mix, n, seed), rate), config, models, truth)
-    result = summarize(run.records, run.duration, [99.0], ["ttft", "tpot"])
-    result["per_class"] = {}
+    run = simulate(planned_arrivals(requests(args), rate, slo_mix, n, seed), config, models, truth)
     margins = {_kind_and_slo(key): m for key, m in run.margins.items()}
-    return {**point_summary(policy, rate, {**result, "num_prompts": len(run.records)}), "stretch": run.stretch,
-            "refusals": run.refusals, "margins": margins, "busy": run.busy}
+    return {**simulated_point(run, policy, rate), "stretch": run.stretch, "refusals": run.refusals,
+            "margins": margins, "busy": run.busy}
 
 
 def _kind_and_slo(margin_key: str) -> str:

@@ -35,11 +35,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import emit, progress  # noqa: E402
+from bench.replay import planned_arrivals, simulated_point  # noqa: E402
 from bench.sim_vs_real_report import both_close, close_enough, plot  # noqa: E402
-from bench.slo import point_seed, point_summary  # noqa: E402
-from client.bench.cli import add_bench_args  # noqa: E402
-from client.bench.metrics import summarize  # noqa: E402
-from client.bench.plan import build_plan  # noqa: E402
+from bench.slo import point_seed  # noqa: E402
+from client.bench.workload import PlannedRequest  # noqa: E402
 from common.slo.cost_models import CostModels  # noqa: E402
 from simulator.config import SimConfig  # noqa: E402
 from simulator.run import simulate  # noqa: E402
@@ -81,25 +80,21 @@ class RecordedWorkload:
         return [p for p in self.points if p is not calibration]
 
 
-def plan_for(workload: RecordedWorkload, point: dict) -> list:  # type: ignore[type-arg]
+def plan_for(workload: RecordedWorkload, point: dict) -> list[PlannedRequest]:
     """The arrivals the recorded point's load tester sent: same flags, rate, count and seed."""
-    parser = argparse.ArgumentParser()
-    add_bench_args(parser)
-    argv = ["--num-prompts", str(point["num_prompts"]), "--request-rate", str(point["rate"]),
-            "--seed", str(point_seed(point["rate"])), *workload.requests, "--ignore-eos", "--slo-mix", workload.slo_mix]
-    return build_plan(parser.parse_args(argv), point["rate"])
+    return planned_arrivals(workload.requests, point["rate"], workload.slo_mix, point["num_prompts"],
+                            point_seed(point["rate"]))
 
 
-def sim_point(workload: RecordedWorkload, point: dict, models: CostModels, scales: tuple[float, float]) -> dict:
+def sim_point(workload: RecordedWorkload, point: dict, models: CostModels, scales: tuple[float, float],
+              plan: list[PlannedRequest] | None = None) -> dict:
     """The point simulated on one prefill and one decode worker, forwards at ``scales`` (prefill,
-    decode) × the profile; its summary as ``bench/slo.py`` records one."""
+    decode) × the profile; its summary as ``bench/slo.py`` records one. ``plan``: the point's
+    arrivals where the caller has them already (``plan_for``)."""
     config = SimConfig(policy=point["policy"], gateway_loop_s=workload.gateway_loop_s,
                        prefill_scale=scales[0], decode_scale=scales[1])
-    run = simulate(plan_for(workload, point), config, models)
-    result = summarize(run.records, run.duration, [99.0], ["ttft", "tpot"])
-    result["per_class"] = {}
-    summary = point_summary(point["policy"], point["rate"], {**result, "num_prompts": len(run.records)})
-    return {**summary, "gateway_loop_busy": run.gateway_loop_busy}
+    run = simulate(plan if plan is not None else plan_for(workload, point), config, models)
+    return {**simulated_point(run, point["policy"], point["rate"]), "gateway_loop_busy": run.gateway_loop_busy}
 
 
 def calibrate(workload: RecordedWorkload, models: CostModels) -> tuple[float, float]:
@@ -108,9 +103,10 @@ def calibrate(workload: RecordedWorkload, models: CostModels) -> tuple[float, fl
     the p99 grows far faster than the scale, so a ratio overshoots into saturation. A scale only
     rises from 1 (a worker is not faster inside a cluster than its profile)."""
     point = workload.calibration_point()
+    plan = plan_for(workload, point)  # the same arrivals at every scale tried
 
     def p99(key: str, scales: tuple[float, float]) -> float:
-        return float(sim_point(workload, point, models, scales)[key])
+        return float(sim_point(workload, point, models, scales, plan)[key])
 
     decode = _bisect(lambda s: p99("p99_tpot_ms", (1.0, s)) - point["p99_tpot_ms"])
     prefill = _bisect(lambda s: p99("p99_ttft_ms", (s, decode)) - point["p99_ttft_ms"])
@@ -165,7 +161,9 @@ def main() -> None:
                  f"decode × {scales[1]:.2f} the profile")
         points = []
         for real in workload.compared_points():
-            p = compared(real, sim_point(workload, real, models, scales), sim_point(workload, real, models, (1.0, 1.0)))
+            plan = plan_for(workload, real)
+            p = compared(real, sim_point(workload, real, models, scales, plan),
+                         sim_point(workload, real, models, (1.0, 1.0), plan))
             progress(f"  {p['policy']:8s} @ {p['rate']:5g}: goodput real {p['real_goodput']:.1f} sim {p['sim_goodput']:.1f}"
                      f" (profile alone {p['sim_profile_goodput']:.1f}); admitted attainment real "
                      f"{p['real_admitted_attainment']:.1%} sim {p['sim_admitted_attainment']:.1%}; refused real "
