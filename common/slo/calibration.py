@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable
+
+from common.slo.ordered_window import OrderedWindow
 
 
 class Calibration:
@@ -44,7 +45,7 @@ class Calibration:
         self.bounds = bounds
         self.min_samples = min_samples
         self._clock = clock
-        self._samples: deque[tuple[float, float]] = deque()  # (when, observed / predicted)
+        self._samples = OrderedWindow()  # observed / predicted, with when
         self._sum = 0.0
         self._sum_sq = 0.0
         self._ratio: float | None = None  # what ``ratio`` returns until the samples change
@@ -53,7 +54,8 @@ class Calibration:
         if predicted_s <= 0 or observed_s < 0:
             return
         ratio = observed_s / predicted_s
-        self._samples.append((self._clock(), ratio))
+        if not self._samples.add(self._clock(), ratio):
+            return
         self._sum += ratio
         self._sum_sq += ratio * ratio
         self._ratio = None
@@ -72,8 +74,7 @@ class Calibration:
         if n == 0:
             return 1.0
         if self.quantile is not None:
-            ordered = sorted(ratio for _, ratio in self._samples)
-            return self._clamp(ordered[min(n - 1, math.ceil(self.quantile * n) - 1)])
+            return self._clamp(self._samples.quantile(self.quantile))
         mean = self._sum / n
         std = math.sqrt(max(0.0, self._sum_sq / n - mean * mean))
         return self._clamp(mean + self.spread * std)
@@ -90,8 +91,8 @@ class Calibration:
 
     def _forget_old(self) -> None:
         horizon = self._clock() - self.window_s
-        while len(self._samples) > self.min_samples and self._samples[0][0] < horizon:
-            _, ratio = self._samples.popleft()
+        while len(self._samples) > self.min_samples and self._samples.oldest_time() < horizon:
+            ratio = self._samples.drop_oldest()
             self._sum -= ratio
             self._sum_sq -= ratio * ratio
             self._ratio = None
@@ -106,24 +107,17 @@ class WindowQuantile:
         if window_s <= 0 or not 0 < quantile <= 1 or min_samples < 1:
             raise ValueError("window_s must be > 0, quantile in (0, 1], min_samples ≥ 1")
         self.window_s, self.quantile, self.min_samples, self._clock = window_s, quantile, min_samples, clock
-        self._samples: deque[tuple[float, float]] = deque()
-        self._value: float | None = None
+        self._samples = OrderedWindow()
 
     def observe(self, value: float) -> None:
-        self._samples.append((self._clock(), value))
-        self._value = None
+        self._samples.add(self._clock(), value)
         self._forget_old()
 
     def value(self) -> float:
         self._forget_old()
-        if self._value is None:
-            ordered = sorted(v for _, v in self._samples)
-            n = len(ordered)
-            self._value = ordered[min(n - 1, math.ceil(self.quantile * n) - 1)] if n else 0.0
-        return self._value
+        return self._samples.quantile(self.quantile)
 
     def _forget_old(self) -> None:
         horizon = self._clock() - self.window_s
-        while len(self._samples) > self.min_samples and self._samples[0][0] < horizon:
-            self._samples.popleft()
-            self._value = None
+        while len(self._samples) > self.min_samples and self._samples.oldest_time() < horizon:
+            self._samples.drop_oldest()
