@@ -1,7 +1,7 @@
 """CPU the front end spends per request: the gateway's, and the load tester's, for each policy.
 
     python bench/front_end_cost.py [--rate 32] [--num-prompts 320] [--policy fcfs --policy scorpio] [--out FILE]
-                                   [--device cuda --mps --preset 1b] [--stream-interval 0,25 --rounds 2]
+                                   [--device cuda --mps --preset 1b] [--stream-interval 0,25 --rounds 2] [--grpc-floor]
 
 Both are single Python processes relaying every output token as a gRPC message, so their CPU per
 request sets the request rate each can carry on one core (``one_core_req_s``): where a GPU serves
@@ -17,6 +17,11 @@ a rate no host lifts that gateway past. Prints JSON.
 
 ``--slo-mix late:0.01:50`` (a TTFT no request can meet) makes every request a refusal: the figures
 are then what the gateway spends refusing one (``scorpio``; ``fcfs`` refuses nothing).
+
+``--grpc-floor`` runs, after each point, the same traffic (rate, requests, the token messages a
+request got and their spacing) through a stand-in gateway that only makes the real one's gRPC
+calls (``bench/grpc_floor.py``): its loop's CPU a request is the part of the real one's that gRPC
+and the event loop cost, whatever pdserve's own code does (``loop_cpu_over_grpc_floor``).
 
 ``--stream-interval`` compares gateway settings of ``--stream-interval-ms`` (``gateway.stream_interval``:
 how far apart a stream's token messages may be held), each on fresh clusters taking turns
@@ -38,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
+from bench.grpc_floor import loop_cpu_ms_per_request  # noqa: E402
 from bench.process_cores import cores_used  # noqa: E402
 from bench.slo import RANDOM, WORKLOADS  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
@@ -50,7 +56,7 @@ CLIENT_FIGURES = ("--percentile-metrics", "ttft,tpot,itl", "--save-detailed")
 
 def measure(policy: str, rate: float, num_prompts: int, preset: str, device: str = "cpu",
             mps: bool = False, stream_interval: str = "default",
-            slo_mix: str = WORKLOADS["fixed"].slo_mix) -> dict[str, object]:
+            slo_mix: str = WORKLOADS["fixed"].slo_mix, grpc_floor: bool = False) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="pdserve-front-end-"))
     progress(f"{policy}, --stream-interval-ms {stream_interval}: starting a cluster ...")
     spec = ClusterSpec(port=0, policy=policy, preset=preset, device=device, mps=mps,
@@ -89,6 +95,15 @@ def measure(policy: str, rate: float, num_prompts: int, preset: str, device: str
              f"{point['gateway_loop_ceiling_req_s']:.0f} req/s on any host), load tester "
              f"{point['load_tester_cpu_ms_per_request']:.2f} ms; one core carries "
              f"{point['gateway_one_core_req_s']:.0f} / {point['load_tester_one_core_req_s']:.0f} req/s")
+    if grpc_floor and tokens:
+        served = sum(1 for itls in r["itls"] if itls is not None)
+        per_request = max(1, round(messages / max(served, 1)))
+        progress(f"  the gRPC floor: a stand-in gateway with the same calls and {per_request} messages a request ...")
+        floor = loop_cpu_ms_per_request(rate, num_prompts, per_request, point["p50_itl_ms"] / 1000)
+        point["grpc_floor_messages_per_request"] = per_request
+        point["grpc_floor_loop_cpu_ms_per_request"] = floor
+        point["loop_cpu_over_grpc_floor"] = point["gateway_loop_cpu_ms_per_request"] / floor
+        progress(f"  its event loop {floor:.2f} ms a request: the gateway's is {point['loop_cpu_over_grpc_floor']:.1f}x that")
     return point
 
 
@@ -106,11 +121,15 @@ def main() -> None:
     parser.add_argument("--slo-mix", default=WORKLOADS["fixed"].slo_mix,
                         help="the load tester's SLO classes (default: bench/slo.py's fixed ones); one no request can "
                              "meet, e.g. late:0.01:50, makes every request a refusal and measures what one costs")
+    parser.add_argument("--grpc-floor", action="store_true",
+                        help="after each point, the same traffic through a stand-in gateway that makes only its gRPC "
+                             "calls (bench/grpc_floor.py): how much of the loop's CPU is gRPC's and the event loop's")
     parser.add_argument("--rounds", type=int, default=1, help="times each setting runs, taking turns")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     ensure_model(args.preset)
-    points = [measure(p, args.rate, args.num_prompts, args.preset, args.device, args.mps, interval, args.slo_mix)
+    points = [measure(p, args.rate, args.num_prompts, args.preset, args.device, args.mps, interval, args.slo_mix,
+                      args.grpc_floor)
               for _ in range(args.rounds) for interval in args.stream_interval.split(",")
               for p in args.policy or ["fcfs", "scorpio"]]
     emit({"device": device_name(args.device), "preset": args.preset, "cores": os.cpu_count(),
