@@ -80,6 +80,10 @@ class PrefillModel:
         work = tokens * tokens if attention is None else attention
         return self.base_s + self.per_token_s * max(0.0, tokens - self.threshold) + self.per_token2_s * work
 
+    def _linear(self, tokens: float) -> float:
+        """``predict`` without the attention term."""
+        return self.base_s + self.per_token_s * max(0.0, tokens - self.threshold)
+
     def extrapolates(self, tokens: float) -> bool:
         """Whether a step of ``tokens`` lies beyond what the fit was measured on."""
         return 0 < self.max_tokens < tokens
@@ -89,8 +93,12 @@ class PrefillModel:
         (0: all in one) whose attention work is ``attention`` in all (default: each forward's
         as one fresh prompt's). A queue's work does not depend on how it is cut: a prompt split
         over forwards attends to its earlier chunks from the later ones."""
-        if attention is not None:
-            linear = dataclasses.replace(self, per_token2_s=0.0).predict_forwards(tokens, budget)
+        if attention is not None:  # (the guards ask this for every queued request: no model copy per call)
+            if budget <= 0 or tokens <= budget:
+                linear = self._linear(tokens)
+            else:
+                full, rest = divmod(tokens, budget)
+                linear = full * self._linear(budget) + (self._linear(rest) if rest else 0.0)
             return linear + self.per_token2_s * attention
         if budget <= 0 or tokens <= budget:
             return self.predict(tokens)

@@ -343,3 +343,8 @@ def test_a_forward_of_several_prompts_is_predicted_by_the_sum_of_their_attention
     assert model.predict_forwards(2048, 512, 8 * attention_work(256)) == pytest.approx(
         4 * (0.005 + 5e-5 * 512) + 2e-8 * 8 * 256**2)
     assert model.predict_forwards(2048, 512) == pytest.approx(4 * model.predict(512))  # each forward as one prompt
+    # past a threshold, with a last forward shorter than the budget, and all in one forward
+    hinge = PrefillModel(threshold=100, base_s=0.01, per_token_s=1e-4, per_token2_s=3e-9)
+    assert hinge.predict_forwards(1300, 512, 5e5) == pytest.approx(
+        2 * (0.01 + 1e-4 * 412) + (0.01 + 1e-4 * 176) + 3e-9 * 5e5)
+    assert hinge.predict_forwards(80, 0, 5e5) == pytest.approx(0.01 + 3e-9 * 5e5)
