@@ -20,7 +20,7 @@ are then what the gateway spends refusing one (``scorpio``; ``fcfs`` refuses not
 
 ``--grpc-floor`` runs, after each point, the same traffic (rate, requests, the token messages a
 request got and their spacing) through a stand-in gateway that only makes the real one's gRPC
-calls (``bench/grpc_floor.py``): its loop's CPU a request is the part of the real one's that gRPC
+calls and reads a decode stream of a step every mean TPOT (``bench/grpc_floor.py``): its loop's CPU a request is the part of the real one's that gRPC
 and the event loop cost, whatever pdserve's own code does (``loop_cpu_over_grpc_floor``).
 
 ``--stream-interval`` compares gateway settings of ``--stream-interval-ms`` (``gateway.stream_interval``:
@@ -99,7 +99,8 @@ def measure(policy: str, rate: float, num_prompts: int, preset: str, device: str
         served = sum(1 for itls in r["itls"] if itls is not None)
         per_request = max(1, round(messages / max(served, 1)))
         progress(f"  the gRPC floor: a stand-in gateway with the same calls and {per_request} messages a request ...")
-        floor = loop_cpu_ms_per_request(rate, num_prompts, per_request, point["p50_itl_ms"] / 1000)
+        floor = loop_cpu_ms_per_request(rate, num_prompts, per_request, point["p50_itl_ms"] / 1000,
+                                        point["mean_tpot_ms"] / 1000)
         point["grpc_floor_messages_per_request"] = per_request
         point["grpc_floor_loop_cpu_ms_per_request"] = floor
         point["loop_cpu_over_grpc_floor"] = point["gateway_loop_cpu_ms_per_request"] / floor
