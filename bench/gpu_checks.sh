@@ -12,13 +12,18 @@
 #   5. bench/front_end_cost.py under MPS: the gateway's CPU per request where its event loop,
 #      not the GPU, sets the knee (at FRONT_RATE req/s, default 128, below the knee), streaming
 #      token by token (--stream-interval-ms 0) and as pdserve up starts it (auto there)
+##   6. gateway-ab: bench/front_end_cost.py for `scorpio` from the code in ab-base/ (`bash
+#      bench/ab_base.sh REV` writes it) and from the working tree, taking turns AB_ROUNDS times
+#      (default 2) at AB_RATE req/s (default 480: past the knee on an H200, the loop saturated),
+#      ten seconds of arrivals each: what a change to the gateway's request path is worth there
 #
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh tests-gpu engine profile   # ≤ 510 s
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh slo                         # ≤ 420 s
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh slo-trace                   # ≤ 420 s
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh front-end                   # ≤ 300 s
+#   source .gpu/device-env.sh && bash bench/gpu_checks.sh gateway-ab                  # ≤ 240 s (2 rounds)
 #
-# (one device call runs at most 600 s: the steps named, in the order above; none named: all six.)
+# (one device call runs at most 600 s: the steps named, in the order above; none named: the first six.)
 # PRESET (default 1b), DEVICE (default cuda), SLO_GRID (default 128,192,256,320,384: the fcfs knee on
 # `fixed` was 256 req/s on an H100; on an H200 fcfs still met 100% at 256, and 64-256 took 282 s
 # there), SLO_SECONDS (seconds of
@@ -72,6 +77,25 @@ wanted slo-trace && step slo-trace 420 python3 bench/slo.py --device "$device" -
 wanted front-end && step front-end 300 python3 bench/front_end_cost.py --device "$device" --preset "$preset" "${mps[@]}" \
     --policy scorpio --stream-interval 0,default --rate "${FRONT_RATE:-128}" --num-prompts "$(( ${FRONT_RATE:-128} * 10 ))" \
     --out "$out/front-end-cost-$preset-$device.json"
+
+if wanted gateway-ab; then  # (never one of the defaults: it needs ab-base/)
+    if [[ ! -d ab-base ]]; then
+        echo "== gateway-ab: no ab-base/ (bash bench/ab_base.sh REV, and carry it)"
+        failed=$((failed + 1))
+    else
+        out_abs=$(cd "$out" && pwd)
+        rate=${AB_RATE:-480}
+        for round in $(seq "${AB_ROUNDS:-2}"); do
+            for arm in base new; do
+                dir=$PWD
+                [[ $arm == base ]] && dir=$PWD/ab-base
+                step "gateway-ab-$arm-$round" 120 bash -c "cd '$dir' && PYTHONPATH='$dir'\${PYTHONPATH:+:\$PYTHONPATH} \
+                    python3 bench/front_end_cost.py --device '$device' --preset '$preset' ${mps[*]} --policy scorpio \
+                    --rate $rate --num-prompts $((rate * 10)) --out '$out_abs/gateway-ab-$arm-$round.json'"
+            done
+        done
+    fi
+fi
 
 echo "== $failed step(s) failed; results and logs in $out"
 exit "$failed"
