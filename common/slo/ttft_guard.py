@@ -343,6 +343,9 @@ class TtftGuard:
         # each queued request's own ``queued_ahead`` from running sums in deadline order: one pass,
         # not one over the queue per request (a gateway with hundreds queued spent its core here)
         classes: set[float] = set()  # the TTFT SLOs of the requests due at this deadline
+        # each its own class's margin, the promise it was made, and no less than the boundary's
+        # (read once per class: the check is one moment)
+        least, class_margin = self.boundary.margin, dict[float, float]()
         for i, (queued_deadline, tokens, ttft_s) in enumerate(by_deadline):
             earlier += tokens
             classes.add(ttft_s)
@@ -352,13 +355,19 @@ class TtftGuard:
             if queued_deadline < deadline or queued_deadline == float("inf"):
                 continue
             ahead = self._ahead(mine, earlier, total - earlier, queued_deadline, cut)
-            # each its own class's, the promise it was made, and no less than the boundary's
-            for margin in {max(self.boundary.margin, self.headrooms.margin(t)) for t in due}:
+            margins: set[float] = set()
+            for t in due:
+                if t not in class_margin:
+                    class_margin[t] = max(least, self.headrooms.margin(t))
+                margins.add(class_margin[t])
+            for margin in margins:
                 scale = ratio, overhead, margin
-                on_time_now = now + self._predict_tokens(ahead, scale=scale, cut=cut, queued_len=per_token) \
-                    <= queued_deadline
+                # the newcomer's prediction first: where the queued request is on time even with
+                # it, nothing is pushed and the prediction without it is not needed (most are)
                 with_it = now + self._predict_tokens(ahead, prompt_tokens, scale=scale, cut=cut, queued_len=per_token)
-                if on_time_now and with_it > queued_deadline:
+                if with_it <= queued_deadline:
+                    continue
+                if now + self._predict_tokens(ahead, scale=scale, cut=cut, queued_len=per_token) <= queued_deadline:
                     return True
         return False
 
