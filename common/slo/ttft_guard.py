@@ -345,7 +345,8 @@ class TtftGuard:
         classes: set[float] = set()  # the TTFT SLOs of the requests due at this deadline
         # each its own class's margin, the promise it was made, and no less than the boundary's
         # (read once per class: the check is one moment)
-        least, class_margin = self.boundary.margin, dict[float, float]()
+        least = self.boundary.margin
+        class_margin: dict[float, float] = {}
         for i, (queued_deadline, tokens, ttft_s) in enumerate(by_deadline):
             earlier += tokens
             classes.add(ttft_s)
