@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from common.slo.admission_round import AdmissionRound, Demand, queues_behind
+from common.slo.ttft_guard import Readings
 
 TURN_TIMEOUT_S = 15.0  # a turn is reported within one Reserve call (10 s timeout) or the waiter leaves
 
@@ -31,7 +32,7 @@ class Waiter:
     """One request's place in the queue. ``deadline`` (perf_counter seconds) orders the queue:
     the latest moment its admission can still lead to a first token in time."""
 
-    deadline: Callable[[], float]
+    deadline: Callable[..., float]  # (readings: ``Readings`` of the round, or none) -> perf_counter seconds
     demand: Demand  # its TPOT SLO (0: none, the easiest) and sizes
     _turn: asyncio.Event = field(default_factory=asyncio.Event)
     _outcome: asyncio.Future[bool | None] | None = None
@@ -73,7 +74,7 @@ class AdmissionQueue:
         self._wake.set()
 
     @contextlib.asynccontextmanager
-    async def waiting(self, deadline: Callable[[], float], demand: Demand) -> AsyncIterator[Waiter]:
+    async def waiting(self, deadline: Callable[..., float], demand: Demand) -> AsyncIterator[Waiter]:
         waiter = Waiter(deadline, demand)
         self._waiters.append(waiter)
         self._ensure_pump()
@@ -100,7 +101,8 @@ class AdmissionQueue:
             await self._round()
 
     async def _round(self) -> None:
-        turns = AdmissionRound(self._waiters, lambda w: w.deadline(), lambda w: w.demand)
+        readings: Readings = {}  # each prefill worker read once for the order of every waiter
+        turns = AdmissionRound(self._waiters, lambda w: w.deadline(readings), lambda w: w.demand)
         while (waiter := turns.next(lambda w: w in self._waiters)) is not None:
             turns.report(waiter, await self._give_turn(waiter))
 

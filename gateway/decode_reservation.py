@@ -18,6 +18,7 @@ import grpc
 
 from common.rpc.metadata import REFUSED_BY
 from common.slo.admission_round import Demand
+from common.slo.ttft_guard import Readings
 from gateway.admission import AdmissionQueue
 from gateway.prefix_view import PromptBlocks
 from gateway.errors import RequestError, unavailable
@@ -60,8 +61,8 @@ class DecodeReservations:
 
     async def _wait_for_admission(self, req: ValidatedRequest, prompt: PromptBlocks, deadline: float,
                                   avoid: set[str], refusal: RequestError) -> Reservation:
-        def last_useful() -> float:  # admitted later than this, the prefill cannot finish in time
-            return last_useful_moment(self.registry, prompt, deadline, req.ttft_ms / 1000)
+        def last_useful(readings: Readings | None = None) -> float:  # admitted later, the prefill cannot finish in time
+            return last_useful_moment(self.registry, prompt, deadline, req.ttft_ms / 1000, readings)
 
         async with self.admission.waiting(last_useful, _demand(req)) as waiter:
             while True:

@@ -14,7 +14,7 @@ import time
 import grpc
 
 from common.slo.ttft_decision import last_useful_admission, ttft_refusal
-from common.slo.ttft_guard import TtftGuard
+from common.slo.ttft_guard import Readings, TtftGuard
 from gateway.errors import RequestError
 from gateway.prefix_view import PromptBlocks
 from gateway.registry import WorkerRecord, WorkerRegistry
@@ -35,10 +35,13 @@ def _guards_and_tokens(registry: WorkerRegistry, prompt: int | PromptBlocks,
     return [w.guard for w in workers], tokens
 
 
-def last_useful_moment(registry: WorkerRegistry, prompt: int | PromptBlocks, deadline: float, ttft_s: float) -> float:
+def last_useful_moment(registry: WorkerRegistry, prompt: int | PromptBlocks, deadline: float, ttft_s: float,
+                       readings: Readings | None = None) -> float:
     """``last_useful_admission`` over the workers that may prefill the request, now (perf_counter
-    time), for a request with TTFT SLO ``ttft_s``."""
-    return last_useful_admission(*_guards_and_tokens(registry, prompt), deadline, time.perf_counter(), ttft_s)
+    time), for a request with TTFT SLO ``ttft_s`` (``readings``: the workers as an admission round
+    read them)."""
+    return last_useful_admission(*_guards_and_tokens(registry, prompt), deadline, time.perf_counter(), ttft_s,
+                                 readings)
 
 
 def check_ttft(registry: WorkerRegistry, prompt: int | PromptBlocks, ttft_ms: int, started: float,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from common.engine.leases import Lease
 from common.slo.admission_round import AdmissionRound, Demand, queues_behind
+from common.slo.ttft_guard import Readings
 from simulator.events import Simulation
 from simulator.flight import Flight, Waiter
 from simulator.workers import SimDecodeWorker
@@ -36,7 +37,7 @@ class SimAdmissionQueue:
         """A waiter no harder to admit than a request of ``demand`` is waiting."""
         return queues_behind(demand, (w.demand for w in self.waiters))
 
-    def wait(self, flight: Flight, last_useful: Callable[[], float]) -> None:
+    def wait(self, flight: Flight, last_useful: Callable[..., float]) -> None:
         self.waiters.append(Waiter(flight, last_useful))
         if not self._ticking:
             self._ticking = True
@@ -50,8 +51,10 @@ class SimAdmissionQueue:
     def _tick(self) -> None:
         now = self.sim.now
         # each waiter's last useful moment, read once for the tick's refusals and the round's order
-        # (nothing runs between them: the same state, the same answers, at a third of the cost)
-        last = {id(w): w.last_useful() for w in self.waiters if not w.trying}
+        # (nothing runs between them: the same state, the same answers, at a third of the cost),
+        # on one reading of each prefill worker
+        readings: Readings = {}
+        last = {id(w): w.last_useful(readings) for w in self.waiters if not w.trying}
         for waiter in [w for w in self.waiters if not w.trying and last[id(w)] <= now]:
             self.waiters.remove(waiter)
             self.refuse(waiter.flight)
@@ -69,7 +72,9 @@ class SimAdmissionQueue:
             return
         self._rounds_running = True
         known = last_useful or {}
-        turns = AdmissionRound(list(self.waiters), lambda w: known[id(w)] if id(w) in known else w.last_useful(),
+        readings: Readings = {}
+        turns = AdmissionRound(list(self.waiters),
+                               lambda w: known[id(w)] if id(w) in known else w.last_useful(readings),
                                lambda w: w.demand)
         self._next_turn(turns)
 

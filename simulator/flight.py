@@ -60,7 +60,7 @@ class Flight:
 @dataclass(eq=False)
 class Waiter:
     flight: Flight
-    last_useful: Callable[[], float]
+    last_useful: Callable[..., float]  # (``Readings`` of a round, or none) -> virtual seconds
     trying: bool = False  # a turn's reservation attempt is under way: it cannot time out meanwhile
 
     @property

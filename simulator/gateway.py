@@ -31,6 +31,7 @@ from common.slo.local_prefill import prefills_locally
 from common.slo.promise import decoding_late, outcome
 from common.slo.tpot_guard import DecodeView, tpot_epsilons
 from common.slo.ttft_decision import last_useful_admission, ttft_refusal
+from common.slo.ttft_guard import Readings
 from common.slo.ttft_guard import TtftGuard, new_guard
 from simulator.admission_queue import Reserved, SimAdmissionQueue
 from simulator.config import SimConfig
@@ -216,8 +217,8 @@ class SimGateway:
     def _wait(self, flight: Flight) -> None:
         guards = self._prefill_guards()
 
-        def last_useful() -> float:
-            return last_useful_admission(guards, flight.tokens, flight.deadline, self.sim.now, flight.ttft_s)
+        def last_useful(readings: Readings | None = None) -> float:
+            return last_useful_admission(guards, flight.tokens, flight.deadline, self.sim.now, flight.ttft_s, readings)
 
         self.admission.wait(flight, last_useful)
 

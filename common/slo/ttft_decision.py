@@ -7,23 +7,26 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from common.slo.ttft_guard import TtftGuard
+from common.slo.ttft_guard import Readings, TtftGuard
 
 
 def best_prefill_s(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
-                   now: float, ttft_s: float = 0.0, at_boundary: bool = False) -> float:
+                   now: float, ttft_s: float = 0.0, at_boundary: bool = False,
+                   readings: Readings | None = None) -> float:
     """The least predicted prefill call (seconds) over the workers where the request makes no
     queued request late; inf when there is none; 0 when no worker has a model, or when one is
     idle and no call to it has been observed yet: a worker with nothing to do never refuses on
     a model's word alone, and its first call teaches the calibration. ``prompt_tokens``: the
     prompt's tokens, or per guard what that worker would compute (less its cached prefix);
     ``ttft_s``: the request's TTFT SLO, whose class's headroom the predictions carry (and at least
-    each worker's boundary margin when the request is ``at_boundary``)."""
-    return _least(guards, _options(guards, prompt_tokens, deadline, now, ttft_s, at_boundary))
+    each worker's boundary margin when the request is ``at_boundary``); ``readings``: the workers'
+    states as read for other requests at this moment, and filled with those read here."""
+    return _least(guards, _options(guards, prompt_tokens, deadline, now, ttft_s, at_boundary, readings))
 
 
 def _options(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float, now: float,
-             ttft_s: float, at_boundary: bool = False) -> list[tuple[TtftGuard, float | None]] | None:
+             ttft_s: float, at_boundary: bool = False,
+             readings: Readings | None = None) -> list[tuple[TtftGuard, float | None]] | None:
     """The workers where the request makes no queued request late, each with its prediction (None
     without a model); None when one is idle and untested (``best_prefill_s``: then 0)."""
     if any(g.idle_and_untested() for g in guards):
@@ -31,7 +34,12 @@ def _options(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], 
     per_guard = [prompt_tokens] * len(guards) if isinstance(prompt_tokens, int) else list(prompt_tokens)
     options = []
     for g, n in zip(guards, per_guard):
-        pushes, predicted = g.option(n, deadline, now, ttft_s, at_boundary)
+        reading = None
+        if readings is not None and g.model is not None:
+            reading = readings.get(id(g))
+            if reading is None:
+                reading = readings[id(g)] = g.reading()
+        pushes, predicted = g.option(n, deadline, now, ttft_s, at_boundary, reading)
         if not pushes:
             options.append((g, predicted))
     return options
@@ -67,9 +75,10 @@ def ttft_refusal(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[in
 
 
 def last_useful_admission(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,
-                          now: float, ttft_s: float = 0.0) -> float:
+                          now: float, ttft_s: float = 0.0, readings: Readings | None = None) -> float:
     """The latest moment a request (TTFT SLO ``ttft_s``) waiting for a decode worker can still be
     admitted and get its first token by ``deadline``: the deadline less its best predicted prefill,
     under at least each worker's boundary margin (sent then, it has no slack left for a prediction
-    its class's headroom relaxed on requests that had)."""
-    return deadline - best_prefill_s(guards, prompt_tokens, deadline, now, ttft_s, at_boundary=True)
+    its class's headroom relaxed on requests that had). ``readings``: as for ``best_prefill_s``
+    (an admission round orders its waiters on one reading of each worker)."""
+    return deadline - best_prefill_s(guards, prompt_tokens, deadline, now, ttft_s, at_boundary=True, readings=readings)

@@ -61,6 +61,23 @@ from common.slo.promise import DEFAULT_TARGET, ClassMargins, MarginController
 Queued = tuple[float, int, float]  # (TTFT deadline, inf without one; prompt tokens; TTFT SLO s, 0: none)
 
 
+@dataclass(frozen=True, slots=True)
+class GuardReading:
+    """What every admission check of one worker reads of its state, read once: its queue, the
+    forward cut, the calibration ratio, the overhead quantile and the attention work per queued
+    token. An admission round orders every waiting request by its last useful moment at one
+    moment, so the round reads each worker once (``Readings``), not once per waiter."""
+
+    mine: list[Queued]
+    cut: int
+    ratio: float
+    overhead: float
+    per_token: float
+
+
+Readings = dict[int, GuardReading]  # id(guard) -> its reading, filled as a round first asks each worker
+
+
 TTFT_HEADROOM = 1.0  # where the closed loop starts the margin on predicted prefill calls: on the safe side
 
 
@@ -314,17 +331,21 @@ class TtftGuard:
         return self._pushes(prompt_tokens, deadline, now, list(self.queued.values()), cut, self.ratio(),
                             self.overhead.value(), self._queued_len(cut))
 
+    def reading(self) -> GuardReading:
+        cut = self.forward_cut
+        return GuardReading(list(self.queued.values()), cut, self.ratio(), self.overhead.value(), self._queued_len(cut))
+
     def option(self, prompt_tokens: int, deadline: float, now: float, ttft_s: float = 0.0,
-               at_boundary: bool = False) -> tuple[bool, float | None]:
+               at_boundary: bool = False, reading: GuardReading | None = None) -> tuple[bool, float | None]:
         """``(pushes_queued_past, predict_s)`` for one request, the worker's state read once for
-        both (an admission round asks every worker this for every waiting request); the prediction
+        both (``reading``: as read already for many requests at one moment); the prediction
         under at least the boundary margin when the request is ``at_boundary`` (it has no slack
         left), and otherwise its wait for the queue ahead under at least the boundary margin, its
         own forward under its class's headroom."""
         if self.model is None:
             return False, None
-        mine, cut, ratio, overhead = list(self.queued.values()), self.forward_cut, self.ratio(), self.overhead.value()
-        per_token = self._queued_len(cut)
+        state = reading or self.reading()
+        mine, cut, ratio, overhead, per_token = state.mine, state.cut, state.ratio, state.overhead, state.per_token
         if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead, per_token):
             return True, None
         ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)

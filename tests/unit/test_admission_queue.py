@@ -30,7 +30,7 @@ class FakeDecodeWorker:
 async def wait_and_reserve(queue: AdmissionQueue, worker: FakeDecodeWorker, name: str, deadline: float,
                            tpot_ms: float, give_up_after_s: float = 5.0) -> bool:
     """What the request flow does: wait for a turn, try, report."""
-    async with queue.waiting(lambda: deadline, Demand(tpot_ms)) as waiter:
+    async with queue.waiting(lambda *_: deadline, Demand(tpot_ms)) as waiter:
         while True:
             if not await waiter.next_turn(give_up_after_s):
                 return False
@@ -102,7 +102,7 @@ async def test_a_waiter_cancelled_during_its_turn_does_not_stall_the_round():
     stuck = asyncio.Event()
 
     async def leaves_mid_call() -> None:
-        async with queue.waiting(lambda: 1.0, Demand(20)) as waiter:
+        async with queue.waiting(lambda *_: 1.0, Demand(20)) as waiter:
             await waiter.next_turn(5.0)
             stuck.set()
             await asyncio.sleep(60)  # the client goes away while its Reserve is in flight

@@ -53,7 +53,7 @@ async def settle() -> None:
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     # the last useful moment to be admitted is the deadline each test passes in
-    monkeypatch.setattr(decode_reservation, "last_useful_moment", lambda registry, prompt, deadline, ttft_s: deadline)
+    monkeypatch.setattr(decode_reservation, "last_useful_moment", lambda registry, prompt, deadline, ttft_s, readings=None: deadline)
     stub = FakeStub()
     worker = SimpleNamespace(worker_id="decode-0", prefix=None, stub=stub,
                              view=SimpleNamespace(epsilons=FakeEpsilons(), routed={}))

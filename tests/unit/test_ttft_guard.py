@@ -7,8 +7,8 @@ import pytest
 from common.slo.calibration import Calibration
 from common.slo.cost_models import PrefillModel
 from common.slo.promise import ClassMargins
-from common.slo.ttft_decision import best_prefill_s
-from common.slo.ttft_guard import TtftGuard
+from common.slo.ttft_decision import best_prefill_s, last_useful_admission
+from common.slo.ttft_guard import Readings, TtftGuard
 
 MODEL = PrefillModel(threshold=100, base_s=0.010, per_token_s=1e-4)  # 10 ms + 0.1 ms per token above 100
 INF = float("inf")
@@ -338,3 +338,20 @@ def test_a_newcomers_wait_for_the_queue_ahead_is_predicted_under_at_least_the_bo
     assert best_prefill_s([guard], 300, 1.0, 0.0, 1.0) == pytest.approx(own + 1.5 * (whole - own))
     guard.headrooms.of(1.0).margin = 2.0  # a class headroom above the boundary margin: that one, whole
     assert best_prefill_s([guard], 300, 1.0, 0.0, 1.0) == pytest.approx(2.0 * whole)
+
+
+def test_a_round_reads_each_worker_once_and_orders_its_waiters_as_reads_of_their_own_would():
+    clock = Clock()
+    guards = [_guard(clock, forward_tokens=250), _guard(clock, forward_tokens=500)]
+    for i, guard in enumerate(guards):
+        guard.calibration.observe(0.010, 0.013 + 0.002 * i)
+        for k in range(6):
+            guard.sent(f"q{i}-{k}", deadline=0.2 + 0.15 * k, tokens=120 + 40 * k, ttft_s=0.3)
+    waiters = [(80 + 60 * w, 0.15 + 0.1 * w, 0.1 * (1 + w % 3)) for w in range(8)]  # tokens, deadline, TTFT SLO
+    alone = [last_useful_admission(guards, n, d, clock.now, t) for n, d, t in waiters]
+    readings: Readings = {}
+    shared = [last_useful_admission(guards, n, d, clock.now, t, readings) for n, d, t in waiters]
+    assert shared == alone  # the same answers, waiter by waiter
+    assert sorted(readings) == sorted(id(g) for g in guards)  # each worker read once for the whole round
+    assert readings[id(guards[0])].mine == list(guards[0].queued.values())
+    assert any(s != shared[0] for s in shared)  # (the waiters' moments differ: the order is not trivial)
