@@ -65,9 +65,11 @@ class DecodeReservations:
             return last_useful_moment(self.registry, prompt, deadline, req.ttft_ms / 1000, readings)
 
         async with self.admission.waiting(last_useful, _demand(req)) as waiter:
+            until = last_useful()  # read again after each turn and each wait, and only then
             while True:
-                if not await waiter.next_turn(last_useful() - time.perf_counter()):
-                    if last_useful() <= time.perf_counter():
+                if not await waiter.next_turn(until - time.perf_counter()):
+                    until = last_useful()
+                    if until <= time.perf_counter():
                         raise refusal
                     continue
                 try:
@@ -77,6 +79,7 @@ class DecodeReservations:
                     if exc.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
                         raise
                     refusal = exc
+                    until = last_useful()
                     continue
                 waiter.report(True)
                 return reservation
