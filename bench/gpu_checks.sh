@@ -11,7 +11,8 @@
 #   4b. slo-trace: the same on the Azure conversation trace (`--workload trace`), tuned on nothing
 #   5. bench/front_end_cost.py under MPS: the gateway's CPU per request where its event loop,
 #      not the GPU, sets the knee (at FRONT_RATE req/s, default 128, below the knee), streaming
-#      token by token (--stream-interval-ms 0) and as pdserve up starts it (auto there)
+#      token by token (--stream-interval-ms 0) and as pdserve up starts it (auto there), each
+#      beside its gRPC floor (bench/grpc_floor.py: the same calls and messages, nothing else)
 ##   6. gateway-ab: bench/front_end_cost.py for `scorpio` from the code in ab-base/ (`bash
 #      bench/ab_base.sh REV` writes it) and from the working tree, taking turns AB_ROUNDS times
 #      (default 2) at AB_RATE req/s (default 480: past the knee on an H200, the loop saturated),
@@ -76,7 +77,7 @@ wanted slo-trace && step slo-trace 420 python3 bench/slo.py --device "$device" -
     --out "$out/slo-$preset-$device-trace.json" --plot "$out/slo-$preset-$device-trace.png"
 wanted front-end && step front-end 300 python3 bench/front_end_cost.py --device "$device" --preset "$preset" "${mps[@]}" \
     --policy scorpio --stream-interval 0,default --rate "${FRONT_RATE:-128}" --num-prompts "$(( ${FRONT_RATE:-128} * 10 ))" \
-    --out "$out/front-end-cost-$preset-$device.json"
+    --grpc-floor --out "$out/front-end-cost-$preset-$device.json"
 
 if wanted gateway-ab; then  # (never one of the defaults: it needs ab-base/)
     if [[ ! -d ab-base ]]; then

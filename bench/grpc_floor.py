@@ -80,6 +80,7 @@ async def _worker(port: int, decode_s: float, step_s: float) -> None:
 
 async def _gateway(port: int, worker_port: int, messages: int, interval_s: float) -> None:
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{worker_port}", options=CHANNEL_OPTIONS)
+    await asyncio.wait_for(channel.channel_ready(), 60)  # the worker process may start after this one
 
     def call(name: str, response_type):  # type: ignore[no-untyped-def]
         return channel.unary_unary(f"/floor.Worker/{name}", lambda m: m.SerializeToString(), response_type.FromString)
@@ -183,7 +184,7 @@ def loop_cpu_ms_per_request(rate: float, requests: int, messages: int, interval_
 
 async def _wait_then_drive(port: int, rate: float, requests: int, seed: int) -> float:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        await asyncio.wait_for(channel.channel_ready(), 30)
+        await asyncio.wait_for(channel.channel_ready(), 90)
     return await _drive(port, rate, requests, seed)
 
 
