@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from common.slo.admission_round import AdmissionRound, Demand, queues_behind
-from common.slo.ttft_guard import Readings
+from common.slo.guard_reading import Readings
 
 TURN_TIMEOUT_S = 15.0  # a turn is reported within one Reserve call (10 s timeout) or the waiter leaves
 

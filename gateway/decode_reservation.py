@@ -18,7 +18,7 @@ import grpc
 
 from common.rpc.metadata import REFUSED_BY
 from common.slo.admission_round import Demand
-from common.slo.ttft_guard import Readings
+from common.slo.guard_reading import Readings
 from gateway.admission import AdmissionQueue
 from gateway.prefix_view import PromptBlocks
 from gateway.errors import RequestError, unavailable

@@ -14,7 +14,8 @@ import time
 import grpc
 
 from common.slo.ttft_decision import last_useful_admission, ttft_refusal
-from common.slo.ttft_guard import Readings, TtftGuard
+from common.slo.guard_reading import Readings
+from common.slo.ttft_guard import TtftGuard
 from gateway.errors import RequestError
 from gateway.prefix_view import PromptBlocks
 from gateway.registry import WorkerRecord, WorkerRegistry

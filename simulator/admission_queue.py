@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from common.engine.leases import Lease
 from common.slo.admission_round import AdmissionRound, Demand, queues_behind
-from common.slo.ttft_guard import Readings
+from common.slo.guard_reading import Readings
 from simulator.events import Simulation
 from simulator.flight import Flight, Waiter
 from simulator.workers import SimDecodeWorker

@@ -31,7 +31,7 @@ from common.slo.local_prefill import prefills_locally
 from common.slo.promise import decoding_late, outcome
 from common.slo.tpot_guard import DecodeView, tpot_epsilons
 from common.slo.ttft_decision import last_useful_admission, ttft_refusal
-from common.slo.ttft_guard import Readings
+from common.slo.guard_reading import Readings
 from common.slo.ttft_guard import TtftGuard, new_guard
 from simulator.admission_queue import Reserved, SimAdmissionQueue
 from simulator.config import SimConfig

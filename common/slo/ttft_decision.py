@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from common.slo.ttft_guard import Readings, TtftGuard
+from common.slo.guard_reading import Readings
+from common.slo.ttft_guard import TtftGuard
 
 
 def best_prefill_s(guards: Collection[TtftGuard], prompt_tokens: int | Sequence[int], deadline: float,

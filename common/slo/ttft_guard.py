@@ -56,27 +56,8 @@ from common.slo.boundary import BoundaryMargin, boundary_controller
 from common.slo.calibration import Calibration, WindowQuantile
 from common.slo.cost_models import PrefillModel
 from common.slo.forward_budget import TightestSlo, forward_budget
+from common.slo.guard_reading import GuardReading, Queued
 from common.slo.promise import DEFAULT_TARGET, ClassMargins, MarginController
-
-Queued = tuple[float, int, float]  # (TTFT deadline, inf without one; prompt tokens; TTFT SLO s, 0: none)
-
-
-@dataclass(frozen=True, slots=True)
-class GuardReading:
-    """What every admission check of one worker reads of its state, read once: its queue, the
-    forward cut, the calibration ratio, the overhead quantile and the attention work per queued
-    token. An admission round orders every waiting request by its last useful moment at one
-    moment, so the round reads each worker once (``Readings``), not once per waiter."""
-
-    mine: list[Queued]
-    cut: int
-    ratio: float
-    overhead: float
-    per_token: float
-
-
-Readings = dict[int, GuardReading]  # id(guard) -> its reading, filled as a round first asks each worker
-
 
 TTFT_HEADROOM = 1.0  # where the closed loop starts the margin on predicted prefill calls: on the safe side
 
@@ -327,9 +308,7 @@ class TtftGuard:
         """
         if self.model is None:
             return False
-        cut = self.forward_cut
-        return self._pushes(prompt_tokens, deadline, now, list(self.queued.values()), cut, self.ratio(),
-                            self.overhead.value(), self._queued_len(cut))
+        return self._pushes(prompt_tokens, deadline, now, self.reading())
 
     def reading(self) -> GuardReading:
         cut = self.forward_cut
@@ -345,20 +324,19 @@ class TtftGuard:
         if self.model is None:
             return False, None
         state = reading or self.reading()
-        mine, cut, ratio, overhead, per_token = state.mine, state.cut, state.ratio, state.overhead, state.per_token
-        if self._pushes(prompt_tokens, deadline, now, mine, cut, ratio, overhead, per_token):
+        if self._pushes(prompt_tokens, deadline, now, state):
             return True, None
+        mine, cut = state.mine, state.cut
         ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)
         headroom = self.headrooms.margin(ttft_s)
         if at_boundary:
             headroom = max(self.boundary.margin, headroom)
-        return False, self._predict_tokens(ahead, prompt_tokens, scale=(ratio, overhead, headroom), cut=cut,
-                                           queued_len=per_token, queue_margin=self.boundary.margin)
+        return False, self._predict_tokens(ahead, prompt_tokens, scale=(state.ratio, state.overhead, headroom), cut=cut,
+                                           queued_len=state.per_token, queue_margin=self.boundary.margin)
 
-    def _pushes(self, prompt_tokens: int, deadline: float, now: float, mine: list[Queued], cut: int, ratio: float,
-                overhead: float, per_token: float) -> bool:
-        """``pushes_queued_past`` with the queue, ``forward_cut``, ``ratio()``, the overhead and
-        ``_queued_len`` read."""
+    def _pushes(self, prompt_tokens: int, deadline: float, now: float, state: GuardReading) -> bool:
+        """``pushes_queued_past`` on the worker's state as read."""
+        mine, cut, ratio, overhead, per_token = state.mine, state.cut, state.ratio, state.overhead, state.per_token
         by_deadline = sorted(mine, key=lambda q: q[0])
         total, earlier = sum(tokens for _, tokens, _ in mine), 0
         # each queued request's own ``queued_ahead`` from running sums in deadline order: one pass,

@@ -8,7 +8,8 @@ from common.slo.calibration import Calibration
 from common.slo.cost_models import PrefillModel
 from common.slo.promise import ClassMargins
 from common.slo.ttft_decision import best_prefill_s, last_useful_admission
-from common.slo.ttft_guard import Readings, TtftGuard
+from common.slo.guard_reading import Readings
+from common.slo.ttft_guard import TtftGuard
 
 MODEL = PrefillModel(threshold=100, base_s=0.010, per_token_s=1e-4)  # 10 ms + 0.1 ms per token above 100
 INF = float("inf")
