@@ -13,16 +13,20 @@
 #      not the GPU, sets the knee (at FRONT_RATE req/s, default 128, below the knee), streaming
 #      token by token (--stream-interval-ms 0) and as pdserve up starts it (auto there), each
 #      beside its gRPC floor (bench/grpc_floor.py: the same calls and messages, nothing else)
-##   6. gateway-ab: bench/front_end_cost.py for `scorpio` from the code in ab-base/ (`bash
+#   6. gateway-ab: bench/front_end_cost.py for `scorpio` from the code in ab-base/ (`bash
 #      bench/ab_base.sh REV` writes it) and from the working tree, taking turns AB_ROUNDS times
 #      (default 2) at AB_RATE req/s (default 480: past the knee on an H200, the loop saturated),
 #      ten seconds of arrivals each: what a change to the gateway's request path is worth there
+#   7. sim-vs-real (never a default either): bench/sim_vs_real.py on the lent machine's CPU cores, the
+#      tiny model as on a 2-core host, but with cores to spare for the gateway and the load tester (a
+#      2-core host runs them on the workers' cores: docs/runs.md); SIM_SECONDS a point (default 15)
 #
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh tests-gpu engine profile   # ≤ 510 s
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh slo                         # ≤ 420 s
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh slo-trace                   # ≤ 420 s
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh front-end                   # ≤ 300 s
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh gateway-ab                  # ≤ 240 s (2 rounds)
+#   source .gpu/device-env.sh && bash bench/gpu_checks.sh sim-vs-real                 # ≤ 560 s
 #
 # (one device call runs at most 600 s: the steps named, in the order above; none named: the first six.)
 # PRESET (default 1b), DEVICE (default cuda), SLO_GRID (default 128,192,256,320,384: the fcfs knee on
@@ -97,6 +101,10 @@ if wanted gateway-ab; then  # (never one of the defaults: it needs ab-base/)
         done
     fi
 fi
+
+# (the cost profile it simulates with is measured there, once, as `pdserve simulate` would)
+wanted sim-vs-real && step sim-vs-real 560 python3 bench/sim_vs_real.py \
+    --duration-s "${SIM_SECONDS:-15}" --out "$out/sim-vs-real-cpu-many-cores.json" --plot "$out/sim-vs-real-cpu-many-cores.png"
 
 echo "== $failed step(s) failed; results and logs in $out"
 exit "$failed"

@@ -249,8 +249,10 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     decode_scales = [(args.calibration_rate, decode_load_scale(cluster, models, step_ratio, step_factors,
                                                                calibration_run["total_output_tokens"],
                                                                mean_context(args)))]
+    engine_steps = [engine_step(calibration_run, used, len(step_factors))]
     before_heavier = overhead_buckets(cluster)
-    heavier, heavier_decode_scale = heavier_load(cluster, models, args, work)
+    heavier, heavier_decode_scale, heavier_step = heavier_load(cluster, models, args, work)
+    engine_steps.append(heavier_step)
     heavier_overheads = call_overheads(before_heavier, overhead_buckets(cluster), hop_s)
     own_cores = replace(own_cores, decode_step_memory=step_memory(cluster))  # the heavier load's last steps
     decode_scales.append((args.front_end_rate, heavier_decode_scale))
@@ -273,23 +275,31 @@ def calibrate(cluster: LocalCluster, models: CostModels, unloaded: dict, hop_s: 
     variants, figures = variants_beside(models, truth, own_cores, shared, measured, stretch, forward_ratio,
                                         args.prompt_len, mean_context(args),
                                         used["decode-0/engine"], calibration["busy"].get("decode", 0.0),
-                                        lambda config: at_calibration(config)["stretch"])
+                                        lambda config: at_calibration(config)["stretch"], engine_steps)
     machine.update(figures)
     machine.update(host_figures(measured, loads, decode_scales, stretch))
     progress("the host: " + ", ".join(f"{k} {v:.3g}" for k, v in machine.items() if k.startswith(HOST_FIGURES)))
     return truth, machine, shared, alone_at(truth, stretch), variants
 
 
+def engine_step(run: dict, used: dict[str, float], steps: int) -> tuple[float, float]:
+    """A load's mean decode batch and the decode engine thread's CPU seconds a step there."""
+    if not steps:
+        return 0.0, 0.0
+    return run["total_output_tokens"] / steps, used["decode-0/engine"] * run["duration"] / steps
+
+
 def heavier_load(cluster: LocalCluster, models: CostModels, args: argparse.Namespace, work: Path
-                 ) -> tuple[dict[str, float], float]:
-    """A second, heavier load (not compared): the cores each process used, and its
-    ``decode_load_scale``."""
+                 ) -> tuple[dict[str, float], float, tuple[float, float]]:
+    """A second, heavier load (not compared): the cores each process used, its
+    ``decode_load_scale`` and its ``engine_step``."""
     ratios_before = observed_ratios(cluster, "decode")
     run, used = cores_used(cluster, lambda: bench_point(
         cluster.address, args.front_end_rate, args, "", work / "front-end",
         num_prompts=round(args.front_end_rate * args.calibration_s / 2), requests=requests(args)))
     ratio, factors = ratios_between(ratios_before, observed_ratios(cluster, "decode"))
-    return used, decode_load_scale(cluster, models, ratio, factors, run["total_output_tokens"], mean_context(args))
+    return (used, decode_load_scale(cluster, models, ratio, factors, run["total_output_tokens"], mean_context(args)),
+            engine_step(run, used, len(factors)))
 
 
 def parse_args() -> argparse.Namespace:

@@ -75,7 +75,7 @@ def plot(points: list[dict], out: Path) -> None:
             ps = [p for p in points if p["policy"] == policy]
             ax.plot([p["rate"] for p in ps], [p[f"real_{key}"] for p in ps], "o-", color=color, label=f"{policy} real")
             ax.plot([p["rate"] for p in ps], [p[f"sim_{key}"] for p in ps], "s--", color=color, label=f"{policy} sim")
-            for (variant, label), marker in zip(VARIANTS.items(), ("x:", "d:", "^-.", "v-.", "<:", ">-.")):
+            for (variant, label), marker in zip(VARIANTS.items(), ("x:", "d:", "^-.", "v-.", "<:", ">-.", "*:")):
                 if ps and f"sim_{variant}_{key}" in ps[0]:
                     ax.plot([p["rate"] for p in ps], [p[f"sim_{variant}_{key}"] for p in ps], marker, color=color,
                             alpha=0.6, label=f"{policy} sim, {label}")

@@ -4,10 +4,12 @@ the measured loads."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bench.sim_host import decode_step_law, host_config
-from bench.sim_variants import per_forward_cost, per_step_cost
+from bench.sim_variants import per_forward_cost, per_request_cost, per_step_cost, step_costs
 from bench.sim_vs_real_report import compare
 from common.slo.cost_models import DecodeModel, PrefillModel
 from simulator.config import SimConfig
@@ -72,6 +74,28 @@ def test_a_steps_in_cluster_cost_as_a_fixed_cost_per_step():
         assert model.predict(batch, 300) == pytest.approx(decode.predict(batch, 300) + extra)
         assert model.predict(batch, 300) < 2.0 * decode.predict(batch, 300)
     assert per_step_cost(decode, 0.8, 300).predict(16, 300) == pytest.approx(0.8 * decode.predict(16, 300))
+
+
+def test_a_steps_in_cluster_cost_per_step_and_per_request_is_fitted_through_the_loads_engine_cpu():
+    decode = DecodeModel(alpha=1e-7, beta=1e-4, gamma=0.0, delta=1e-3)
+    # by hand: 0.4 ms a step and 0.07 ms a request beyond the model, at batches 1.5 and 10
+    loads = [(b, decode.predict(b, 200) + 0.4e-3 + 0.07e-3 * b) for b in (1.5, 10.0)]
+    per_step, per_request = step_costs(decode, loads, 200)
+    assert (per_step, per_request) == (pytest.approx(0.4e-3), pytest.approx(0.07e-3))
+    model = per_request_cost(decode, per_step, per_request, 200)
+    kneed = dataclasses.replace(decode, knee=4.0)
+    at_knee = per_request_cost(kneed, per_step, per_request, 200)
+    for b in (1, 3, 4, 16, 40):  # a model with a knee: below it and past it, at the mean length
+        assert model.predict(b, 200) == pytest.approx(decode.predict(b, 200) + 0.4e-3 + 0.07e-3 * b)
+        assert at_knee.predict(b, 200) == pytest.approx(kneed.predict(b, 200) + 0.4e-3 + 0.07e-3 * b)
+    # a cost falling with the batch is noise: a cost per step, their mean; a negative fixed part:
+    # through the origin; no load: nothing
+    falling = [(1.0, decode.predict(1, 200) + 0.6e-3), (8.0, decode.predict(8, 200) + 0.2e-3)]
+    assert step_costs(decode, falling, 200) == (pytest.approx(0.4e-3), 0.0)
+    steep = [(1.0, decode.predict(1, 200) + 0.05e-3), (5.0, decode.predict(5, 200) + 0.5e-3)]
+    per_step, per_request = step_costs(decode, steep, 200)
+    assert per_step == 0.0 and per_request == pytest.approx((0.05e-3 + 5 * 0.5e-3) / 26)
+    assert step_costs(decode, [], 200) == (0.0, 0.0)
 
 
 def test_a_point_run_several_times_is_compared_at_its_mean_and_carries_its_spread():
