@@ -77,9 +77,9 @@ def step_costs(model: DecodeModel, loads: list[tuple[float, float]], mean_len: f
 
 
 def per_request_cost(model: DecodeModel, per_step_s: float, per_request_s: float, mean_len: float) -> DecodeModel:
-    """``model`` with a cost per step and one per request in the step added (``step_costs``). The
-    model's cost per request starts at its knee; below one, the cost per request goes on its term per
-    batch·length, exact at ``mean_len``."""
+    """``model`` with a cost per step and one per request in the step added (``step_costs``). A model
+    with a knee charges nothing a request below it, so there the cost per request goes on its term
+    per batch·length instead, exact at ``mean_len``."""
     if model.knee:
         return dataclasses.replace(model, delta=model.delta + per_step_s, alpha=model.alpha + per_request_s / mean_len)
     return dataclasses.replace(model, delta=model.delta + per_step_s, beta=model.beta + per_request_s)

@@ -56,7 +56,8 @@ there; a simulated step's time includes the waits on its own threads that leave 
 front end), and the host with the prefill worker's in-cluster cost as a fixed cost per forward
 (``sim_per_forward_*``: the profile plus what a calibration forward took beyond it, so that a loaded
 worker's batched forwards pay it once, where the compared simulation scales every forward by it),
-the decode worker's the same way as a fixed cost per step (``sim_per_step_*``), each with whether
+the decode worker's the same way as a fixed cost per step (``sim_per_step_*``), and as a cost per step
+and per request in it from its engine thread's CPU at the two loads (``sim_per_request_*``), each with whether
 it is within 15%, and the cores every process used while the real point ran (``real_cores_used``: gateway, each worker, load tester). The variants (``bench/sim_variants.py``)
 run against the same real points: a paired comparison.
 
