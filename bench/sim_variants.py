@@ -57,10 +57,12 @@ def per_step_cost(model: DecodeModel, ratio: float, mean_len: float) -> DecodeMo
     return _with_fixed_cost(model, ratio, "delta", model.predict(1, mean_len))
 
 
-def step_costs(model: DecodeModel, loads: list[tuple[float, float]], mean_len: float) -> tuple[float, float]:
+def step_costs(model: DecodeModel, loads: Sequence[tuple[float, float]], mean_len: float) -> tuple[float, float]:
     """What a decode step costs beyond ``model`` at ``mean_len``: ``(per step, per request in it)``
     in seconds, both at least zero, fitted through ``loads`` (each a mean batch and the engine's
-    seconds a step there) by least squares; one load, or loads of one batch, give a cost per step."""
+    seconds a step there) by least squares, unweighted (``cost_models``' fit weighs by the inverse of
+    what it fits, which these differences, near zero, do not bear); one load, or loads of one batch,
+    give a cost per step."""
     points = [(batch, seconds - model.predict(batch, mean_len)) for batch, seconds in loads if batch > 0]
     if not points:
         return 0.0, 0.0
@@ -120,7 +122,7 @@ def variants_beside(models: CostModels, truth: CostModels, own_cores: SimConfig,
                              alone.decode)
     step_ratio = truth.decode.predict(1, mean_len) / models.decode.predict(1, mean_len) / stretch["decode"]
     per_step = CostModels(alone.prefill, per_step_cost(models.decode, step_ratio, mean_len))
-    per_step_s, per_request_s = step_costs(models.decode, list(engine_steps), mean_len)
+    per_step_s, per_request_s = step_costs(models.decode, engine_steps, mean_len)
     by_request = CostModels(alone.prefill, per_request_cost(models.decode, per_step_s, per_request_s, mean_len))
     variants = {"own_cores": (own_cores, truth), "decode_measured": (measured, alone_at(truth, stretch_measured)),
                 "decode_by_cpu": (by_cpu, alone_at(truth, stretch_by_cpu)),
