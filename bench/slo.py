@@ -54,6 +54,13 @@ from simulator.config import gateway_loop_from_points  # noqa: E402
 
 TTFT_MULTIPLES = {"ttft_tight": 4.0, "ttft_medium": 12.0, "ttft_loose": 40.0}
 TPOT_MULTIPLES = {"tpot_tight": 3.0, "tpot_loose": 10.0}
+# A real model's step (tens of ms on a CPU core) is long beside the front end's noise, so its
+# scaled classes sit nearer its unloaded latency: TPOT 1.3x (a step of batching beside one request
+# alone) and 3x; TTFT 1.5 / 3 / 10x.
+REAL_TTFT_MULTIPLES = {"ttft_tight": 1.5, "ttft_medium": 3.0, "ttft_loose": 10.0}
+REAL_TPOT_MULTIPLES = {"tpot_tight": 1.3, "tpot_loose": 3.0}
+# ``--grid auto``: rates as multiples of what one prefill worker serves unloaded (1 / unloaded TTFT)
+AUTO_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,20 +102,29 @@ def trace_means(rows: int) -> tuple[int, int]:
     return round(statistics.fmean(p for _, p, _ in picked)), round(statistics.fmean(o for _, _, o in picked))
 
 
-def slo_classes(base_ttft_ms: float, base_tpot_ms: float) -> str:
-    """``name:ttft_ms:tpot_ms`` for the six classes, as multiples of the unloaded latency."""
+def slo_classes(base_ttft_ms: float, base_tpot_ms: float, real_model: bool = False) -> str:
+    """``name:ttft_ms:tpot_ms`` for the six classes, as multiples of the unloaded latency (a real
+    model's nearer it: ``REAL_*_MULTIPLES``)."""
+    ttfts, tpots = (REAL_TTFT_MULTIPLES, REAL_TPOT_MULTIPLES) if real_model else (TTFT_MULTIPLES, TPOT_MULTIPLES)
     return ",".join(f"{t}-{p}:{base_ttft_ms * tm:.0f}:{base_tpot_ms * pm:.1f}"
-                    for t, tm in TTFT_MULTIPLES.items() for p, pm in TPOT_MULTIPLES.items())
+                    for t, tm in ttfts.items() for p, pm in tpots.items())
+
+
+def auto_grid(unloaded_ttft_ms: float) -> list[float]:
+    """``--grid auto``: ``AUTO_GRID`` times the rate one prefill worker serves this load's prompts unloaded."""
+    capacity = 1000 / unloaded_ttft_ms
+    return [float(f"{capacity * k:.3g}") for k in AUTO_GRID]
 
 
 def bench_point(address: str, rate: float, args: argparse.Namespace, slo_mix: str, out_dir: Path,
-                num_prompts: int | None = None, requests: tuple[str, ...] = RANDOM, seed: int = 7) -> dict:
+                num_prompts: int | None = None, requests: tuple[str, ...] = RANDOM, seed: int = 7,
+                extra: tuple[str, ...] = ()) -> dict:
     host, port = address.rsplit(":", 1)
     n = num_prompts or max(args.min_prompts, round(rate * args.duration_s))
     if not getattr(args, "detailed", False):
-        return run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir, seed)
+        return run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir, seed, extra)
     result = run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir, seed,
-                             extra=("--save-detailed",))
+                             extra=("--save-detailed", *extra))
     result.pop("itls", None)  # every token's gap: megabytes a point, and bench/front_end_gap.py needs none
     (out_dir / f"{rate:g}.json").write_text(json.dumps(result))
     return result
@@ -134,22 +150,26 @@ def point_summary(policy: str, rate: float, r: dict) -> dict:
                           for k, v in r["per_class"].items()}}
 
 
-def run_policy(policy: str, rates: list[float], args: argparse.Namespace, workload: Workload, slo_mix: str,
+def run_policy(policy: str, rates: list[float] | None, args: argparse.Namespace, workload: Workload, slo_mix: str,
                work: Path, stop_below: float | None = None) -> tuple[list[dict], str]:
     """Runs ``rates`` in order on one cluster (stopping after the first point under ``stop_below``
     adherence), after an unloaded run; returns the points and the SLO mix (scaled to that run when
-    none is given)."""
+    none is given). ``rates`` None: ``auto_grid`` of that run, extended."""
     spec = ClusterSpec(port=0, policy=policy, preset=args.preset, device=args.device, mps=args.mps, metrics=True)
     points = []
     progress(f"[{workload.name}] starting a {policy} cluster ...")
     with LocalCluster(spec, work / f"logs-{policy}").start(progress=True) as cluster:
-        r = bench_point(cluster.address, args.base_rate, args, "", work / f"unloaded-{policy}",
-                        num_prompts=args.base_prompts, requests=workload.requests)
-        progress(f"  unloaded ({args.base_rate:g} req/s): median TTFT {r['median_ttft_ms']:.1f} ms, "
+        r = bench_point(cluster.address, args.base_rate or float("inf"), args, "", work / f"unloaded-{policy}",
+                        num_prompts=args.base_prompts, requests=workload.requests,
+                        extra=() if args.base_rate else ("--max-concurrency", "1"))
+        progress(f"  unloaded ({args.base_rate or 'one at a time'} req/s): median TTFT {r['median_ttft_ms']:.1f} ms, "
                  f"median TPOT {r['median_tpot_ms']:.2f} ms")
         if not slo_mix:
-            slo_mix = slo_classes(r["median_ttft_ms"], r["median_tpot_ms"])
+            slo_mix = slo_classes(r["median_ttft_ms"], r["median_tpot_ms"], args.preset != "tiny")
             progress(f"  SLO classes (name:TTFT ms:TPOT ms): {slo_mix}")
+        if rates is None:
+            rates = extended_grid(auto_grid(r["median_ttft_ms"]))
+            progress(f"  rates: {rates}")
         gateway = cluster.pid("gateway")
         _, idle_s, idle_wall = busiest_thread_during(gateway, lambda: time.sleep(1.0))  # heartbeats, its probe
         for rate in rates:
@@ -213,8 +233,9 @@ def extended_grid(grid: list[float], more: int = GRID_EXTENSION) -> list[float]:
 def run_workload(workload: Workload, args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"pdserve-slo-{workload.name}-"))
     progress(f"[{workload.name}] the clusters' logs and each point's results go under {work}")
-    grid = extended_grid([float(r) for r in args.grid.split(",")])
+    grid = None if args.grid == "auto" else extended_grid([float(r) for r in args.grid.split(",")])
     fcfs, slo_mix = run_policy("fcfs", grid, args, workload, workload.slo_mix, work / "knee", stop_below=0.9)
+    grid = grid or sorted(p["rate"] for p in fcfs)
     knee = fcfs[-1]["rate"]
     knee_found = fcfs[-1]["adherence"] < 0.9
     if not knee_found:  # a fast device: "twice the knee" below is only twice the grid's last rate
@@ -266,12 +287,15 @@ def main() -> None:
                         help="repeatable (default: scaled and fixed)")
     parser.add_argument("--duration-s", type=float, default=20.0, help="seconds of arrivals per point")
     parser.add_argument("--min-prompts", type=int, default=100)
-    parser.add_argument("--base-rate", type=float, default=2.0, help="the low rate the unloaded latency is taken at")
+    parser.add_argument("--base-rate", type=float, default=2.0, help="the low rate the unloaded latency is taken at "
+                        "(0: one request at a time)")
     parser.add_argument("--base-prompts", type=int, default=40)
-    parser.add_argument("--grid", default="4,8,12,16,20,24,32,40,48,64", help="rates tried until fcfs's knee")
+    parser.add_argument("--grid", default="4,8,12,16,20,24,32,40,48,64", help="rates tried until fcfs's knee; "
+                        "auto: multiples of what one prefill worker serves unloaded (a real model's few req/s)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
-    parser.add_argument("--preset", default="tiny", help="embedded model preset (tiny, small, 1b)")
+    parser.add_argument("--preset", default="tiny", help="model preset (tiny, small, 1b, smollm2-135m: the real "
+                        "default model, whose classes sit nearer its unloaded latency)")
     parser.add_argument("--device", default="cpu", help="the workers' device, e.g. cuda (both share it)")
     parser.add_argument("--mps", action="store_true", help="run the workers under a CUDA MPS daemon, as `pdserve up "
                         "--mps` does (with --device cuda: two workers on one GPU without it time-slice between them)")

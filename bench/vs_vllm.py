@@ -9,7 +9,9 @@ does. Both are driven through their OpenAI HTTP API by the same load tester
 (``pdserve bench --backend openai``) with the same seeded arrivals, prompts and SLO mix;
 goodput is the rate of requests meeting both SLOs of their class.
 
-Workloads (``--workload``, repeatable): ``mixed``: random 400-token prompts (± 25%), 64 new
+Workloads (``--workload``, repeatable): ``scaled`` (for the real default model, ``--preset
+smollm2-135m --grid auto``): random 256-token prompts (± 25%), 64 new tokens, six classes as
+multiples of vLLM's unloaded TTFT (1.5 / 3 / 10×) and TPOT (1.3 / 3×); ``mixed``: random 400-token prompts (± 25%), 64 new
 tokens, Poisson arrivals, six classes TTFT 100 / 300 / 1,000 ms × TPOT 15 / 50 ms; ``bursty``:
 bursty arrivals (gamma, CV² = 2), long-tailed prompts up to 1,500 tokens, up to 96 new tokens,
 six classes TTFT 0.3/1/3 s × TPOT 20/60 ms; ``trace`` (not run unless named): the Azure LLM
@@ -40,11 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
 from bench.peer_runs import peer_python  # noqa: E402
 from bench.serving_systems import PdserveSystem, VllmSystem  # noqa: E402
-from bench.slo import FIXED_CLASSES, TRACE_REQUESTS, fixed_classes, point_summary  # noqa: E402
+from bench.slo import FIXED_CLASSES, TRACE_REQUESTS, auto_grid, fixed_classes, point_summary, slo_classes  # noqa: E402
 from common.engine.config import resolve_dtype  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 
 WORKLOADS = {
+    # classes as multiples of vLLM's own unloaded latency (bench/slo.py's real-model multiples): the
+    # real default model, whose fixed tiny-preset classes would be out of reach
+    "scaled": (("--random-input-len", "256", "--random-output-len", "64", "--random-range-ratio", "0.25"), ""),
     "mixed": (("--random-input-len", "400", "--random-output-len", "64", "--random-range-ratio", "0.25"), FIXED_CLASSES),
     "bursty": (("--dataset-name", "sharegpt-like", "--max-input-len", "1500", "--max-output-len", "96",
                 "--burstiness", "0.5"),
@@ -71,11 +76,12 @@ WARM_SEED, SEARCH_SEED, COMPARISON_SEED = 99, 7, 1000  # the i-th rate of a list
 
 
 def measure(system, name: str, workload: str, rates: list[float], args: argparse.Namespace,  # type: ignore[no-untyped-def]
-            work: Path, seed: int, stop_below: float | None = None) -> list[dict]:
-    flags, mix = WORKLOADS[workload]
+            work: Path, seed: int, mix: str, stop_below: float | None = None) -> list[dict]:
+    flags = WORKLOADS[workload][0]
     points = []
     target = ("--backend", "openai", "--base-url", system.base_url)
-    run_load_tester(target, 2.0, args.warm_prompts, flags, "", work / f"warm-{name}", seed=WARM_SEED)
+    run_load_tester(target, float("inf"), args.warm_prompts, flags, "", work / f"warm-{name}", seed=WARM_SEED,
+                    extra=("--max-concurrency", "2"))
     for i, rate in enumerate(rates):
         n = max(args.min_prompts, round(rate * args.duration_s))
         result = run_load_tester(target, rate, n, flags, mix, work / name, seed=seed + 10 * i)
@@ -88,17 +94,18 @@ def measure(system, name: str, workload: str, rates: list[float], args: argparse
 
 def run_workload(workload: str, python: Path, model_dir: Path, args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"pdserve-vs-vllm-{workload}-"))
-    grid = [float(r) for r in args.grid.split(",")]
+    mix = WORKLOADS[workload][1]
     progress(f"[{workload}] vLLM: finding its knee ...")
     with VllmSystem(python, model_dir, args.dtype, work / "vllm.log").start() as vllm:
-        search = measure(vllm, "vllm", workload, grid, args, work / "knee", SEARCH_SEED, stop_below=0.9)
+        grid, mix = _grid_and_classes(vllm, workload, args, work, mix)
+        search = measure(vllm, "vllm", workload, grid, args, work / "knee", SEARCH_SEED, mix, stop_below=0.9)
         knee = search[-1]["rate"]
         rates = [knee, 2 * knee]
         progress(f"[{workload}] vLLM's knee: {knee:g} req/s; comparing at {rates}")
-        points = measure(vllm, "vllm", workload, rates, args, work, COMPARISON_SEED)
+        points = measure(vllm, "vllm", workload, rates, args, work, COMPARISON_SEED, mix)
     for policy in ("scorpio", "fcfs"):
         with PdserveSystem(args.preset, policy, args.dtype, work / f"logs-{policy}").start() as pdserve:
-            points += measure(pdserve, f"pdserve-{policy}", workload, rates, args, work, COMPARISON_SEED)
+            points += measure(pdserve, f"pdserve-{policy}", workload, rates, args, work, COMPARISON_SEED, mix)
     ratios = {}
     for rate, label in zip(rates, ("at_knee", "at_twice_knee")):
         at = {p["system"]: p for p in points if p["rate"] == rate}
@@ -109,8 +116,24 @@ def run_workload(workload: str, python: Path, model_dir: Path, args: argparse.Na
         ratio = f"{ours / theirs:.2f}x vLLM's" if theirs > 0 else f"{ours:.2f} good req/s, vLLM none"
         progress(f"[{workload}] {label.replace('_', ' ')} ({rate:g} req/s): pdserve scorpio goodput {ratio}, "
                  f"{ratios[label]['scorpio_admitted_attainment']:.1%} of admitted meeting both SLOs")
-    return {"requests": list(WORKLOADS[workload][0]), "slo_classes": WORKLOADS[workload][1], "knee_rate": knee,
+    return {"requests": list(WORKLOADS[workload][0]), "slo_classes": mix, "knee_rate": knee,
             "knee_search": search, "points": points, "ratios": ratios}
+
+
+def _grid_and_classes(vllm, workload: str, args: argparse.Namespace, work: Path,  # type: ignore[no-untyped-def]
+                      mix: str) -> tuple[list[float], str]:
+    """The knee search's rates and the SLO classes: as given, or (``--grid auto``, a workload
+    without fixed classes) from vLLM's unloaded latency, one request at a time."""
+    if mix and args.grid != "auto":
+        return [float(r) for r in args.grid.split(",")], mix
+    flags = WORKLOADS[workload][0]
+    r = run_load_tester(("--backend", "openai", "--base-url", vllm.base_url), float("inf"), 4, flags, "",
+                        work / "unloaded", seed=WARM_SEED, extra=("--max-concurrency", "1"))
+    progress(f"[{workload}] vLLM unloaded: median TTFT {r['median_ttft_ms']:.0f} ms, TPOT {r['median_tpot_ms']:.1f} ms")
+    mix = mix or slo_classes(r["median_ttft_ms"], r["median_tpot_ms"], real_model=True)
+    grid = auto_grid(r["median_ttft_ms"]) if args.grid == "auto" else [float(x) for x in args.grid.split(",")]
+    progress(f"[{workload}] classes {mix}; rates {grid}")
+    return grid, mix
 
 
 def plot(results: dict[str, dict], out: Path) -> None:
@@ -146,7 +169,8 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny", help="the model both serve (its checkpoint directory)")
     parser.add_argument("--dtype", default="auto",
                         help="both systems' (auto: pdserve's default on this CPU, given to both by name)")
-    parser.add_argument("--grid", default="1,2,4,8,12,16,24,32,48,64", help="rates tried until vLLM's knee")
+    parser.add_argument("--grid", default="1,2,4,8,12,16,24,32,48,64", help="rates tried until vLLM's knee; auto: "
+                        "multiples of what one request at a time on vLLM takes (the real default model's few req/s)")
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--min-prompts", type=int, default=60)
     parser.add_argument("--warm-prompts", type=int, default=20)

@@ -19,7 +19,6 @@ from common.rpc.metadata import REFUSED_BY
 from common.process.logs import request_id_var
 from common.process.metrics import Metrics
 from common.rpc.convert import sampling_from_proto
-from common.slo.tpot_guard import TPOT_MARGIN
 from decode_worker.streams import StreamHub
 from wire.slo import from_wire, slo_from_proto
 from wire.v1 import worker_pb2, worker_pb2_grpc
@@ -51,9 +50,13 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
         try:
             lease = await self.async_engine.reserve(request.request_id, request.prompt_tokens, request.max_tokens,
                                                     from_wire(request.tpot_ms, request.tpot_us),
-                                                    request.tpot_margin or TPOT_MARGIN,
+                                                    request.tpot_margin or self.engine.epsilon_start,
                                                     list(request.prefix_hashes))
         except AdmissionError as exc:
+            if exc.never:  # no load would let it: the client must loosen its SLO, not wait
+                self.metrics.rejected("tpot_never")
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc),
+                                    trailing_metadata=((REFUSED_BY, "floor"),))
             self.metrics.rejected("tpot_unattainable")
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc),
                                 trailing_metadata=((REFUSED_BY, "margin"),) if exc.margin_alone else ())

@@ -19,6 +19,7 @@ import grpc
 from common.rpc.metadata import REFUSED_BY
 from common.slo.admission_round import Demand
 from common.slo.guard_reading import Readings
+from common.slo.tpot_guard import never_met_anywhere
 from gateway.admission import AdmissionQueue
 from gateway.prefix_view import PromptBlocks
 from gateway.errors import RequestError, unavailable
@@ -47,6 +48,7 @@ class DecodeReservations:
                       avoid: set[str]) -> Reservation:
         """``prompt``: the request's prompt, hashed for the workers' prefix caches;
         ``ttft_deadline``: perf_counter time, inf without a TTFT SLO; ``avoid``: worker ids."""
+        self._refuse_if_never(req)
         may_wait = self.router.ttft_guard and req.ttft_ms  # in the admission queue
         if may_wait and self.admission.holds_one_no_harder(_demand(req)):
             return await self._wait_for_admission(req, prompt, ttft_deadline, avoid, RequestError(
@@ -58,6 +60,16 @@ class DecodeReservations:
             if not (may_wait and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED):
                 raise
             return await self._wait_for_admission(req, prompt, ttft_deadline, avoid, exc)
+
+    def _refuse_if_never(self, req: ValidatedRequest) -> None:
+        """A TPOT SLO below every decode worker's step for one request alone (as their heartbeats
+        report it) is refused at once: no wait, load or margin could meet it."""
+        alone = [w.load.tpot_alone_ms / 1000 or None for w in self.registry.routable("decode")]
+        if never_met_anywhere(req.tpot_ms / 1000, alone):
+            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"TPOT SLO {req.tpot_ms:g} ms can never be met on this cluster, however idle: one "
+                               f"request alone takes {min(a for a in alone if a) * 1000:.1f} ms a token on its fastest decode worker; "
+                               f"ask for a looser tpot_ms", reason="slo_unattainable")
 
     async def _wait_for_admission(self, req: ValidatedRequest, prompt: PromptBlocks, deadline: float,
                                   avoid: set[str], refusal: RequestError) -> Reservation:
@@ -90,6 +102,7 @@ class DecodeReservations:
         if not candidates:
             raise unavailable("no decode worker is available")
         last: grpc.aio.AioRpcError | None = None
+        never: list[str] = []  # what the workers that can never meet its TPOT SLO said
         tpot_ms, tpot_us = to_wire(req.tpot_ms)
         for worker in candidates:
             reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
@@ -106,13 +119,20 @@ class DecodeReservations:
                 call.add_done_callback(lambda done, w=worker: self._release_late(req.request_id, w, done))
                 raise
             except grpc.aio.AioRpcError as exc:  # full, draining, gone: the next candidate may take it
+                refused_by = dict(exc.trailing_metadata() or ()).get(REFUSED_BY)
+                if refused_by == "floor":
+                    never.append(exc.details() or "")
+                    continue
                 last = exc
-                if req.tpot_ms and dict(exc.trailing_metadata() or ()).get(REFUSED_BY) == "margin":
+                if req.tpot_ms and refused_by == "margin":
                     worker.view.epsilons.of(req.tpot_ms / 1000).refused()  # its ε alone refused it
                 continue
             worker.view.routed[req.request_id] = req.tpot_ms / 1000
             return worker, reply
-        assert last is not None
+        if last is None:  # every candidate is too slow for it, idle or not
+            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"the TPOT SLO can never be met on this cluster, however idle: {never[0]}; "
+                               f"ask for a looser tpot_ms", reason="slo_unattainable")
         if last.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
             raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"no decode worker admits the request: "
                                                                    f"{last.details()}", reason="decode_admission")

@@ -90,6 +90,12 @@ class PromiseLoop:
                 p.prefill.guard.boundary.margin)  # one for all classes
         if p.decode is not None and p.decode.decode_view is not None:
             margins.append(("tpot_epsilon", p.decode.worker_id, p.decode.view.epsilons))
+            epsilons = p.decode.view.epsilons
+            if epsilons.ceiling < float("inf"):  # what its steps let ε be (slo_ms 0: all classes)
+                self.metrics.margin.labels(self.metrics.role, "tpot_ceiling", p.decode.worker_id, "0").set(
+                    epsilons.ceiling)
+            if epsilons.rest is not None:
+                self.metrics.margin.labels(self.metrics.role, "tpot_start", p.decode.worker_id, "0").set(epsilons.rest)
         for kind, worker_id, by_class in margins:
             for slo_ms, margin in by_class.items():
                 self.metrics.margin.labels(self.metrics.role, kind, worker_id, f"{slo_ms:g}").set(margin)

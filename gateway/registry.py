@@ -8,6 +8,7 @@ refused at registration, not found out request by request."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -109,6 +110,7 @@ class WorkerRegistry:
                               progress_at=heard_at)
         if descriptor.role == "decode":
             record.decode_view = DecodeView(tpot_epsilons(self.slo_target))
+            _bound_epsilons(record)
         if descriptor.role == "prefill" or (self.local_prefill and descriptor.cost_model.present):
             record.ttft = new_guard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
                                     self.slo_target, probe_first=descriptor.role == "prefill")
@@ -132,6 +134,7 @@ class WorkerRegistry:
         if load.steps != record.load.steps or not (load.running or load.waiting):
             record.progress_at = record.heard_at
         record.load = load
+        _bound_epsilons(record)
         if record.ttft is not None:
             record.ttft.heard(load.queued_tokens, load.running)
         if record.prefix is not None and load.HasField("prefix"):
@@ -222,3 +225,12 @@ class RegistryServicer(worker_pb2_grpc.RegistryServicer):
                         context: grpc.aio.ServicerContext) -> worker_pb2.HeartbeatResponse:
         known = self.registry.heartbeat(request.worker_id, request.load)
         return worker_pb2.HeartbeatResponse(known=known, prefix_resync=self.registry.prefix_out_of_step(request.worker_id))
+
+
+def _bound_epsilons(record: WorkerRecord) -> None:
+    """A decode worker's ε, every class's, at most what its steps have shown and relaxing on time
+    to where they say it starts (its heartbeat's ``tpot_margin_ceiling`` and ``tpot_margin_start``;
+    none reported: no cap, no return)."""
+    if record.decode_view is not None:
+        load = record.load
+        record.decode_view.epsilons.bound(load.tpot_margin_ceiling or math.inf, load.tpot_margin_start or None)

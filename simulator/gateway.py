@@ -29,7 +29,7 @@ from common.engine.request import RequestOutput, left_on_arrival
 from common.engine.sampling_params import SamplingParams
 from common.slo.local_prefill import prefills_locally
 from common.slo.promise import decoding_late, outcome
-from common.slo.tpot_guard import DecodeView, tpot_epsilons
+from common.slo.tpot_guard import DecodeView, never_met_anywhere, tpot_epsilons
 from common.slo.ttft_decision import last_useful_admission, ttft_refusal
 from common.slo.guard_reading import Readings
 from common.slo.ttft_guard import TtftGuard, new_guard
@@ -105,6 +105,8 @@ class SimGateway:
             self._refuse(flight, "INVALID_ARGUMENT", "invalid_argument")
         elif not self._ttft_ok(flight):
             self._refuse(flight, reason="ttft_unattainable")
+        elif never_met_anywhere(flight.tpot_s, [w.core.tpot_alone_s for w in self.decodes]):
+            self._refuse(flight, "FAILED_PRECONDITION", "slo_unattainable")
         elif self.config.ttft_guard and flight.ttft_s and self.admission.holds_one_no_harder(flight.demand):
             self._wait(flight)
         else:
@@ -143,6 +145,8 @@ class SimGateway:
             return
         worker = candidates[at]
         self._hear_tokens(worker)
+        self.views[worker.worker_id].epsilons.bound(worker.core.epsilon_ceiling,  # as its heartbeats report them
+                                                    worker.core.epsilon_start)
         epsilon = self.views[worker.worker_id].epsilons.margin(flight.tpot_s)
 
         def reserve() -> None:

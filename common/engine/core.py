@@ -37,13 +37,15 @@ Clock = Callable[[], float]
 
 
 class AdmissionError(ValueError):
-    """The request's SLO cannot be met here (the caller answers RESOURCE_EXHAUSTED);
+    """The request's SLO cannot be met here now (the caller answers RESOURCE_EXHAUSTED);
     ``margin_alone``: it could under its class's ε probed lower (``MarginController.probe``), so
-    the margin, not the work here, refused it."""
+    the margin, not the work here, refused it; ``never``: not under any load either (its TPOT SLO
+    is below one request's step alone here: the caller answers FAILED_PRECONDITION)."""
 
-    def __init__(self, message: str, margin_alone: bool = False) -> None:
+    def __init__(self, message: str, margin_alone: bool = False, never: bool = False) -> None:
         super().__init__(message)
         self.margin_alone = margin_alone
+        self.never = never
 
 
 class EngineCore:
@@ -117,6 +119,8 @@ class EngineCore:
         Raises ``AdmissionError`` when the TPOT guard (margin ``epsilon``) predicts the SLOs
         could not all be met."""
         self._validate(request_id, [0] * prompt_len, SamplingParams(max_tokens=max_tokens))
+        self._refuse_if_never(tpot_slo_ms)
+        epsilon = min(epsilon, self.epsilon_ceiling)
         self.tpot_margins[slo_class_ms(tpot_slo_ms / 1000)] = epsilon
         if not self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon):
             margin_alone = self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon / (1 + STEP))  # the probe
@@ -131,6 +135,29 @@ class EngineCore:
         self.load = self._measure()
         return lease
 
+    def _refuse_if_never(self, tpot_slo_ms: float) -> None:
+        alone = self.tpot_alone_s
+        if self.scheduler.config.tpot_guard and tpot_guard.never_met(tpot_slo_ms / 1000, alone):
+            assert alone is not None
+            raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms can never be met by this decode worker: one request "
+                                 f"alone takes {alone * 1000:.1f} ms a token here", never=True)
+
+    @property
+    def tpot_alone_s(self) -> float | None:
+        """One request's decode step alone here (``StepEvidence.alone_s``); None: not measured."""
+        return self.step_costs.evidence.alone_s(self.unloaded_step_s)
+
+    @property
+    def epsilon_ceiling(self) -> float:
+        """The most ε the TPOT guard applies here: what this worker's steps have shown
+        (``StepEvidence.ceiling``), whatever a reservation asks for."""
+        return self.step_costs.evidence.ceiling(tpot_guard.TPOT_MARGIN)
+
+    @property
+    def epsilon_start(self) -> float:
+        """Where ε starts here and returns to on time (``StepEvidence.start``)."""
+        return self.step_costs.evidence.start(tpot_guard.TPOT_MARGIN)
+
     def tpot_admits(self, tpot_slo_ms: float, prompt_len: int, max_tokens: int,
                     epsilon: float = tpot_guard.TPOT_MARGIN) -> bool:
         """The TPOT guard (``common.slo.tpot_guard``) over the decodes of the requests here and
@@ -143,7 +170,7 @@ class EngineCore:
         present = self.decodings({slo_class_ms(tpot_slo_ms / 1000): epsilon})
         # the newcomer needs a place once its KV is committed: at least a prefill forward's fixed cost away
         soonest_commit_s = max(0.0, self.cost_models.prefill.base_s)
-        return tpot_guard.admits_request(new, present, self.cost_models.decode, self.unloaded_step_s,
+        return tpot_guard.admits_request(new, present, self.cost_models.decode, self.tpot_alone_s,
                                          epsilon, self.step_costs.calibration.scale, self.config.max_batch_size,
                                          soonest_commit_s)
 
@@ -173,17 +200,19 @@ class EngineCore:
         return tpot_guard.step_keeps(step, tightest_slo_s, self.tpot_margin(tightest_slo_s))
 
     def tpot_margin(self, slo_s: float) -> float:
-        """ε for a request with this TPOT SLO: its class's latest (``TPOT_MARGIN`` before any)."""
-        return self.tpot_margins.get(slo_class_ms(slo_s), tpot_guard.TPOT_MARGIN)
+        """ε for a request with this TPOT SLO: its class's latest (``TPOT_MARGIN`` before any), at
+        most the ceiling."""
+        return min(self.tpot_margins.get(slo_class_ms(slo_s), tpot_guard.TPOT_MARGIN), self.epsilon_ceiling)
 
     def decodings(self, margins: Mapping[float, float] | None = None) -> list[tpot_guard.Decoding]:
         """What the TPOT guard projects: every request here (decoding or about to) and every
         reservation, with its SLO, its output tokens still to come at most, its length, and its
         class's ε (``margins``, by ``slo_class_ms``, in place of the stored ones where given)."""
         margins = {**self.tpot_margins, **(margins or {})}
+        ceiling = self.epsilon_ceiling
 
         def margin(slo_ms: float) -> float:
-            return margins.get(slo_class_ms(slo_ms / 1000), tpot_guard.TPOT_MARGIN)
+            return min(margins.get(slo_class_ms(slo_ms / 1000), tpot_guard.TPOT_MARGIN), ceiling)
 
         here = [tpot_guard.Decoding(r.tpot_slo_ms / 1000, r.params.max_tokens - len(r.output_token_ids), r.num_tokens,
                                     margin(r.tpot_slo_ms)) for r in self.scheduler.requests.values()]
@@ -336,7 +365,8 @@ class EngineCore:
     def _measure(self) -> EngineLoad:
         return measure(self.scheduler, self.pool, self.leases, self.steps_completed,
                        self.step_costs.calibration.ratio, self.step_costs.prediction_error, self.step_costs.refits,
-                       self.forward_calibration.ratio)
+                       self.forward_calibration.ratio, self.tpot_alone_s, self.epsilon_ceiling,
+                       self.epsilon_start)
 
     def _observe_step(self, batch: ScheduledBatch, seconds: float) -> None:
         """Feeds decode-only steps to the calibration of the decode cost model.

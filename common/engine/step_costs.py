@@ -1,6 +1,8 @@
 """What an engine's decode steps really take, against its decode cost model: the calibration
 every TPOT prediction is scaled by, the prediction error the heartbeat reports, every step's
-ratio for the metrics, and the log of steps the model is refitted from when one is due."""
+ratio for the metrics, the log of steps the model is refitted from when one is due, and the two
+readings the TPOT guard's margin is bounded by (``common.slo.epsilon_bound``): how far steps
+outrun their calibrated predictions, and what one request alone takes a step now."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections import deque
 from collections.abc import Callable
 
 from common.slo.calibration import Calibration
+from common.slo.epsilon_bound import StepEvidence
 from common.slo.cost_models import CostModels, DecodeModel
 from common.slo.ratio_histogram import RatioHistogram
 from common.slo.refit import StepLog
@@ -26,6 +29,7 @@ class StepCosts:
         self.refits = 0  # decode models replaced by a refit since start
         self._errors: deque[float] = deque(maxlen=PREDICTION_ERRORS_KEPT)  # calibrated prediction / observed
         self._profile: DecodeModel | None = None  # the decode model before any refit: refits' prior
+        self.evidence = StepEvidence(clock)  # what bounds the TPOT guard's margin
 
     @property
     def prediction_error(self) -> float:
@@ -39,7 +43,9 @@ class StepCosts:
         refit is due and the steps support a sound one (else ``models``)."""
         predicted = models.decode.predict(batch_size, mean_len)
         if seconds > 0:
-            self._errors.append(self.calibration.scale(predicted) / seconds)  # before it learns
+            calibrated = self.calibration.scale(predicted)  # before it learns
+            self._errors.append(calibrated / seconds)
+            self.evidence.observe(batch_size, calibrated, seconds)
             self.log.observe(batch_size, mean_len, seconds)
         self.ratios.observe(predicted, seconds)
         self.calibration.observe(predicted, seconds)

@@ -104,7 +104,8 @@ class Metrics:
                             "hold the attainment target: ttft_headroom per prefill worker, tpot_epsilon (VBS ε) per "
                             "decode worker, each per SLO class (the SLO in ms, two significant digits); "
                             "ttft_boundary per prefill worker (slo_ms 0: all classes), the least a promise already "
-                            "made is checked under",
+                            "made is checked under; tpot_ceiling and tpot_start per decode worker (slo_ms 0), the "
+                            "most its steps let ε be and where ε starts and returns to on time",
                             [*labels, "kind", "worker", "slo_ms"], registry=r)
         self.prefill_call_overhead = Histogram(
             "pdserve:prefill_call_overhead_seconds", "Of each prefill call, the time at the gateway beyond what the "
@@ -165,6 +166,16 @@ class Metrics:
             self._observed_ratios = _RatioHistograms()
             self.registry.register(self._observed_ratios)
         self._observed_ratios.series.append(([self.role, model, worker], ratios))
+
+    def watch_tpot_bounds(self, ceiling: Callable[[], float], alone_s: Callable[[], float]) -> None:
+        """A decode worker's bounds on its TPOT guard (``common.slo.epsilon_bound``), read at scrape time."""
+        r = self.registry
+        Gauge("pdserve:tpot_margin_ceiling", "The most ε this decode worker's TPOT guard applies: where the closed "
+              "loop starts, or how far its recent steps outran their calibrated predictions", ["role"],
+              registry=r).labels(self.role).set_function(ceiling)
+        Gauge("pdserve:tpot_alone_seconds", "One request's decode step alone here: an idle worker admits a TPOT SLO "
+              "at or above it under no margin, and refuses one below it as never attainable", ["role"],
+              registry=r).labels(self.role).set_function(alone_s)
 
     def watch_coefficients(self, model: str, worker: str, terms: dict[str, Callable[[], float]]) -> None:
         for term, read in terms.items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 # the gateway retries on another decode worker instead of giving up the prefill worker
 FAILED_PEER_KEY = "pdserve-failed-peer"
 
-# trailing metadata of a Reserve refused RESOURCE_EXHAUSTED: "margin" when the request's class's ε
-# alone refused it (probed lower it would have been admitted), so the gateway relaxes that ε
+# trailing metadata of a refused Reserve: "margin" (RESOURCE_EXHAUSTED) when the request's class's ε
+# alone refused it (probed lower it would have been admitted), so the gateway relaxes that ε;
+# "floor" (FAILED_PRECONDITION) when its TPOT SLO is below one request's step alone there
 REFUSED_BY = "pdserve-refused-by"

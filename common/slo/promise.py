@@ -98,6 +98,7 @@ DEFAULT_TARGET = 0.99
 ATTAINMENT_WINDOW_S = 60.0  # the sliding window of the measured attainment, and how long a miss's debt lasts
 ROOM = 0.8  # an outcome at most this fraction of its SLO met it with room to spare
 STEP = 0.2  # a margin's relative increase per miss (``MarginController.step``'s default)
+HIGH = 8.0  # the largest margin any guard may apply
 EARLY_TOKENS = 16  # decoded tokens after which a running request's TPOT so far is evidence of a miss
 
 
@@ -108,7 +109,7 @@ class MarginController:
     share: float = 0.5  # of the misses ``1 − target`` allows, the part this margin may spend
     step: float = STEP  # relative increase per miss
     low: float = 0.5
-    high: float = 8.0
+    high: float = HIGH
     most: float = 1.5  # the largest factor one miss raises its admitting margin by
     misses: int = 0
     outcomes: int = 0
@@ -116,7 +117,10 @@ class MarginController:
     on_miss: Callable[[float], None] | None = field(default=None, repr=False, compare=False)  # the raise's factor
     window_s: float = ATTAINMENT_WINDOW_S  # how long a miss's debt lasts
     clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
+    rest: float | None = None  # what the margin relaxes to on time (``settle``; None: it does not)
+    half_life_s: float = math.inf  # ... halving its log-distance from ``rest`` every this many seconds
     _debts: deque[list[float]] = field(default_factory=deque, repr=False, compare=False)  # [when, log-margin owed]
+    _settled_at: float | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not 0 < self.target < 1:
@@ -135,6 +139,7 @@ class MarginController:
         ``warned``: its miss was already told while it ran (``warn``), and is not raised again;
         ``predicted``: its latency as predicted under that margin / its SLO (None: not known,
         taken as at the boundary): a comfortable outcome predicted far inside its SLO does not relax."""
+        self.settle()
         self.outcomes += 1
         self.shut_out = 0
         if ratio > 1.0:
@@ -144,6 +149,16 @@ class MarginController:
         elif ratio <= ROOM and (predicted is None or predicted >= ROOM):
             relax = self._pay(math.log1p(self.step) * self.budget / (1 - self.budget))
             self.margin = max(self.low, self.margin * math.exp(-relax))
+
+    def settle(self) -> float:
+        """The margin now, relaxed toward ``rest`` for the time since it last was (a margin above
+        its rest comes back down on time, without outcomes: nothing it refuses can shut it out)."""
+        now = self.clock()
+        if self.rest is not None and self._settled_at is not None and self.margin > self.rest:
+            keep = 0.5 ** ((now - self._settled_at) / self.half_life_s)
+            self.margin = max(self.rest, self.rest * (self.margin / self.rest) ** keep)
+        self._settled_at = now
+        return self.margin
 
     @property
     def budget(self) -> float:
@@ -178,6 +193,7 @@ class MarginController:
         """A request refused by this margin alone (``margin / (1 + step)`` would have admitted it).
         After as many of them without an outcome as a miss costs in comfortable outcomes, the
         margin steps down to its probe."""
+        self.settle()
         self.shut_out += 1
         if self.shut_out >= math.ceil((1 - self.budget) / self.budget):
             self.shut_out = 0
@@ -189,6 +205,7 @@ class MarginController:
 
     def warn(self, ratio: float, admitted_at: float | None = None) -> None:
         """A miss under way (``ratio`` > 1 so far): the raise of a miss, without an outcome."""
+        self.settle()
         least = 1 + self.step
         factor = min(max(ratio, least), self.most)
         raised = self.margin * least if admitted_at is None else admitted_at * factor
@@ -221,13 +238,21 @@ class ClassMargins:
     then miss together, whatever their class (at twice the knee 25 misses of four classes came
     within 5 s). So for ``moment_s`` after a miss (or a TPOT already late) every class's margin is
     multiplied by that miss's raise factor (the largest of those in the moment, never compounded),
-    and then returns to what each class's own outcomes set."""
+    and then returns to what each class's own outcomes set.
+
+    ``bound`` caps every class's margin, surge included, at what the worker has shown
+    (``common.slo.epsilon_bound``): a raise past it is not kept, so when the ceiling comes down
+    the margins are already there. And with a ``half_life_s`` each class's margin relaxes on time
+    toward a rest the worker's evidence sets (``bound``'s ``rest``), where a new class starts."""
 
     start: float
     target: float = DEFAULT_TARGET
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     moment_s: float = 2.0  # as long as the guards' calibration window: what they call a moment
     by_class: dict[float, MarginController] = field(default_factory=dict)
+    ceiling: float = math.inf  # the most any class's margin may be (``bound``)
+    rest: float | None = None  # where a class starts and returns to on time (``bound``; None: ``start``)
+    half_life_s: float = math.inf  # of that return (inf: none)
     _surge: float = 1.0
     _surge_until: float = -math.inf
 
@@ -239,15 +264,34 @@ class ClassMargins:
         key = slo_class_ms(slo_s)
         margin = self.by_class.get(key)
         if margin is None:
-            margin = self.by_class[key] = MarginController(self.start, target=self.target, on_miss=self._missed,
-                                                           clock=self.clock)
+            margin = self.by_class[key] = MarginController(self._first(), target=self.target, on_miss=self._missed,
+                                                           clock=self.clock, half_life_s=self.half_life_s)
+            self._cap(margin)
         return margin
 
+    def _first(self) -> float:
+        """Where a class not seen yet starts."""
+        return self.start if self.rest is None else min(self.rest, self.ceiling)
+
     def margin(self, slo_s: float) -> float:
-        """The margin a request with this SLO is admitted with now (``start`` for an unseen class),
-        with the surge of a miss in the last moment."""
+        """The margin a request with this SLO is admitted with now (where a new class starts for an
+        unseen one), with the surge of a miss in the last moment, at most the ceiling."""
         margin = self.by_class.get(slo_class_ms(slo_s))
-        return (self.start if margin is None else margin.margin) * self.surge()
+        return min(self.ceiling, (self._first() if margin is None else margin.settle()) * self.surge())
+
+    def bound(self, ceiling: float, rest: float | None = None) -> None:
+        """Caps every class's margin at ``ceiling`` from now on (``inf``: no cap); ``rest``: what
+        each relaxes to on time and a new class starts at (None: ``start``, no return on time)."""
+        if ceiling == self.ceiling and rest == self.rest:
+            return
+        self.ceiling, self.rest = ceiling, rest
+        for margin in self.by_class.values():
+            self._cap(margin)
+
+    def _cap(self, margin: MarginController) -> None:
+        margin.high = max(margin.low, min(HIGH, self.ceiling))
+        margin.margin = min(margin.margin, margin.high)
+        margin.rest = None if self.rest is None else max(margin.low, min(self.rest, margin.high))
 
     def surge(self) -> float:
         """The factor every class's margin carries now: the raise of the latest moment's misses, or 1."""
@@ -260,7 +304,7 @@ class ClassMargins:
 
     def items(self) -> list[tuple[float, float]]:
         """(class in ms, margin) of every class seen with an SLO, tightest first."""
-        return sorted((ms, m.margin) for ms, m in self.by_class.items() if ms)
+        return sorted((ms, m.settle()) for ms, m in self.by_class.items() if ms)
 
 
 @dataclass(slots=True)

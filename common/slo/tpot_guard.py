@@ -11,12 +11,15 @@ batch size ``Σ TRP`` and the mean length, and requests leave when their tokens 
     admitted ⇔ for every request r with a TPOT SLO:  projected TPOT(r) · ε(r) ≤ SLO(r)
                and, if that makes k more present (running, waiting, reserved) than
                max_batch_size, k of them are projected to leave before the newcomer can commit
-    idle (nothing running, nothing reserved) ⇔ unloaded_step · ε(new) ≤ SLO(new)
+    idle (nothing running, nothing reserved) ⇔ alone ≤ SLO(new)
+    never (whatever the load) ⇔ SLO(new) < alone
 
 ε is the margin the gateway's closed loop steers (``common.slo.promise``; it starts at
-``TPOT_MARGIN``), one per TPOT SLO class: each request is held to its own class's. An idle worker never refuses on a model's word alone: the step it measured
-alone at warm-up decides, and the steps it then runs correct the model
-(``common.slo.calibration``).
+``TPOT_MARGIN``), one per TPOT SLO class: each request is held to its own class's, and no class's
+past what the worker's own steps have shown (``common.slo.epsilon_bound``). An idle worker never
+refuses on a model's word or a margin alone: ``alone``, one request's step as this worker measured
+it (at warm-up, and in the batch-1 steps it runs since), decides, under no margin, so a margin
+can never shut a worker out; the steps it then runs correct the model (``common.slo.calibration``).
 
 A decision of numbers only: the caller hands over what it holds and its clocks' readings
 (through ``calibration``), so a simulator on a virtual clock drives the same decisions.
@@ -34,6 +37,9 @@ from common.slo.credit import virtual_batch_size
 from common.slo.promise import DEFAULT_TARGET, ClassMargins
 
 TPOT_MARGIN = 1.3  # ε where the closed loop starts: a step predicted this much slower still meets the SLO
+# ... at most; a raised ε returns toward where the worker's steps say it starts, halving its distance in this
+# time: slow beside the outcomes a loaded worker reports (many a second), fast beside a whole overload
+EPSILON_HALF_LIFE_S = 120.0
 
 
 def _uncalibrated(seconds: float) -> float:
@@ -125,7 +131,8 @@ def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeMode
                    max_running: int | None = None, soonest_commit_s: float = 0.0) -> bool:
     """The guard's answer for ``new`` (no SLO: always admitted) joining the requests ``present``
     (running and reserved); ``unloaded_step_s``: one request's step measured alone (None: not
-    measured, the model decides even when idle); ``max_running``: the most requests the engine
+    measured, the model decides even when idle), which alone decides on an idle worker, under no
+    margin; ``max_running``: the most requests the engine
     runs at once (its ``max_batch_size``; None: no limit); ``soonest_commit_s``: the least time
     before ``new`` can need a place in the batch (its KV committed here, at least one prefill
     forward away).
@@ -141,7 +148,7 @@ def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeMode
     if not new.slo_s:
         return True
     if not present and unloaded_step_s is not None:
-        return step_keeps(unloaded_step_s, new.slo_s, epsilon)
+        return step_keeps(unloaded_step_s, new.slo_s, 1.0)
     together = [*present, new]
     past_limit = len(together) - max_running if max_running is not None else 0
     if past_limit > 0 and soonest_commit_s <= 0:
@@ -155,8 +162,20 @@ def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeMode
     return departures[past_limit - 1] <= soonest_commit_s
 
 
+def never_met(slo_s: float, alone_s: float | None) -> bool:
+    """Whether a TPOT SLO of ``slo_s`` (0: none) is below one request's step alone here: no load,
+    margin or batch can meet it."""
+    return bool(slo_s) and alone_s is not None and slo_s < alone_s
+
+
+def never_met_anywhere(slo_s: float, alone_s: Sequence[float | None]) -> bool:
+    """Whether no decode worker, each one's step alone ``alone_s`` (None: not known), could ever
+    meet a TPOT SLO of ``slo_s``: then the request is refused at once, not kept waiting."""
+    return bool(alone_s) and all(never_met(slo_s, alone) for alone in alone_s)
+
+
 def tpot_epsilons(target: float = DEFAULT_TARGET, clock: Callable[[], float] = time.monotonic) -> ClassMargins:
-    return ClassMargins(TPOT_MARGIN, target=target, clock=clock)
+    return ClassMargins(TPOT_MARGIN, target=target, clock=clock, half_life_s=EPSILON_HALF_LIFE_S)
 
 
 @dataclass(slots=True, eq=False)

@@ -61,6 +61,9 @@ def current_load(engine: LLMEngine, draining: bool, digest: DigestPublisher | No
         load.tightest_tpot_ms = min(snapshot.tpot_slos.values()) * 1000
     if snapshot.running:
         load.mean_len = snapshot.mean_len
+    if snapshot.tpot_alone_s is not None:
+        load.tpot_alone_ms = snapshot.tpot_alone_s * 1000
+    load.tpot_margin_ceiling, load.tpot_margin_start = snapshot.epsilon_ceiling, snapshot.epsilon_start
     return load
 
 

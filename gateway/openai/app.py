@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from gateway.errors import RequestError, invalid
 from gateway.front_door import Caller, FrontDoor
 from gateway.openai.convert import chat_request, completion_request, created, usage
-from gateway.openai.errors import error_body, http_status, not_found
+from gateway.openai.errors import error_body, error_headers, http_status, not_found
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
 from wire.v1 import gateway_pb2
 
@@ -251,4 +251,4 @@ def _request_id(request: Request) -> str:
 
 
 def _error(error: RequestError) -> JSONResponse:
-    return JSONResponse(error_body(error), status_code=http_status(error))
+    return JSONResponse(error_body(error), status_code=http_status(error), headers=error_headers(error))

@@ -11,6 +11,8 @@ from gateway.errors import RequestError
 _STATUS: dict[grpc.StatusCode, tuple[int, str]] = {
     grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error"),
     grpc.StatusCode.OUT_OF_RANGE: (400, "invalid_request_error"),
+    grpc.StatusCode.FAILED_PRECONDITION: (400, "invalid_request_error"),  # e.g. an SLO this cluster never meets
+    grpc.StatusCode.ALREADY_EXISTS: (409, "conflict_error"),
     grpc.StatusCode.UNAUTHENTICATED: (401, "authentication_error"),
     grpc.StatusCode.PERMISSION_DENIED: (403, "permission_error"),
     grpc.StatusCode.NOT_FOUND: (404, "not_found_error"),
@@ -21,8 +23,17 @@ _STATUS: dict[grpc.StatusCode, tuple[int, str]] = {
 }
 
 
+RETRY_AFTER_S = 1  # what a refusal for load tells a client to wait before it tries again
+
+
 def http_status(error: RequestError) -> int:
     return _STATUS.get(error.code, (500, ""))[0]
+
+
+def error_headers(error: RequestError) -> dict[str, str]:
+    """A refusal for load or quota (429) says when to try again; one that can never succeed as
+    sent (400) does not invite a retry."""
+    return {"retry-after": str(RETRY_AFTER_S)} if http_status(error) in (429, 503) else {}
 
 
 def error_body(error: RequestError) -> dict[str, object]:

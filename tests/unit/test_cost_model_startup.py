@@ -71,7 +71,8 @@ def test_an_idle_decode_worker_admits_by_its_unloaded_step_not_by_a_model_50x_to
     tpot_ms = engine.unloaded_step_s * 1000 * 3  # easily met alone; the model says 50x the step
     try:
         assert engine.tpot_admits(tpot_ms, 8, 64)  # idle: the measured step decides
-        assert not engine.tpot_admits(engine.unloaded_step_s * 1000, 8, 64)  # below what it measured: refused
+        assert engine.tpot_admits(engine.unloaded_step_s * 1000, 8, 64)  # at it: admitted, under no margin
+        assert not engine.tpot_admits(engine.unloaded_step_s * 900, 8, 64)  # below what it measured: refused
         lease = engine.reserve("r", 8, 64, tpot_slo_ms=tpot_ms)
         assert lease is not None
         assert not engine.tpot_admits(tpot_ms, 8, 64)  # one reserved: no longer idle, the model (uncorrected) decides

@@ -59,7 +59,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
                              view=SimpleNamespace(epsilons=FakeEpsilons(), routed={}))
     router = SimpleNamespace(ttft_guard=True, decode_candidates=lambda registry, tpot_s, prompt: [worker])
     queue = AdmissionQueue(tick_s=60)  # rounds only when notified
-    reservations = DecodeReservations(SimpleNamespace(), router, "stream", queue, lambda call: None)
+    reservations = DecodeReservations(SimpleNamespace(routable=lambda role: []), router, "stream", queue, lambda call: None)
     return SimpleNamespace(stub=stub, queue=queue, reservations=reservations)
 
 

@@ -98,12 +98,20 @@ def test_a_decode_worker_admits_past_its_batch_only_where_a_place_frees_before_t
     assert engine.reserve("d", 3, 4) is not None  # no TPOT SLO: nothing to promise, never refused
 
 
+def _steps_ran_slower_than_predicted(engine: LLMEngine, factor: float) -> None:
+    """The evidence that bounds ε (``StepEvidence``): steps of ``factor`` times their calibrated
+    prediction, as many as its window keeps."""
+    for _ in range(64):
+        engine.step_costs.evidence.observe(2, 0.010, 0.010 * factor)
+
+
 def test_each_request_here_is_held_to_the_margin_of_its_own_tpot_class():
     """ε comes with each reservation, steered per TPOT SLO class by the gateway: a request already
     here is held to its class's latest ε, not to the newcomer's."""
     def holding_a_30_ms_request(epsilon: float) -> LLMEngine:
         engine = LLMEngine(EngineConfig(num_kv_blocks=64, policy="scorpio", max_batch_size=8))
         engine.cost_models = CostModels(PrefillModel(0, 0.001, 0.0), DecodeModel(0.0, 0.010, 0.0, 0.0))  # 10 ms a VBS
+        _steps_ran_slower_than_predicted(engine, 2.5)  # what lets ε rise past its start
         assert engine.reserve("a", 3, 20, tpot_slo_ms=30.0, epsilon=epsilon) is not None  # alone: 10 ms x ε
         return engine
 
@@ -121,6 +129,7 @@ def test_a_tpot_refusal_says_whether_the_margin_alone_refused():
     margin alone (the gateway relaxes that ε); one the work here cannot fit was not."""
     engine = LLMEngine(EngineConfig(num_kv_blocks=64, policy="scorpio", max_batch_size=8))
     engine.cost_models = CostModels(PrefillModel(0, 0.001, 0.0), DecodeModel(0.0, 0.010, 0.0, 0.0))  # 10 ms a VBS
+    _steps_ran_slower_than_predicted(engine, 2.5)
     assert engine.reserve("a", 3, 20, tpot_slo_ms=30.0, epsilon=1.0) is not None
     # with "b" (30 ms too): VBS 2, 20 ms a step; x 1.6 = 32 ms refuses, x 1.6 / 1.2 = 26.7 ms would not
     with pytest.raises(AdmissionError) as by_margin:

@@ -245,9 +245,9 @@ def test_tpot_guard_admits_an_idle_worker_by_its_unloaded_step_and_a_busy_one_by
         return Decoding(slo_ms / 1000, 20, 9)
 
     assert admits_request(new(0.0), _same(1, 0.001), model, step)  # no TPOT SLO: never refused
-    # idle: the measured step x ε decides (6.5 ms), whatever the model would say (13 ms)
-    assert admits_request(new(step * TPOT_MARGIN * 1000 * 1.01), [], model, step)
-    assert not admits_request(new(step * TPOT_MARGIN * 1000 * 0.99), [], model, step)
+    # idle: the measured step decides (5 ms), under no margin, whatever the model (10 ms) or ε says
+    assert admits_request(new(step * 1000 * 1.01), [], model, step, epsilon=4.0)
+    assert not admits_request(new(step * 1000 * 0.99), [], model, step)
     # a reservation alone makes the worker busy: the model decides (VBS 1 + 10/30 -> 17.3 ms > 10 ms)
     assert not admits_request(new(10.0), _same(1, 0.030, remaining=20), model, step)
     assert admits_request(new(30.0), _same(1, 0.030, remaining=20), model, step)  # VBS 2: 26 ms

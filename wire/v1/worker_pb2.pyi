@@ -80,7 +80,7 @@ class CostModel(_message.Message):
     def __init__(self, present: _Optional[bool] = ..., prefill_threshold: _Optional[float] = ..., prefill_base_s: _Optional[float] = ..., prefill_per_token_s: _Optional[float] = ..., decode_alpha: _Optional[float] = ..., decode_beta: _Optional[float] = ..., decode_gamma: _Optional[float] = ..., decode_delta: _Optional[float] = ..., decode_knee: _Optional[float] = ..., prefill_per_token2_s: _Optional[float] = ..., prefill_max_tokens: _Optional[float] = ...) -> None: ...
 
 class WorkerLoad(_message.Message):
-    __slots__ = ("free_blocks", "running", "waiting", "queued_tokens", "draining", "vbs", "mean_len", "tightest_tpot_ms", "reserved", "earliest_ttft_deadline_ms", "steps", "prefix")
+    __slots__ = ("free_blocks", "running", "waiting", "queued_tokens", "draining", "vbs", "mean_len", "tightest_tpot_ms", "reserved", "earliest_ttft_deadline_ms", "steps", "prefix", "tpot_alone_ms", "tpot_margin_ceiling", "tpot_margin_start")
     FREE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +93,9 @@ class WorkerLoad(_message.Message):
     EARLIEST_TTFT_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_FIELD_NUMBER: _ClassVar[int]
+    TPOT_ALONE_MS_FIELD_NUMBER: _ClassVar[int]
+    TPOT_MARGIN_CEILING_FIELD_NUMBER: _ClassVar[int]
+    TPOT_MARGIN_START_FIELD_NUMBER: _ClassVar[int]
     free_blocks: int
     running: int
     waiting: int
@@ -105,7 +108,10 @@ class WorkerLoad(_message.Message):
     earliest_ttft_deadline_ms: float
     steps: int
     prefix: PrefixDigest
-    def __init__(self, free_blocks: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., draining: _Optional[bool] = ..., vbs: _Optional[float] = ..., mean_len: _Optional[float] = ..., tightest_tpot_ms: _Optional[float] = ..., reserved: _Optional[int] = ..., earliest_ttft_deadline_ms: _Optional[float] = ..., steps: _Optional[int] = ..., prefix: _Optional[_Union[PrefixDigest, _Mapping]] = ...) -> None: ...
+    tpot_alone_ms: float
+    tpot_margin_ceiling: float
+    tpot_margin_start: float
+    def __init__(self, free_blocks: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., queued_tokens: _Optional[int] = ..., draining: _Optional[bool] = ..., vbs: _Optional[float] = ..., mean_len: _Optional[float] = ..., tightest_tpot_ms: _Optional[float] = ..., reserved: _Optional[int] = ..., earliest_ttft_deadline_ms: _Optional[float] = ..., steps: _Optional[int] = ..., prefix: _Optional[_Union[PrefixDigest, _Mapping]] = ..., tpot_alone_ms: _Optional[float] = ..., tpot_margin_ceiling: _Optional[float] = ..., tpot_margin_start: _Optional[float] = ...) -> None: ...
 
 class PrefixDigest(_message.Message):
     __slots__ = ("seq", "snapshot", "stored", "removed")
