@@ -2,9 +2,11 @@
 
 A real decode worker process (its pool in /dev/shm) receives; this process plays the
 prefill worker and moves 64 MiB of KV blocks into reserved blocks with each transport's
-sender, through the same reserve → write path the prefill worker uses.
+sender, through the same reserve → write path the prefill worker uses. Both pools hold the
+dtype ``--dtype`` resolves to on this machine (the decode worker is started with it), as a
+prefill worker's must to be paired with it.
 
-    python bench/transfer.py [--mib 64] [--repeats 3] [--out bench/results/transfer-cpu.json]
+    python bench/transfer.py [--mib 64] [--repeats 3] [--dtype auto] [--out bench/results/transfer-cpu.json]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from bench.common import best_of, device_name, emit, progress  # noqa: E402
 from common.model.kv_cache import PagedKVCache  # noqa: E402
 from common.kv_transfer.base import TransferTarget  # noqa: E402
 from common.kv_transfer.select import make_sender  # noqa: E402
+from common.engine.config import DTYPES, resolve_dtype  # noqa: E402
 from common.model.config import load_model_config  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from common.rpc.server import channel  # noqa: E402
@@ -56,12 +59,12 @@ async def move_once(sender, cache: PagedKVCache, stub, decode_id: str, address: 
     return seconds
 
 
-async def measure(cluster: LocalCluster, mib: int, repeats: int) -> dict[str, dict[str, float]]:
+async def measure(cluster: LocalCluster, mib: int, repeats: int, dtype: torch.dtype) -> dict[str, dict[str, float]]:
     decode = next(w for w in cluster.info().workers if w.role == "decode")
     model = load_model_config(ensure_model("tiny"))
-    block_bytes = PagedKVCache.bytes_per_block(model, 16, torch.float32)
+    block_bytes = PagedKVCache.bytes_per_block(model, 16, dtype)
     total_blocks = (mib << 20) // block_bytes
-    cache = PagedKVCache(model, total_blocks, 16, torch.float32, torch.device("cpu"))
+    cache = PagedKVCache(model, total_blocks, 16, dtype, torch.device("cpu"))
     cache.data.normal_()
     stub = worker_pb2_grpc.DecodeWorkerStub(channel(decode.address))
     stream = stub.Stream(worker_pb2.StreamRequest(stream_id="bench"))
@@ -82,17 +85,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="both pools' (auto: the engine's default here)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    dtype_name = resolve_dtype(args.dtype, "cpu")
+    dtype = getattr(torch, dtype_name)
     ensure_model("tiny")
-    blocks = (args.mib << 20) // 32768 + 2 * LEASE_BLOCKS
-    spec = ClusterSpec(port=0, preset="tiny", prefill=0, decode=1, worker_args=("--num-kv-blocks", str(blocks)))
+    block_bytes = PagedKVCache.bytes_per_block(load_model_config(ensure_model("tiny")), 16, dtype)
+    blocks = (args.mib << 20) // block_bytes + 2 * LEASE_BLOCKS
+    spec = ClusterSpec(port=0, preset="tiny", prefill=0, decode=1,
+                       worker_args=("--num-kv-blocks", str(blocks), "--dtype", dtype_name))
     progress(f"starting a decode worker with {blocks} KV blocks ...")
     with LocalCluster(spec, Path(tempfile.mkdtemp(prefix="pdserve-bench-"))) as cluster:
         memcpy = memcpy_gb_s(args.mib << 20, args.repeats * 3)
         progress(f"[memcpy] {memcpy:.2f} GB/s in one process")
-        transports = asyncio.run(measure(cluster, args.mib, args.repeats))
-    emit({"device": device_name(), "mib": args.mib, "memcpy_gb_s": memcpy, "transports": transports,
+        transports = asyncio.run(measure(cluster, args.mib, args.repeats, dtype))
+    emit({"device": device_name(), "mib": args.mib, "dtype": dtype_name, "memcpy_gb_s": memcpy, "transports": transports,
           "shm_vs_memcpy": transports["shm"]["gb_s"] / memcpy}, args.out)
 
 

@@ -60,11 +60,14 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
             self.metrics.rejected("tpot_unattainable")
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc),
                                 trailing_metadata=((REFUSED_BY, "margin"),) if exc.margin_alone else ())
+        except LeaseError as exc:  # a reservation of its already live here: the cluster's state, not the request's
+            await context.abort(grpc.StatusCode.ABORTED, str(exc))
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if lease is None:
             self.metrics.rejected("kv_cache_full")
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "decode worker KV cache is full")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "decode worker KV cache is full",
+                                trailing_metadata=((REFUSED_BY, "kv"),))
         self.hub.bind(request.request_id, request.stream_id)
         return worker_pb2.ReserveResponse(block_ids=lease.block_ids, lease_id=lease.lease_id,
                                           lease_ms=self.engine.leases.lease_s * 1000, cached_blocks=lease.cached)
@@ -124,6 +127,13 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
         await self.async_engine.release_reservation(request.request_id, request.lease_id,
                                                     request.writer_may_still_write)
         return worker_pb2.ReleaseResponse()
+
+    async def Renew(self, request: worker_pb2.RenewRequest,
+                    context: grpc.aio.ServicerContext) -> worker_pb2.RenewResponse:
+        if not await self.async_engine.renew_reservation(request.request_id, request.lease_id):
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"no live lease {request.lease_id!r} for request {request.request_id!r}")
+        return worker_pb2.RenewResponse()
 
     async def Abort(self, request: worker_pb2.WorkerAbortRequest,
                     context: grpc.aio.ServicerContext) -> worker_pb2.WorkerAbortResponse:

@@ -10,6 +10,7 @@ ended is released on arrival, so no reservation waits for its lease to run out.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -32,6 +33,8 @@ from wire.slo import to_wire
 from wire.v1 import worker_pb2
 
 Reservation = tuple[WorkerRecord, worker_pb2.ReserveResponse]
+Bound = Callable[..., float]  # (readings of the round, or none) -> the last useful moment, perf_counter
+KV_WAIT_S = 30.0
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 
@@ -51,15 +54,27 @@ class DecodeReservations:
         self._refuse_if_never(req)
         may_wait = self.router.ttft_guard and req.ttft_ms  # in the admission queue
         if may_wait and self.admission.holds_one_no_harder(_demand(req)):
-            return await self._wait_for_admission(req, prompt, ttft_deadline, avoid, RequestError(
+            return await self._wait_for_admission(req, prompt, avoid, RequestError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED, "no decode worker admits the request: it waited behind requests "
-                "as easy to admit until its prefill could no longer finish in time", reason="decode_admission"))
+                "as easy to admit until its prefill could no longer finish in time", reason="decode_admission"),
+                self._ttft_bound(req, prompt, ttft_deadline))
         try:
             return await self._reserve_once(req, prompt, avoid)
         except RequestError as exc:
-            if not (may_wait and exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED):
+            if exc.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
                 raise
-            return await self._wait_for_admission(req, prompt, ttft_deadline, avoid, exc)
+            if may_wait:
+                return await self._wait_for_admission(req, prompt, avoid, exc,
+                                                      self._ttft_bound(req, prompt, ttft_deadline))
+            if exc.reason == "kv_cache_full":  # blocks come back as requests end and quarantines lapse
+                return await self._wait_for_admission(req, prompt, avoid, exc, _kv_bound(req, ttft_deadline))
+            raise
+
+    def _ttft_bound(self, req: ValidatedRequest, prompt: PromptBlocks, deadline: float) -> Bound:
+        def last_useful(readings: Readings | None = None) -> float:  # admitted later, the prefill cannot finish in time
+            return last_useful_moment(self.registry, prompt, deadline, req.ttft_ms / 1000, readings)
+
+        return last_useful
 
     def _refuse_if_never(self, req: ValidatedRequest) -> None:
         """A TPOT SLO below every decode worker's step for one request alone (as their heartbeats
@@ -71,11 +86,10 @@ class DecodeReservations:
                                f"request alone takes {min(a for a in alone if a) * 1000:.1f} ms a token on its fastest decode worker; "
                                f"ask for a looser tpot_ms", reason="slo_unattainable")
 
-    async def _wait_for_admission(self, req: ValidatedRequest, prompt: PromptBlocks, deadline: float,
-                                  avoid: set[str], refusal: RequestError) -> Reservation:
-        def last_useful(readings: Readings | None = None) -> float:  # admitted later, the prefill cannot finish in time
-            return last_useful_moment(self.registry, prompt, deadline, req.ttft_ms / 1000, readings)
-
+    async def _wait_for_admission(self, req: ValidatedRequest, prompt: PromptBlocks, avoid: set[str],
+                                  refusal: RequestError, last_useful: Bound) -> Reservation:
+        """Waits in the admission queue until a decode worker admits the request, or refuses it
+        (``refusal``, or the last refusal seen) once ``last_useful()`` has passed."""
         async with self.admission.waiting(last_useful, _demand(req)) as waiter:
             until = last_useful()  # read again after each turn and each wait, and only then
             while True:
@@ -103,6 +117,7 @@ class DecodeReservations:
             raise unavailable("no decode worker is available")
         last: grpc.aio.AioRpcError | None = None
         never: list[str] = []  # what the workers that can never meet its TPOT SLO said
+        full = 0  # workers that refused it for want of KV blocks alone
         tpot_ms, tpot_us = to_wire(req.tpot_ms)
         for worker in candidates:
             reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
@@ -124,6 +139,7 @@ class DecodeReservations:
                     never.append(exc.details() or "")
                     continue
                 last = exc
+                full += refused_by == "kv"
                 if req.tpot_ms and refused_by == "margin":
                     worker.view.epsilons.of(req.tpot_ms / 1000).refused()  # its ε alone refused it
                 continue
@@ -135,8 +151,13 @@ class DecodeReservations:
                                f"ask for a looser tpot_ms", reason="slo_unattainable")
         if last.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
             raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"no decode worker admits the request: "
-                                                                   f"{last.details()}", reason="decode_admission")
-        raise RequestError(last.code(), f"decode reservation failed: {last.details()}")
+                               f"{last.details()}", reason="kv_cache_full" if full == len(candidates) else
+                               "decode_admission")
+        if last.code() == grpc.StatusCode.INVALID_ARGUMENT:  # the request exceeds what the worker can hold
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"decode worker refused the request: {last.details()}")
+        # anything else is the cluster's (a worker draining, gone, or out of step), never the client's
+        raise RequestError(grpc.StatusCode.UNAVAILABLE, f"decode reservation failed: {last.details()}",
+                           reason="decode_unavailable")
 
     def _release_late(self, request_id: str, worker: WorkerRecord, call: asyncio.Future[Any]) -> None:
         if call.cancelled() or call.exception() is not None:
@@ -144,6 +165,14 @@ class DecodeReservations:
         release = worker_pb2.ReleaseRequest(request_id=request_id, lease_id=call.result().lease_id,
                                             writer_may_still_write=False)  # no prefill was sent to it
         self.spawn(quietly(worker.stub.Release(release, timeout=CLEANUP_TIMEOUT_S)))
+
+
+def _kv_bound(req: ValidatedRequest, ttft_deadline: float) -> Bound:
+    """How long a request refused for want of KV blocks alone waits for them: to its TTFT deadline,
+    else its client's, else ``KV_WAIT_S`` (longer than a quarantine: a retry after a lost prefill
+    worker waits out the blocks its first attempt left quarantined)."""
+    until = min(ttft_deadline, req.deadline or math.inf, time.perf_counter() + KV_WAIT_S)
+    return lambda readings=None: until
 
 
 def _demand(req: ValidatedRequest) -> Demand:

@@ -16,7 +16,7 @@ import grpc
 
 from common.rpc.convert import prefill_model_from_proto
 from common.rpc.server import channel
-from common.kv_transfer.pairing import TRANSPORTS, PoolLocation, TransportMismatch, pair_transport
+from common.kv_transfer.pairing import TRANSPORTS, KvLayout, PoolLocation, TransportMismatch, layout_mismatch, pair_transport
 from common.slo.promise import DEFAULT_TARGET
 from common.slo.tpot_guard import DecodeView, tpot_epsilons
 from common.slo.ttft_guard import TtftGuard, new_guard
@@ -191,9 +191,17 @@ class WorkerRegistry:
 
 
 def transport_between(prefill: worker_pb2.WorkerDescriptor, decode: worker_pb2.WorkerDescriptor) -> str:
-    """The KV transport of a worker pair (raises TransportMismatch when none can work)."""
+    """The KV transport of a worker pair (raises TransportMismatch when none can work: their KV
+    layouts differ, or the transport asked for cannot move it)."""
+    unlike = layout_mismatch(_layout(prefill), _layout(decode))
+    if unlike:
+        raise TransportMismatch(unlike)
     receives = tuple(decode.kv_receives) or TRANSPORTS  # a decode worker that does not say: all
     return pair_transport(prefill.kv_transport or "auto", _location(prefill), _location(decode), receives)
+
+
+def _layout(d: worker_pb2.WorkerDescriptor) -> KvLayout:
+    return KvLayout(d.worker_id, d.model_digest, d.kv_dtype, d.block_size, d.block_bytes)
 
 
 def _location(d: worker_pb2.WorkerDescriptor) -> PoolLocation:

@@ -39,6 +39,7 @@ from gateway.coalesce import InboxItem, TokenInbox, next_message
 from gateway.decode_reservation import DecodeReservations
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import ABORTED, RequestError, unavailable
+from gateway.lease_keepalive import lease_kept_alive
 from gateway.promise_loop import PromiseLoop
 from gateway.registry import WorkerRecord, WorkerRegistry, transport_between
 from gateway.request_state import EXIT_CLEAN_UP, Progress, Stage
@@ -195,7 +196,11 @@ class RequestFlow:
         guard.sent(req.request_id, deadline, tokens, req.ttft_ms / 1000)
         sent = p.prefill_sent = time.perf_counter()
         try:
-            reply = await worker.stub.Prefill(request, timeout=call_timeout(req, PREFILL_TIMEOUT_S))
+            if worker is decode:  # it computes the prompt into its own lease: nothing to keep alive
+                reply = await worker.stub.Prefill(request, timeout=call_timeout(req, PREFILL_TIMEOUT_S))
+            else:
+                async with lease_kept_alive(decode, req.request_id, reservation.lease_id, reservation.lease_ms):
+                    reply = await worker.stub.Prefill(request, timeout=call_timeout(req, PREFILL_TIMEOUT_S))
             p.prefill_call_s = time.perf_counter() - sent
             p.prefilled(reply)
             if len(prompt) - reply.cached_tokens != tokens:  # its cache changed since its last digest

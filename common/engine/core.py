@@ -283,6 +283,10 @@ class EngineCore:
         assert self.cost_models is not None
         return self.forward_calibration.scale(self.cost_models.prefill.predict(tokens, attention))
 
+    def renew_reservation(self, request_id: str, lease_id: str) -> bool:
+        """``LeaseTable.renew``: the reservation's prefill is still awaited."""
+        return self.leases.renew(request_id, lease_id, now=self.clock())
+
     def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:
         released = self.leases.release(request_id, lease_id, writer_may_still_write, now=self.clock())
         self.load = self._measure()

@@ -9,8 +9,15 @@ Each lease is a small state machine::
 
 Fail closed: when a writer might still be copying into the blocks (its RPC broke
 mid-transfer, or nobody committed before the deadline), the blocks are not reused until
-the quarantine period has passed. Writers never start a copy after a lease's deadline, so
-deadline + quarantine bounds how long stray bytes can land.
+the quarantine period has passed. A gateway renews the leases whose prefill it still awaits
+(every third of ``lease_s``), so a lease outlives a long prefill queue, and after its gateway is
+gone it still lives two thirds of ``lease_s``: longer than a writer may take to start its copy
+after its prefill (``prefill_worker.servicer.TRANSFER_WINDOW_S``), so deadline + quarantine
+bounds how long stray bytes can land.
+
+A quarantine holds blocks, not its request: the request may reserve again at once (the gateway
+retrying it after its prefill worker was lost mid-copy), and the quarantined blocks, which will
+never decode, do not count as a request present for the TPOT guard.
 """
 
 from __future__ import annotations
@@ -56,7 +63,8 @@ class LeaseTable:
         self.pool = pool
         self.lease_s = lease_s
         self.quarantine_s = quarantine_s
-        self._leases: dict[str, Lease] = {}  # by request id, RESERVED or QUARANTINED
+        self._leases: dict[str, Lease] = {}  # RESERVED, by request id
+        self._quarantined: dict[str, Lease] = {}  # QUARANTINED, by lease id
 
     def reserve(self, request_id: str, num_blocks: int, now: float | None = None,
                 tpot_slo_ms: float = 0.0, prompt_len: int = 0, max_tokens: int = 0,
@@ -76,6 +84,15 @@ class LeaseTable:
         self._leases[request_id] = lease
         return lease
 
+    def renew(self, request_id: str, lease_id: str, now: float | None = None) -> bool:
+        """Moves a live reservation's deadline to ``lease_s`` from now (its prefill is still queued
+        and its gateway still waits for it); False when it is not live (expired, released, unknown)."""
+        lease = self._leases.get(request_id)
+        if lease is None or lease.lease_id != lease_id:
+            return False
+        lease.deadline = max(lease.deadline, _now(now) + self.lease_s)
+        return True
+
     def commit(self, request_id: str, lease_id: str) -> Lease:
         """Hands the lease's blocks over to its request; the table forgets the lease."""
         lease = self._live(request_id, lease_id)
@@ -85,14 +102,21 @@ class LeaseTable:
 
     def release(self, request_id: str, lease_id: str | None, writer_may_still_write: bool,
                 now: float | None = None) -> bool:
+        """Ends the request's reservation (``lease_id``: that one; None: its live one): freed, or
+        quarantined while a writer may still write. A quarantined lease named by id is freed once
+        its writer is known done. False if there is no such lease."""
         lease = self._leases.get(request_id)
-        if lease is None or (lease_id and lease.lease_id != lease_id):
+        if lease is not None and (not lease_id or lease.lease_id == lease_id):
+            if writer_may_still_write:
+                self._quarantine(lease, _now(now))
+            else:
+                self._free(lease)
+            return True
+        quarantined = self._quarantined.get(lease_id or "")
+        if quarantined is None or quarantined.request_id != request_id:
             return False
-        if not writer_may_still_write:
-            self._free(lease)
-        elif lease.state == LeaseState.RESERVED:
-            self._quarantine(lease, _now(now))
-        # else: quarantined already, and still unsure: it stays until its quarantine ends
+        if not writer_may_still_write:  # else: still unsure, it stays until its quarantine ends
+            self._free(quarantined)
         return True
 
     def expire(self, now: float | None = None) -> list[str]:
@@ -100,12 +124,11 @@ class LeaseTable:
         now = _now(now)
         expired = []
         for lease in list(self._leases.values()):
-            if lease.deadline > now:
-                continue
-            if lease.state == LeaseState.RESERVED:
+            if lease.deadline <= now:
                 self._quarantine(lease, now)
                 expired.append(lease.request_id)
-            else:
+        for lease in list(self._quarantined.values()):
+            if lease.deadline <= now:
                 self._free(lease)
         return expired
 
@@ -119,22 +142,24 @@ class LeaseTable:
 
     def num_reserved(self) -> int:
         """Reservations still waiting for their commit (quarantines do not count)."""
-        return sum(lease.state == LeaseState.RESERVED for lease in self._leases.values())
+        return len(self._leases)
 
     def tpot_slos_ms(self) -> dict[str, float]:
-        """TPOT SLOs of the leases in the table that have one. Quarantined ones count too: the
-        guard errs toward refusing, and they leave the table within the quarantine period."""
+        """TPOT SLOs of the reservations that have one: each will decode here once committed."""
         return {lease.request_id: lease.tpot_slo_ms for lease in self._leases.values() if lease.tpot_slo_ms}
 
     def leases(self) -> list[Lease]:
-        """The leases in the table (reserved or quarantined)."""
+        """The reservations awaiting their commit (not the quarantines: they will never decode)."""
         return list(self._leases.values())
 
     def held_blocks(self) -> list[int]:
-        return [b for lease in self._leases.values() for b in lease.block_ids]
+        """Every block a lease holds, reserved or quarantined."""
+        return [b for table in (self._leases, self._quarantined) for lease in table.values() for b in lease.block_ids]
 
     def state(self, request_id: str) -> LeaseState | None:
-        lease = self._leases.get(request_id)
+        """Its reservation's state, else that of a quarantine of its; None with neither."""
+        lease = self._leases.get(request_id) or next(
+            (q for q in self._quarantined.values() if q.request_id == request_id), None)
         return lease.state if lease else None
 
     def _live(self, request_id: str, lease_id: str) -> Lease:
@@ -146,13 +171,21 @@ class LeaseTable:
         return lease
 
     def _quarantine(self, lease: Lease, now: float) -> None:
+        del self._leases[lease.request_id]
         lease.state = LeaseState.QUARANTINED
         lease.deadline = now + self.quarantine_s
+        if self.quarantine_s <= 0:
+            self._free(lease)
+            return
+        self._quarantined[lease.lease_id] = lease
 
     def _free(self, lease: Lease) -> None:
         self.pool.free(lease.block_ids)
+        if lease.state == LeaseState.QUARANTINED:
+            self._quarantined.pop(lease.lease_id, None)
+        else:
+            del self._leases[lease.request_id]
         lease.state = LeaseState.FREED
-        del self._leases[lease.request_id]
 
 
 def _now(now: float | None) -> float:

@@ -264,6 +264,9 @@ class AsyncEngine:
         await self.thread.run(lambda e: e.prefill_reserved(request_id, lease_id, prompt_token_ids, params, ttft_slo_ms,
                                                            tpot_slo_ms, left_on_arrival(ttft_left_ms, received, e.clock())))
 
+    async def renew_reservation(self, request_id: str, lease_id: str) -> bool:
+        return await self.thread.run(lambda e: e.renew_reservation(request_id, lease_id))
+
     async def release_reservation(self, request_id: str, lease_id: str | None, writer_may_still_write: bool) -> bool:
         return await self.thread.run(lambda e: e.release_reservation(request_id, lease_id, writer_may_still_write))
 

@@ -24,7 +24,30 @@ class PoolLocation:
 
 
 class TransportMismatch(ValueError):
-    """An explicitly chosen transport cannot move KV between this pair."""
+    """An explicitly chosen transport cannot move KV between this pair, or the pair's KV layouts
+    differ so that no transport could (``layout_mismatch``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KvLayout:
+    """What decides how a pool's bytes read: two workers must agree on all of it to hand KV over."""
+
+    worker_id: str
+    model: str  # a digest of the model's config (its architecture: layers, heads, sizes)
+    kv_dtype: str
+    block_size: int  # tokens a block
+    block_bytes: int  # bytes a block, every layer's K and V
+
+
+def layout_mismatch(prefill: KvLayout, decode: KvLayout) -> str:
+    """Why ``decode`` cannot read KV that ``prefill`` writes, naming both sides' values; empty when it can."""
+    differences = [f"{name} {getattr(prefill, name)} against {getattr(decode, name)}"
+                   for name in ("model", "kv_dtype", "block_size", "block_bytes")
+                   if getattr(prefill, name) and getattr(decode, name) and getattr(prefill, name) != getattr(decode, name)]
+    if not differences:
+        return ""
+    return (f"{prefill.worker_id} and {decode.worker_id} lay out KV differently ({'; '.join(differences)}): "
+            "start both with the same model, --dtype and --block-size")
 
 
 def decode_receives(device_kind: str, pool_in_shared_memory: bool) -> tuple[str, ...]:

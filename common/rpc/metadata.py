@@ -8,5 +8,6 @@ FAILED_PEER_KEY = "pdserve-failed-peer"
 
 # trailing metadata of a refused Reserve: "margin" (RESOURCE_EXHAUSTED) when the request's class's ε
 # alone refused it (probed lower it would have been admitted), so the gateway relaxes that ε;
-# "floor" (FAILED_PRECONDITION) when its TPOT SLO is below one request's step alone there
+# "floor" (FAILED_PRECONDITION) when its TPOT SLO is below one request's step alone there; "kv"
+# (RESOURCE_EXHAUSTED) when its pool lacks the blocks, which come back as requests end
 REFUSED_BY = "pdserve-refused-by"

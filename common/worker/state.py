@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -38,7 +40,14 @@ def describe(engine: LLMEngine, role: str, worker_id: str, address: str, kv_tran
         device_kind=engine.device.type, gpu_uuid=gpu_uuid(engine.device), kv_transport=kv_transport,
         kv_receives=list(kv_receives),
         prefix_salt=engine.prefix_salt if engine.pool.prefix_index is not None else 0,
+        model_digest=model_digest(engine.model_dir),
     )
+
+
+def model_digest(model_dir: Path) -> str:
+    """A short digest of the checkpoint's config: equal for workers that lay out its KV alike."""
+    config = model_dir / "config.json"
+    return hashlib.sha256(config.read_bytes()).hexdigest()[:16] if config.exists() else ""
 
 
 def current_load(engine: LLMEngine, draining: bool, digest: DigestPublisher | None = None) -> worker_pb2.WorkerLoad:

@@ -10,6 +10,8 @@ A client that disconnects mid-stream ends the request and frees its KV blocks.
 from __future__ import annotations
 
 import abc
+import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -22,11 +24,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway.errors import RequestError, invalid
 from gateway.front_door import Caller, FrontDoor
 from gateway.openai.convert import chat_request, completion_request, created, usage
-from gateway.openai.errors import error_body, error_headers, http_status, not_found
+from gateway.openai.errors import error_body, error_headers, http_status, not_found, plain_error_body
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
 from wire.v1 import gateway_pb2
 
@@ -51,6 +54,11 @@ def build_app(front: FrontDoor, model: ServedModel, metrics: CollectorRegistry,
         error = invalid(f"{param or 'body'}: {first.get('msg')}")
         error.param = param or None  # type: ignore[attr-defined]
         return _error(error)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_layer(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(plain_error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
 
     @app.get("/health")
     async def health() -> Response:
@@ -101,10 +109,35 @@ async def _answer(front: FrontDoor, model: ServedModel, request: Request, name: 
     except StopAsyncIteration:
         return _error(RequestError(grpc.StatusCode.INTERNAL, "the request ended without an answer"))
     if not stream:
-        return await _whole(first, messages, shape)
+        return await _whole_unless_gone(request, first, messages, shape)
     include_usage = bool(getattr(stream_options, "include_usage", False))
     return _ClosingStream(_events(first, messages, shape, include_usage), media_type="text/event-stream",
                           headers={"x-request-id": rid, "cache-control": "no-cache"})
+
+
+async def _whole_unless_gone(request: Request, first: gateway_pb2.GenerateResponse,
+                             rest: AsyncIterator[gateway_pb2.GenerateResponse], shape: _Shape) -> Response:
+    """The whole answer, or, when the client disconnects while it is produced, nothing: the
+    request is aborted everywhere at once (its generator closed) instead of decoding for nobody."""
+    whole = asyncio.ensure_future(_whole(first, rest, shape))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait((whole, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not whole.done():
+            whole.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await whole
+    if whole.cancelled():
+        return Response(status_code=499)  # nobody reads it
+    return whole.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone (its body was read already: what comes now is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _whole(first: gateway_pb2.GenerateResponse, rest: AsyncIterator[gateway_pb2.GenerateResponse],
@@ -116,6 +149,8 @@ async def _whole(first: gateway_pb2.GenerateResponse, rest: AsyncIterator[gatewa
             last = message
     except RequestError as exc:
         return _error(exc)
+    finally:
+        await rest.aclose()  # now, whether it ended or was cancelled: no block outlives its client
     return JSONResponse(shape.whole("".join(texts), last.finish_reason or "stop",
                                     usage(last.usage.prompt_tokens, last.usage.completion_tokens, last.usage.cached_tokens)),
                         headers={"x-request-id": shape.rid})

@@ -44,3 +44,11 @@ def error_body(error: RequestError) -> dict[str, object]:
 
 def not_found(message: str) -> RequestError:
     return RequestError(grpc.StatusCode.NOT_FOUND, message, "model_not_found")
+
+
+def plain_error_body(status: int, message: str) -> dict[str, object]:
+    """An OpenAI error body for a refusal made by the HTTP layer itself (a body that is not JSON or
+    not UTF-8, an unknown route or method), so every error a client reads has one shape."""
+    kind = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}.get(
+        status, "invalid_request_error" if status < 500 else "internal_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}

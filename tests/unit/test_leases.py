@@ -49,7 +49,7 @@ def test_commit_with_a_wrong_lease_id_is_refused():
         table.commit("a", "not-the-lease")
 
 
-def test_a_lease_carries_its_tpot_slo_until_it_leaves_the_table():
+def test_a_lease_carries_its_tpot_slo_while_it_awaits_its_commit():
     table = LeaseTable(BlockPool(8), quarantine_s=3)
     a = table.reserve("a", 1, now=0, tpot_slo_ms=50.0)
     b = table.reserve("b", 1, now=0, tpot_slo_ms=80.0)
@@ -58,9 +58,8 @@ def test_a_lease_carries_its_tpot_slo_until_it_leaves_the_table():
     assert table.tpot_slos_ms() == {"a": 50.0, "b": 80.0}
     table.commit("a", a.lease_id)  # the request now counts as running, not reserved
     assert b is not None and table.release("b", b.lease_id, writer_may_still_write=True, now=1)
-    assert table.tpot_slos_ms() == {"b": 80.0}  # quarantined: still in the table
-    table.expire(now=4)
-    assert table.tpot_slos_ms() == {}
+    assert table.tpot_slos_ms() == {}  # quarantined: its blocks are held, but it will never decode here
+    assert set(b.block_ids) <= set(table.held_blocks()) and table.pool.num_free == 5
 
 
 def test_a_quarantine_ends_early_only_when_the_writer_is_known_done():
@@ -73,4 +72,21 @@ def test_a_quarantine_ends_early_only_when_the_writer_is_known_done():
     # the writer's worker confirms no copy runs: the blocks come back at once
     assert table.release("a", lease.lease_id, writer_may_still_write=False, now=2)
     assert table.state("a") is None and table.pool.num_free == 8
+    table.pool.check_integrity()
+
+
+def test_a_request_whose_reservation_is_quarantined_may_reserve_again_at_once():
+    """The gateway retrying a request whose prefill worker died mid-copy: the first reservation
+    stays quarantined (its writer's fate unknown), the retry gets fresh blocks under the same id."""
+    table = LeaseTable(BlockPool(8), quarantine_s=10)
+    first = table.reserve("a", 2, now=0)
+    assert first is not None and table.release("a", first.lease_id, writer_may_still_write=True, now=1)
+    again = table.reserve("a", 3, now=1)
+    assert again is not None and not set(again.block_ids) & set(first.block_ids)
+    assert table.num_reserved() == 1 and table.pool.num_free == 3
+    assert table.release("a", first.lease_id, writer_may_still_write=False)  # the old writer confirmed dead
+    assert table.pool.num_free == 5 and table.state("a") == LeaseState.RESERVED
+    assert table.commit("a", again.lease_id).block_ids == again.block_ids
+    table.expire(now=20)
+    assert table.pool.num_free == 5  # the retry's blocks are the request's now
     table.pool.check_integrity()

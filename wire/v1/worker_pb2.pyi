@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerDescriptor(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "host_id", "device", "model", "block_size", "total_blocks", "max_model_len", "vocab_size", "kv_dtype", "block_bytes", "cost_model", "policy", "incarnation", "max_num_tokens", "device_kind", "gpu_uuid", "kv_transport", "kv_receives", "prefix_salt")
+    __slots__ = ("worker_id", "role", "address", "host_id", "device", "model", "block_size", "total_blocks", "max_model_len", "vocab_size", "kv_dtype", "block_bytes", "cost_model", "policy", "incarnation", "max_num_tokens", "device_kind", "gpu_uuid", "kv_transport", "kv_receives", "prefix_salt", "model_digest")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class WorkerDescriptor(_message.Message):
     KV_TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     KV_RECEIVES_FIELD_NUMBER: _ClassVar[int]
     PREFIX_SALT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_DIGEST_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     role: str
     address: str
@@ -51,7 +52,8 @@ class WorkerDescriptor(_message.Message):
     kv_transport: str
     kv_receives: _containers.RepeatedScalarFieldContainer[str]
     prefix_salt: int
-    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., device: _Optional[str] = ..., model: _Optional[str] = ..., block_size: _Optional[int] = ..., total_blocks: _Optional[int] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., kv_dtype: _Optional[str] = ..., block_bytes: _Optional[int] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., policy: _Optional[str] = ..., incarnation: _Optional[str] = ..., max_num_tokens: _Optional[int] = ..., device_kind: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., kv_transport: _Optional[str] = ..., kv_receives: _Optional[_Iterable[str]] = ..., prefix_salt: _Optional[int] = ...) -> None: ...
+    model_digest: str
+    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[str] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., device: _Optional[str] = ..., model: _Optional[str] = ..., block_size: _Optional[int] = ..., total_blocks: _Optional[int] = ..., max_model_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., kv_dtype: _Optional[str] = ..., block_bytes: _Optional[int] = ..., cost_model: _Optional[_Union[CostModel, _Mapping]] = ..., policy: _Optional[str] = ..., incarnation: _Optional[str] = ..., max_num_tokens: _Optional[int] = ..., device_kind: _Optional[str] = ..., gpu_uuid: _Optional[str] = ..., kv_transport: _Optional[str] = ..., kv_receives: _Optional[_Iterable[str]] = ..., prefix_salt: _Optional[int] = ..., model_digest: _Optional[str] = ...) -> None: ...
 
 class CostModel(_message.Message):
     __slots__ = ("present", "prefill_threshold", "prefill_base_s", "prefill_per_token_s", "decode_alpha", "decode_beta", "decode_gamma", "decode_delta", "decode_knee", "prefill_per_token2_s", "prefill_max_tokens")
@@ -292,6 +294,18 @@ class ReleaseRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., writer_may_still_write: _Optional[bool] = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RenewRequest(_message.Message):
+    __slots__ = ("request_id", "lease_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    lease_id: str
+    def __init__(self, request_id: _Optional[str] = ..., lease_id: _Optional[str] = ...) -> None: ...
+
+class RenewResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 

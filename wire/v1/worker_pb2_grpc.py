@@ -287,6 +287,11 @@ class DecodeWorkerStub:
                 request_serializer=wire_dot_v1_dot_worker__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=wire_dot_v1_dot_worker__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.Renew = channel.unary_unary(
+                '/pdserve.v1.DecodeWorker/Renew',
+                request_serializer=wire_dot_v1_dot_worker__pb2.RenewRequest.SerializeToString,
+                response_deserializer=wire_dot_v1_dot_worker__pb2.RenewResponse.FromString,
+                _registered_method=True)
         self.Abort = channel.unary_unary(
                 '/pdserve.v1.DecodeWorker/Abort',
                 request_serializer=wire_dot_v1_dot_worker__pb2.WorkerAbortRequest.SerializeToString,
@@ -345,6 +350,14 @@ class DecodeWorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Renew(self, request, context):
+        """A reservation whose prefill the gateway still awaits lives another lease period
+        (FAILED_PRECONDITION: it is no longer live).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Abort(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -399,6 +412,11 @@ def add_DecodeWorkerServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=wire_dot_v1_dot_worker__pb2.ReleaseRequest.FromString,
                     response_serializer=wire_dot_v1_dot_worker__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'Renew': grpc.unary_unary_rpc_method_handler(
+                    servicer.Renew,
+                    request_deserializer=wire_dot_v1_dot_worker__pb2.RenewRequest.FromString,
+                    response_serializer=wire_dot_v1_dot_worker__pb2.RenewResponse.SerializeToString,
             ),
             'Abort': grpc.unary_unary_rpc_method_handler(
                     servicer.Abort,
@@ -534,6 +552,33 @@ class DecodeWorker:
             '/pdserve.v1.DecodeWorker/Release',
             wire_dot_v1_dot_worker__pb2.ReleaseRequest.SerializeToString,
             wire_dot_v1_dot_worker__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Renew(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pdserve.v1.DecodeWorker/Renew',
+            wire_dot_v1_dot_worker__pb2.RenewRequest.SerializeToString,
+            wire_dot_v1_dot_worker__pb2.RenewResponse.FromString,
             options,
             channel_credentials,
             insecure,
