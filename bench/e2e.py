@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import grpc  # noqa: E402
 import torch  # noqa: E402
 
-from bench.common import device_name, emit, progress  # noqa: E402
+from bench.lib.common import device_name, emit, progress  # noqa: E402
 from common.engine.config import EngineConfig  # noqa: E402
 from common.worker.cpu_plan import CoreAssignment, available_cores, plan_cores  # noqa: E402
 from common.engine.llm_engine import LLMEngine  # noqa: E402

@@ -34,12 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from bench.common import device_name, emit, progress  # noqa: E402
-from bench.engine_runs import (  # noqa: E402
+from bench.lib.common import device_name, emit, progress  # noqa: E402
+from bench.lib.engine_runs import (  # noqa: E402
     Timing, engine_config, load_transformers, make_prompts, time_pdserve, time_prefill, time_transformers)
-from bench.kernel_figures import decode_attention_figures  # noqa: E402
-from bench.peer_runs import add_peer, run_vllm  # noqa: E402
-from bench.roofline import decode_roofline, machine_figures  # noqa: E402
+from bench.lib.kernel_figures import decode_attention_figures  # noqa: E402
+from bench.lib.peer_runs import add_peer, run_vllm  # noqa: E402
+from bench.lib.roofline import decode_roofline, machine_figures  # noqa: E402
 from common.engine.config import DTYPES, resolve_dtype  # noqa: E402
 from common.engine.llm_engine import LLMEngine  # noqa: E402
 

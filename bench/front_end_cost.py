@@ -9,18 +9,18 @@ more than that, the gateway is what the cluster waits on, and a load tester with
 records its own backlog as latency (``pdserve bench --processes``). A tiny-model cluster as
 `pdserve up` starts it, the `fixed` SLO classes of ``bench/slo.py`` at its ``fcfs`` knee on 2
 cores: CPU seconds of each process over the run (``/proc``), divided by the requests and by the
-tokens. Per request it falls as the load rises (a wake-up of the loop serves more messages): with
-``--rate 8 --num-prompts 160`` the gateway's was 15 ms, at 32 req/s about 9.5. The gateway's event
-loop's thread is counted apart (``gateway_loop_cpu_ms_per_request``): gRPC's own threads spread
-over a large host's other cores and its loop's thread cannot, so ``gateway_loop_ceiling_req_s`` is
-a rate no host lifts that gateway past. Prints JSON.
+tokens. Per request it falls as the load rises (a wake-up of the loop serves more messages), so
+figures compare only at one rate. The gateway's event loop's thread is counted apart
+(``gateway_loop_cpu_ms_per_request``): gRPC's own threads spread over a large host's other cores
+and its loop's thread cannot, so ``gateway_loop_ceiling_req_s`` is a rate no host lifts that
+gateway past. Prints JSON.
 
 ``--slo-mix late:0.01:50`` (a TTFT no request can meet) makes every request a refusal: the figures
 are then what the gateway spends refusing one (``scorpio``; ``fcfs`` refuses nothing).
 
 ``--grpc-floor`` runs, after each point, the same traffic (rate, requests, the token messages a
 request got and their spacing) through a stand-in gateway that only makes the real one's gRPC
-calls and reads a decode stream of a step every mean TPOT (``bench/grpc_floor.py``): its loop's CPU a request is the part of the real one's that gRPC
+calls and reads a decode stream of a step every mean TPOT (``bench/lib/grpc_floor.py``): its loop's CPU a request is the part of the real one's that gRPC
 and the event loop cost, whatever pdserve's own code does (``loop_cpu_over_grpc_floor``).
 
 ``--stream-interval`` compares gateway settings of ``--stream-interval-ms`` (``gateway.stream_interval``:
@@ -42,9 +42,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
-from bench.grpc_floor import loop_cpu_ms_per_request  # noqa: E402
-from bench.process_cores import cores_used  # noqa: E402
+from bench.lib.common import device_name, emit, progress, run_load_tester  # noqa: E402
+from bench.lib.grpc_floor import loop_cpu_ms_per_request  # noqa: E402
+from bench.lib.process_cores import cores_used  # noqa: E402
 from bench.slo import RANDOM, WORKLOADS  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
@@ -124,7 +124,7 @@ def main() -> None:
                              "meet, e.g. late:0.01:50, makes every request a refusal and measures what one costs")
     parser.add_argument("--grpc-floor", action="store_true",
                         help="after each point, the same traffic through a stand-in gateway that makes only its gRPC "
-                             "calls (bench/grpc_floor.py): how much of the loop's CPU is gRPC's and the event loop's")
+                             "calls (bench/lib/grpc_floor.py): how much of the loop's CPU is gRPC's and the event loop's")
     parser.add_argument("--rounds", type=int, default=1, help="times each setting runs, taking turns")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()

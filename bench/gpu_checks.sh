@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks only a GPU can run, in one call of a lent machine (README, The GPU path), most
+# The checks only a GPU can run, in one call of a lent machine (docs/engine.md, The GPU path), most
 # telling first, each under its own time limit so one that hangs leaves the rest their time:
 #
 #   1. tests/gpu: the Triton kernels at real shapes, CUDA graphs against eager, the engine against
@@ -7,19 +7,20 @@
 #   2. bench/engine.py: decode and prefill tokens/s against transformers on the GPU
 #   3. pdserve profile: the GPU cost model the simulator's --cost-model takes
 #   4. bench/slo.py under MPS: fcfs against scorpio on `fixed`, both workers on the one GPU, every
-#      request's timings kept and joined with the gateway's log (bench/front_end_gap.py)
+#      request's timings kept and joined with the gateway's log (tools/front_end_gap.py)
 #   4b. slo-trace: the same on the Azure conversation trace (`--workload trace`), tuned on nothing
 #   5. bench/front_end_cost.py under MPS: the gateway's CPU per request where its event loop,
 #      not the GPU, sets the knee (at FRONT_RATE req/s, default 128, below the knee), streaming
 #      token by token (--stream-interval-ms 0) and as pdserve up starts it (auto there), each
-#      beside its gRPC floor (bench/grpc_floor.py: the same calls and messages, nothing else)
+#      beside its gRPC floor (bench/lib/grpc_floor.py: the same calls and messages, nothing else)
 #   6. gateway-ab: bench/front_end_cost.py for `scorpio` from the code in ab-base/ (`bash
-#      bench/ab_base.sh REV` writes it) and from the working tree, taking turns AB_ROUNDS times
+#      tools/ab_base.sh REV` writes it) and from the working tree, taking turns AB_ROUNDS times
 #      (default 2) at AB_RATE req/s (default 480: past the knee on an H200, the loop saturated),
 #      ten seconds of arrivals each: what a change to the gateway's request path is worth there
 #   7. sim-vs-real (never a default either): bench/sim_vs_real.py on the lent machine's CPU cores, the
 #      tiny model as on a 2-core host, but with cores to spare for the gateway and the load tester (a
-#      2-core host runs them on the workers' cores: docs/runs.md); SIM_SECONDS a point (default 15)
+#      2-core host runs them on the workers' cores; docs/decisions.md, "sim_vs_real: also run where the
+#      front end has cores of its own"); SIM_SECONDS a point (default 15)
 #
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh tests-gpu engine profile   # ≤ 510 s
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh slo                         # ≤ 420 s
@@ -29,10 +30,10 @@
 #   source .gpu/device-env.sh && bash bench/gpu_checks.sh sim-vs-real                 # ≤ 560 s
 #
 # (one device call runs at most 600 s: the steps named, in the order above; none named: the first six.)
-# PRESET (default 1b), DEVICE (default cuda), SLO_GRID (default 128,192,256,320,384: the fcfs knee on
-# `fixed` was 256 req/s on an H100; on an H200 fcfs still met 100% at 256, and 64-256 took 282 s
-# there), SLO_SECONDS (seconds of
-# arrivals per point, default 10) and OUT (default bench/results/gpu) change what it runs;
+# PRESET (default 1b), DEVICE (default cuda), SLO_GRID (default 128,192,256,320,384: around the 1b
+# model's fcfs knee on `fixed`, within one call's time), SLO_SECONDS (seconds of arrivals per point,
+# default 10) and OUT (default bench/results/gpu) change what it runs; SLO_GRID's and AB_RATE's
+# defaults were chosen by measurement (docs/decisions.md, "GPU checks: the rates they run at");
 # `PRESET=tiny DEVICE=cpu` walks every step on a CPU. A step that fails is reported and the next
 # one runs; the exit status is the number of steps that failed.
 set -uo pipefail
@@ -74,7 +75,7 @@ wanted slo && TMPDIR="$out/work" step slo 420 python3 bench/slo.py --device "$de
     --out "$out/slo-$preset-$device-fixed.json" --plot "$out/slo-$preset-$device-fixed.png"
 if wanted slo; then  # per request: the tester's TTFT against the gateway's, and the wait neither saw
     work_dir=$(ls -dt "$out"/work/pdserve-slo-* 2>/dev/null | head -n 1)
-    [[ -n $work_dir ]] && step gap 60 python3 bench/front_end_gap.py "$work_dir" --out "$out/front-end-gap.json"
+    [[ -n $work_dir ]] && step gap 60 python3 tools/front_end_gap.py "$work_dir" --out "$out/front-end-gap.json"
 fi
 wanted slo-trace && step slo-trace 420 python3 bench/slo.py --device "$device" --preset "$preset" "${mps[@]}" \
     --workload trace --grid "${SLO_GRID:-128,192,256,320,384}" --duration-s "${SLO_SECONDS:-10}" \
@@ -85,7 +86,7 @@ wanted front-end && step front-end 300 python3 bench/front_end_cost.py --device 
 
 if wanted gateway-ab; then  # (never one of the defaults: it needs ab-base/)
     if [[ ! -d ab-base ]]; then
-        echo "== gateway-ab: no ab-base/ (bash bench/ab_base.sh REV, and carry it)"
+        echo "== gateway-ab: no ab-base/ (bash tools/ab_base.sh REV, and carry it)"
         failed=$((failed + 1))
     else
         out_abs=$(cd "$out" && pwd)

@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import device_name, emit, progress  # noqa: E402
+from bench.lib.common import device_name, emit, progress  # noqa: E402
 from client.bench.metrics import RequestRecord  # noqa: E402
 from client.bench.openai_runner import OpenAITarget, run_plan_openai, served_model  # noqa: E402
 from client.bench.runner import run_plan  # noqa: E402

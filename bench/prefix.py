@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import device_name, emit, progress  # noqa: E402
+from bench.lib.common import device_name, emit, progress  # noqa: E402
 from client.bench import metrics  # noqa: E402
 from client.bench.cli import run_multi_turn  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402

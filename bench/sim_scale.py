@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import emit, progress  # noqa: E402
+from bench.lib.common import emit, progress  # noqa: E402
 from client.bench.cli import add_workload_args  # noqa: E402
 from client.bench.metrics import summarize  # noqa: E402
 from client.bench.plan import build_plan  # noqa: E402

@@ -11,9 +11,9 @@ runs that are not compared (and nothing from the compared ones): an RPC hop (the
 trip of the gateway's Info call, halved); what prefill calls took at the gateway beyond the
 worker's own time under the calibration load (``pdserve:prefill_call_overhead_seconds``, read
 back as one draw per call), grown with the load as its mean grew from the calibration load to the
-heavier one (``SimConfig.call_overhead_growth``; on two cores its median was 0.7 ms at 6 req/s and
-2.0 ms at 64); a prefill forward: the profile's scaled by the prefill worker's own forwards under
-that load (their mean ratio to its model); and the decode step: the profile's (measured at every
+heavier one (``SimConfig.call_overhead_growth``; chosen by measurement: docs/decisions.md,
+"Simulator: the call overhead grows with the load"); a prefill forward: the profile's scaled by
+the prefill worker's own forwards under that load (their mean ratio to its model); and the decode step: the profile's (measured at every
 batch size) scaled by what a step costs inside the cluster, the decode worker's
 own model of the steps it ran under that load (``pdserve:cost_model_coefficient``, times its steps'
 mean ratio to it) over the profile's, at one request. Each simulated forward and step then takes
@@ -27,8 +27,8 @@ fcfs meets fewer than 90% of SLOs in simulation), by default half, the knee and 
 policies.
 
 Two alternatives to that truth, for finding what the simulated cluster lacks (neither is the
-default; docs/runs.md has the runs): ``--decode-truth refit`` runs the simulated decode
-steps at the decode worker's own model as refitted in the cluster (in-cluster steps slow with
+default): ``--decode-truth refit`` runs the simulated decode steps at the decode worker's own
+model as refitted in the cluster (in-cluster steps slow with
 their batch more than the profile does), and ``--prefill-spread none`` runs every simulated
 forward at the calibration's mean (its spread, drawn independently per forward, collapses the
 simulated ``fcfs`` near saturation where the real one is not).
@@ -42,7 +42,7 @@ to each, the rest where the OS puts them), and take more of them the higher the 
 forward's wall time grows with load while its CPU time does not. The simulated host charges that
 (``simulator.host``): the front end's cores, measured at the unloaded and calibration loads and at a
 heavier one (``--front-end-rate``, not compared either) and fitted as a power of the rate, stretch
-the forwards of the workers whose cores they take (``bench/sim_host.py``). The truth above
+the forwards of the workers whose cores they take (``bench/lib/sim_host.py``). The truth above
 was measured with that share in it, so the simulated workers run at it divided by the stretch the
 simulated host charges at the calibration load. Each point also shows the simulation without the
 host (``sim_own_cores_*``: every worker on cores of its own, the truth as measured), the host with
@@ -57,8 +57,9 @@ front end), and the host with the prefill worker's in-cluster cost as a fixed co
 (``sim_per_forward_*``: the profile plus what a calibration forward took beyond it, so that a loaded
 worker's batched forwards pay it once, where the compared simulation scales every forward by it),
 the decode worker's the same way as a fixed cost per step (``sim_per_step_*``), and as a cost per step
-and per request in it from its engine thread's CPU at the two loads (``sim_per_request_*``), each with whether
-it is within 15%, and the cores every process used while the real point ran (``real_cores_used``: gateway, each worker, load tester). The variants (``bench/sim_variants.py``)
+and per request in it from its engine thread's CPU at the two loads (``sim_per_request_*``), and
+the decode steps drawn without the memory the real ones show (``sim_steps_independent_*``), each
+with whether it is within 15%, and the cores every process used while the real point ran (``real_cores_used``: gateway, each worker, load tester). The variants (``bench/lib/sim_variants.py``)
 run against the same real points: a paired comparison.
 
 Last line: ``{"points": [{"rate", "policy", "real_goodput", "sim_goodput", "real_admitted_attainment",
@@ -83,15 +84,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import device_name, emit, progress  # noqa: E402
-from bench.cluster_readings import (call_overheads, decode_load_scale, guards_now, hop_seconds,  # noqa: E402
+from bench.lib.common import device_name, emit, progress  # noqa: E402
+from bench.lib.cluster_readings import (call_overheads, decode_load_scale, guards_now, hop_seconds,  # noqa: E402
                                     in_cluster_decode, observed_ratios, overhead_buckets, ratios_between,
                                     step_memory)
-from bench.process_cores import cores_used, front_end  # noqa: E402
-from bench.replay import planned_arrivals, simulated_point  # noqa: E402
-from bench.sim_host import HOST_FIGURES, decode_step_law, host_config, host_figures, overhead_growth  # noqa: E402
-from bench.sim_variants import alone_at, variants_beside  # noqa: E402
-from bench.sim_vs_real_report import compare, plot, summary_line  # noqa: E402
+from bench.lib.process_cores import cores_used, front_end  # noqa: E402
+from bench.lib.replay import planned_arrivals, simulated_point  # noqa: E402
+from bench.lib.sim_host import HOST_FIGURES, decode_step_law, host_config, host_figures, overhead_growth  # noqa: E402
+from bench.lib.sim_variants import alone_at, variants_beside  # noqa: E402
+from bench.lib.sim_vs_real_report import compare, plot, summary_line  # noqa: E402
 from bench.slo import TRACE_REQUESTS, bench_point, point_summary, slo_classes, trace_means  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402

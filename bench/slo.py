@@ -44,12 +44,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
+from bench.lib.common import device_name, emit, progress, run_load_tester  # noqa: E402
 from client.bench.workload import BUILTIN_TRACE, read_trace  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
-from bench.cluster_readings import gateway_counts  # noqa: E402
+from bench.lib.cluster_readings import gateway_counts  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
-from bench.process_cores import busiest_thread_during  # noqa: E402
+from bench.lib.process_cores import busiest_thread_during  # noqa: E402
 from simulator.config import gateway_loop_from_points  # noqa: E402
 
 TTFT_MULTIPLES = {"ttft_tight": 4.0, "ttft_medium": 12.0, "ttft_loose": 40.0}
@@ -60,7 +60,7 @@ TPOT_MULTIPLES = {"tpot_tight": 3.0, "tpot_loose": 10.0}
 REAL_TTFT_MULTIPLES = {"ttft_tight": 1.5, "ttft_medium": 3.0, "ttft_loose": 10.0}
 REAL_TPOT_MULTIPLES = {"tpot_tight": 1.3, "tpot_loose": 3.0}
 # ``--grid auto``: rates as multiples of what one prefill worker serves unloaded (1 / unloaded TTFT)
-AUTO_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5)
+AUTO_GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +125,7 @@ def bench_point(address: str, rate: float, args: argparse.Namespace, slo_mix: st
         return run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir, seed, extra)
     result = run_load_tester(("--host", host, "--port", port), rate, n, requests, slo_mix, out_dir, seed,
                              extra=("--save-detailed", *extra))
-    result.pop("itls", None)  # every token's gap: megabytes a point, and bench/front_end_gap.py needs none
+    result.pop("itls", None)  # every token's gap: megabytes a point, and tools/front_end_gap.py needs none
     (out_dir / f"{rate:g}.json").write_text(json.dumps(result))
     return result
 
@@ -223,9 +223,9 @@ def _say_what_the_front_end_lost(result: dict) -> None:
 
 def extended_grid(grid: list[float], more: int = GRID_EXTENSION) -> list[float]:
     """``grid`` and ``more`` rates past its end by its last step: tried only while fcfs still meets
-    its SLOs there (``run_policy`` stops at the knee), so a device faster than the grid's author's
-    finds its knee instead of reporting twice the grid's end (an H200 met 100% at 256 req/s, the
-    end of a grid made on an H100, and fell to 29% at 384)."""
+    its SLOs there (``run_policy`` stops at the knee), so a device faster than the one the grid was
+    made for finds its knee instead of reporting twice the grid's end (docs/decisions.md, "GPU
+    checks: the rates they run at")."""
     step = grid[-1] - grid[-2] if len(grid) > 1 else grid[-1]
     return grid + [grid[-1] + step * k for k in range(1, more + 1)]
 
@@ -300,7 +300,7 @@ def main() -> None:
     parser.add_argument("--mps", action="store_true", help="run the workers under a CUDA MPS daemon, as `pdserve up "
                         "--mps` does (with --device cuda: two workers on one GPU without it time-slice between them)")
     parser.add_argument("--detailed", action="store_true", help="keep every request's timings and id in the load "
-                        "tester's results, next to the clusters' logs (what bench/front_end_gap.py reads)")
+                        "tester's results, next to the clusters' logs (what tools/front_end_gap.py reads)")
     args = parser.parse_args()
     if args.mps and not args.device.startswith("cuda"):
         parser.error(f"--mps runs workers on a GPU under CUDA MPS; give --device cuda (not {args.device})")

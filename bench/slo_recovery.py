@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.cluster_readings import guards_now  # noqa: E402
-from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
+from bench.lib.cluster_readings import guards_now  # noqa: E402
+from bench.lib.common import device_name, emit, progress, run_load_tester  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from common.model.presets import DEFAULT_PRESET  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402

@@ -1,7 +1,7 @@
 """KV transfer bandwidth between two processes, per transport, against an in-process memcpy.
 
 A real decode worker process (its pool in /dev/shm) receives; this process plays the
-prefill worker and moves 64 MiB of KV blocks into reserved blocks with each transport's
+prefill worker and moves ``--mib`` MiB of KV blocks into reserved blocks with each transport's
 sender, through the same reserve → write path the prefill worker uses. Both pools hold the
 dtype ``--dtype`` resolves to on this machine (the decode worker is started with it), as a
 prefill worker's must to be paired with it.
@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import best_of, device_name, emit, progress  # noqa: E402
+from bench.lib.common import best_of, device_name, emit, progress  # noqa: E402
 from common.model.kv_cache import PagedKVCache  # noqa: E402
 from common.kv_transfer.base import TransferTarget  # noqa: E402
 from common.kv_transfer.select import make_sender  # noqa: E402

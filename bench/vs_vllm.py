@@ -22,7 +22,7 @@ vLLM's knee is the first rate of ``--grid`` where it meets fewer than 90% of SLO
 then runs at the knee and at twice it, ``--duration-s`` of arrivals each. Every run draws its own
 prompts (its own seed; one seed per comparison point, the same for every system): both servers
 cache prefixes, and a run repeating prompts a server has already seen would be served from its
-cache (vLLM ran the knee's rate twice, in the search and then in the comparison).
+cache (vLLM runs the knee's rate twice, in the search and again in the comparison).
 
     python bench/vs_vllm.py --peer-python PEER/bin/python [--workload mixed] [--out f.json] [--plot f.png]
 
@@ -39,9 +39,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import device_name, emit, progress, run_load_tester  # noqa: E402
-from bench.peer_runs import peer_python  # noqa: E402
-from bench.serving_systems import PdserveSystem, VllmSystem  # noqa: E402
+from bench.lib.common import device_name, emit, progress, run_load_tester  # noqa: E402
+from bench.lib.peer_runs import peer_python  # noqa: E402
+from bench.lib.serving_systems import PdserveSystem, VllmSystem  # noqa: E402
 from bench.slo import FIXED_CLASSES, TRACE_REQUESTS, auto_grid, fixed_classes, point_summary, slo_classes  # noqa: E402
 from common.engine.config import resolve_dtype  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
@@ -76,8 +76,9 @@ WARM_SEED, SEARCH_SEED, COMPARISON_SEED = 99, 7, 1000  # the i-th rate of a list
 
 
 def measure(system, name: str, workload: str, rates: list[float], args: argparse.Namespace,  # type: ignore[no-untyped-def]
-            work: Path, seed: int, mix: str, stop_below: float | None = None) -> list[dict]:
-    flags = WORKLOADS[workload][0]
+            work: Path, seed: int, mix: str | None = None, stop_below: float | None = None) -> list[dict]:
+    flags, fixed = WORKLOADS[workload]
+    mix = fixed if mix is None else mix
     points = []
     target = ("--backend", "openai", "--base-url", system.base_url)
     run_load_tester(target, float("inf"), args.warm_prompts, flags, "", work / f"warm-{name}", seed=WARM_SEED,

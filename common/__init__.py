@@ -9,5 +9,5 @@
 - ``process``: what every server process has (health and drain, metrics, logs);
 - ``rpc``: gRPC servers, channels, TLS and proto conversions.
 
-The gateway reaches only modules that import no torch (``tests/unit/test_gateway_is_torch_free.py``).
+The gateway reaches only modules that import no torch (``tests/integration/test_gateway_is_torch_free.py``).
 """

@@ -3,8 +3,8 @@
 gRPC's asyncio server takes calls from its core one at a time, each after a turn of the event
 loop, so when the loop's turns lengthen under load, arriving calls queue inside gRPC where no
 handler sees them: a request's TTFT as its client measures it starts there, the gateway's starts
-at its handler (on an H100 the gateway counted 100% of admitted requests meeting both SLOs while
-the load tester saw 89.5%, every miss in the 100 ms TTFT classes: bench/results/slo-h100-1b-fixed-dc3ad21.json).
+at its handler, and left out of the budget that wait makes the tightest classes miss by the
+client's clock while the gateway counts them in time (docs/decisions.md, 'Arrival wait').
 
 The wait is measured the only way it can be from inside: this process calls its own health check
 through its public port every ``PERIOD_S``, like any client, and times the round trip (the call
@@ -13,7 +13,7 @@ A high quantile of the recent round trips (the miss budget's, as for the fronts'
 or the age of a probe still unanswered when that is longer, is added to a new request's planned
 TTFT as the delivery allowance is: its deadline moves earlier by it, and its outcome counts it.
 A gateway whose probe cannot connect (a TLS port whose certificate does not name the loopback
-address) allows nothing, as before, and says so once.
+address) allows nothing, as without a probe, and says so once.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """A request's token events, from its decode worker's stream to the messages its client gets.
 
-The gateway relays every decode step's token to the client as a gRPC message. Each message costs
-the gateway far more than the token's own work: the write, its completion coming back through
-gRPC's poller thread, the wake-ups between that thread and the event loop (on a 2-core CPU about
-110 µs a token, against 4–5 ms for everything else a request costs; ``bench/front_end_cost.py
---stream-interval`` shows what holding saves). So events are merged where that loses nothing a
-client measures:
+The gateway relays every decode step's token to the client as a gRPC message. Each message costs the
+gateway far more than the token's own work: the write, its completion coming back through gRPC's
+poller thread, the wake-ups between that thread and the event loop; over a request's tokens these
+add up to about as much as everything else a request costs (docs/decisions.md, 'Stream interval';
+``bench/front_end_cost.py --stream-interval`` measures what holding saves). So events are merged
+where that loses nothing a client measures:
 
 - tokens that already wait behind one another go as one message (``next_message``): the gateway
-  fell behind, and sending them apart would keep it behind;
+  is behind, and sending them apart would keep it behind;
 - while the gateway is loaded, a request's next message may be held until a stream interval has
   passed since its last one (``gateway.stream_interval``), gathering the tokens that come
   meanwhile. The first token is never held (it ends the TTFT), nor an event that ends the stream

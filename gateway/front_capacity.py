@@ -1,26 +1,25 @@
 """The gateway's own capacity: refusing new requests while its event loop is nearly always busy.
 
-One Python thread runs the gateway's event loop: every request's handler, every token relayed,
-every call to a worker. When that thread is busy nearly all the time, the delay does not show
-where the guards look. gRPC's asyncio server takes a new call from its core one at a time, each
-after a turn of the loop, so as the loop's turns lengthen, arriving calls wait inside gRPC before
-any handler runs: their TTFT grows by that wait, which no TTFT the gateway measures contains (on an
-H100 the gateway's own count had 99.8% of admitted requests meeting both SLOs while the load tester
-saw 84.7%: bench/results/slo-h100-1b-fixed-2939e9a.json). The TTFT guard cannot predict a wait it cannot
-see, so the gateway keeps the loop out of that regime instead: above ``low`` of the loop thread's
-time busy (its CPU time over wall time, ``WINDOW_S`` back) it refuses a growing share of new
-requests, all of them at ``high``. A refusal costs the loop one short call; an admitted request
-costs it a message for every token, so refusing frees the loop.
+One Python thread runs the gateway's event loop: every request's handler, every token relayed, every
+call to a worker. When that thread is busy nearly all the time, the delay does not show where the
+guards look. gRPC's asyncio server takes a new call from its core one at a time, each after a turn
+of the loop, so as the loop's turns lengthen, arriving calls wait inside gRPC before any handler
+runs: their TTFT grows by that wait, which no TTFT the gateway measures contains (its own count of
+admitted requests in time then runs well above what its clients see: docs/decisions.md, 'Gateway
+busy guard'). The TTFT guard cannot predict a wait it cannot see, so the gateway keeps the loop out
+of that regime instead: above ``low`` of the loop thread's time busy (its CPU time over wall time,
+``WINDOW_S`` back) it refuses a growing share of new requests, all of them at ``high``. A refusal
+costs the loop one short call; an admitted request costs it a message for every token, so refusing
+frees the loop.
 
 A request its client stamped (``gateway.request_start``) is never refused here: its wait before
 the handler is known, and the TTFT guard plans with it, refusing it only if that wait leaves too
-little of its TTFT. With every request stamped, an H200 served 1.23x the good requests at 0.8x the
-knee and 1.14x at twice it without this guard, both with >= 99.5% of admitted in time
-(``bench/results/busy-guard-stamped-ab-h200-89e150b.json``).
+little of its TTFT, so for a stamped request the busy guard would only refuse what can still be
+served in time (chosen by measurement: docs/decisions.md, 'Gateway busy guard: stamped requests pass').
 
 Only CPU the loop thread itself used counts: a loop waiting for a core that other processes hold
 (the 2-core CPU host) is not busy by this measure, and its delays are the TTFT guard's to see
-through the workers' calibration, as before.
+through the workers' calibration.
 """
 
 from __future__ import annotations

@@ -126,8 +126,7 @@ class FrontDoor:
         # The busy guard stands in for a wait the gateway cannot see (a call queued inside gRPC
         # behind a busy loop). A stamped request's wait is known (``gateway.request_start``) and
         # the TTFT guard plans with it: the busy guard would only refuse what can still be served in
-        # time (bench/results/busy-guard-stamped-ab-h200-89e150b.json: 1.23x the goodput at 0.8x the
-        # knee, 1.14x at 2x, >= 99.5% of admitted in time either way).
+        # time (chosen by measurement: docs/decisions.md, 'Gateway busy guard: stamped requests pass').
         refusal = self.capacity.refusal() if self.capacity is not None and waited_s is None else None
         if refusal is not None:  # first: a refusal must cost the busy loop as little as it can
             raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal, "gateway_busy")

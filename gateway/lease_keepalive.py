@@ -4,7 +4,7 @@ A reservation lives ``lease_ms`` from when it was made unless renewed (``LeaseTa
 prompt queued behind a long prefill queue (no TTFT SLO bounds its wait) would otherwise find its
 lease expired when its KV is ready, and its commit refused. The gateway, which alone knows the
 request is still wanted, renews it every third of ``lease_ms`` while the prefill call runs; if the
-gateway dies the renewals stop and the lease lapses as before.
+gateway dies the renewals stop and the lease lapses ``lease_ms`` after the last of them.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ A request's TTFT, as its client measures it, starts at the send; the gateway's s
 handler runs. What lies between (the network, a proxy, and above all the wait inside this
 process while gRPC queues the call behind a busy event loop) the gateway can only estimate
 (``gateway.arrival_wait``: its own probe's round trips, a quantile over the last two seconds).
-An estimate that lags the moment admits the tightest classes exactly when it reads low: on an
-H200 at 1.5× the knee 28% of the admitted 100 ms-TTFT requests missed by the client's clock while
-the gateway counted 99.9% of all admitted in time (``bench/results/slo-h200-1b-fixed-3635ef7.json``).
+An estimate that lags the moment admits the tightest classes exactly when it reads low, and they
+miss by the client's clock while the gateway counts them in time (docs/decisions.md, 'Request-start
+stamps').
 
 So a client may stamp its request (``wire.request_start``), as load balancers stamp the requests
 they forward: header or gRPC metadata ``x-request-start: t=<seconds since the epoch>`` (milliseconds

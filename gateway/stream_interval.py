@@ -1,12 +1,11 @@
 """How long the gateway may hold a request's next token message, gathering more into it.
 
-Every message is work for the gateway beyond its token's (``gateway.coalesce``): on a 2-core CPU,
-holding messages 25 ms apart cut the gateway's CPU a request to 0.67–0.73× at 32 req/s
-(``bench/front_end_cost.py --stream-interval 0,default``). On a GPU host the gateway's loop, not
-the GPU, is what runs out first (an H100 serving the 1b model at 192 req/s kept it busy 95–100% of
-the time). Holding each stream's messages ``s`` apart turns the tokens a decode step makes every
-few milliseconds into one message per ``s``, for no change in either SLO a client measures (the
-first token and the last are never held).
+Every message is work for the gateway beyond its token's (``gateway.coalesce``), and holding
+messages apart cuts the gateway's CPU a request (chosen by measurement: docs/decisions.md, 'Stream
+interval'). On a GPU host the gateway's loop, not the GPU, is what runs out first. Holding each
+stream's messages ``s`` apart turns the tokens a decode step makes every few milliseconds into one
+message per ``s``, for no change in either SLO a client measures (the first token and the last are
+never held).
 
 ``--stream-interval-ms``:
 

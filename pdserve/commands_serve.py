@@ -56,12 +56,12 @@ def register(sub: Any) -> None:
                     help="added to the gateway's CPU priority (nice, 0 to 19; default 0): where it shares the "
                          "workers' cores, it then runs in the gaps their forwards leave instead of in the middle "
                          "of them, and its token relay waits while they compute (measure with "
-                         "bench/gateway_priority.py)")
+                         "tools/gateway_priority.py)")
     up.add_argument("--gateway-cores", choices=GATEWAY_PLACES, default=defaults.gateway_cores,
                     help="where the gateway runs when it gets no core of its own (fewer cores than workers + 1): "
                          "any (default: where the OS puts it) or decode (the decode workers' own cores, so prefill "
                          "forwards, and TTFTs, are not slowed by it; decode steps are instead; measure with "
-                         "bench/gateway_priority.py --cores decode)")
+                         "tools/gateway_priority.py --cores decode)")
     up.add_argument("--gateway-arg", action="append", default=[], metavar="FLAG",
                     help="extra gateway flag, repeatable: --gateway-arg=--slo-classes=tight:200:20")
     up.add_argument("--log-dir", type=Path, default=None)

@@ -1,10 +1,10 @@
 """CUDA MPS for worker processes that share one GPU (``pdserve up --mps``).
 
-Every worker process has its own CUDA context, and without MPS a GPU time-slices between
-contexts: a prefill worker's long forwards and a decode worker's short steps never run at the
-same time, each waits out the other's slice. Measured on one H100, a 1P1D cluster at the same
-load: p99 TTFT 5.3 s without MPS, 1.7 s with it. Under MPS one server process holds the GPU and
-runs the kernels of all its clients (the workers) side by side.
+Every worker process has its own CUDA context, and without MPS a GPU time-slices between contexts: a
+prefill worker's long forwards and a decode worker's short steps never run at the same time, each
+waits out the other's slice, and the TTFT tail stretches with it (docs/decisions.md, 'CUDA MPS for
+workers sharing a GPU'). Under MPS one server process holds the GPU and runs the kernels of all its
+clients (the workers) side by side.
 
 The control daemon and its clients find each other through ``CUDA_MPS_PIPE_DIRECTORY`` (Unix
 sockets, so a short directory in the temp dir: a socket's path must fit in 108 bytes); the

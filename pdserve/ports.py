@@ -6,7 +6,7 @@ child's binding it, any connection on the host (the gateway dialing a worker, a 
 take it, and the child exits with "address already in use" (seen starting a worker's metrics
 port). So ports are drawn at random below that range (``/proc/sys/net/ipv4/ip_local_port_range``),
 where only a process binding that very number can collide, and each is checked free now and
-never handed out twice by this process. Without such room, the kernel's choice, as before.
+never handed out twice by this process. Without such room, the kernel chooses.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The host's CPU cores, where the workers share them with the front end and their own RPC threads.
 
-On a host with no core to spare (``pdserve up`` on 2 cores: one worker per core, the gateway
-and the clients wherever the OS puts them) the front end runs on the workers' cores, and a
-forward takes longer by the share of its core the front end takes while it runs. Measured on
-such a host (README, The simulator): a prefill forward's thread CPU time stays at its cost
-model from 1 to 24 req/s while its wall time grows to 1.5x it, and the front end's cores grow
-as a power of the request rate below one (its event loops handle more per wake-up as load grows).
-A worker's own RPC threads run on its own cores (the process is pinned there) beside its engine
+On a host with no core to spare (``pdserve up`` on 2 cores: one worker per core, the gateway and the
+clients wherever the OS puts them) the front end runs on the workers' cores, and a forward takes
+longer by the share of its core the front end takes while it runs: on such a host a prefill
+forward's thread CPU time stays at its cost model as the load grows while its wall time grows past
+it, and the front end's cores grow as a power of the request rate below one (its event loops handle
+more per wake-up as load grows; measured: docs/decisions.md, 'Simulator: the host's cores'). A
+worker's own RPC threads run on its own cores (the process is pinned there) beside its engine
 thread, and take more of them as the load grows too.
 
     front end:   F(r) = a · r^p cores, r = requests sent in the last WINDOW_S (``RateLaw``)
@@ -22,11 +22,11 @@ thread, and take more of them as the load grows too.
                  × its time, the share capped at MAX_SHARE; or, for a role whose step time in the
                  cluster was measured against the load (``step_ratio``), max(1, R(r_i)) × its time
 
-The measured law is for a stretch the share's model misses: in a 1P1D cluster on 2 cores without
-SLO classes a decode step took 1.03-1.09x its worker's model at 6 req/s and 1.5-1.7x at 48-64
-req/s, where the cores' share above charges about 1.15-1.25x (the engine thread also waits on its
-own process's RPC threads, and the OS runs the front end on a busy core). It needs measuring
-where it grows: fitted through 6 and 18 req/s it came out flat (docs/runs.md, The simulator).
+The measured law is for a stretch the share's model misses: under heavy load a decode step on
+shared cores takes longer than the cores' share above charges (the engine thread also waits on its
+own process's RPC threads, and the OS runs the front end on a busy core). It needs measuring where
+it grows: fitted through light loads alone it comes out flat (docs/decisions.md, 'Simulator: the
+host's cores').
 
 With ``SimConfig.host_cores`` 0 (the default) none of this runs: the workers have their cores
 to themselves, as on a host with cores to spare for the front end.

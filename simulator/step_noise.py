@@ -1,14 +1,14 @@
 """What a simulated worker's step or forward takes around its cost model: a factor drawn per step.
 
-Independent draws miss what makes a TPOT miss. A request's TPOT is the mean of its steps, and a
-mean of 50 independent factors hardly moves; a real worker's steps slow in stretches (a busy host,
-another process on the core: ``common.slo.ratio_histogram``, where on two shared cores a mean over
-128 steps varied 21× more than independent steps' would). So draws can have a memory: a latent
-normal ``z = √w · a + √(1 − w) · e``, with ``a`` persisting from step to step (``a ← ρ a +
-√(1 − ρ²) η``) and ``e`` fresh, is turned into a factor through its rank (a Gaussian copula; for
-the log-normal, directly): the factors keep exactly the distribution measured or asked for, and factors ``k`` steps apart
-correlate about ``w · ρ^k``. ``memory_from_correlations`` fits ``(w, ρ)`` to a worker's measured
-correlations (``pdserve:cost_model_ratio_autocorrelation``, lags 8 and 32).
+Independent draws miss what makes a TPOT miss. A request's TPOT is the mean of its steps, and a mean
+of 50 independent factors hardly moves; a real worker's steps slow in stretches (a busy host,
+another process on the core: ``common.slo.ratio_histogram``; docs/decisions.md, 'Step noise comes in
+stretches'). So draws can have a memory: a latent normal ``z = √w · a + √(1 − w) · e``, with ``a``
+persisting from step to step (``a ← ρ a + √(1 − ρ²) η``) and ``e`` fresh, is turned into a factor
+through its rank (a Gaussian copula; for the log-normal, directly): the factors keep exactly the
+distribution measured or asked for, and factors ``k`` steps apart correlate about ``w · ρ^k``.
+``memory_from_correlations`` fits ``(w, ρ)`` to a worker's measured correlations
+(``pdserve:cost_model_ratio_autocorrelation``, lags 8 and 32).
 """
 
 from __future__ import annotations

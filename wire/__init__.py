@@ -1,1 +1,1 @@
-"""The wire format: the .proto files (proto package pdserve.v1) and their generated stubs."""
+"""The wire format: the stubs generated from ``protos/`` (proto package pdserve.v1) and SLO helpers."""

@@ -1,9 +1,10 @@
 """Regenerates the Python stubs from the .proto files: ``python wire/generate.py [OUT_ROOT]``.
 
-The .proto files and their stubs live side by side in ``wire/v1/`` (proto package
-``pdserve.v1``; Python imports ``from wire.v1 import gateway_pb2``). Stubs are committed,
-because GPU images have no grpcio-tools; ``tests/unit/test_protos.py`` fails when they drift
-from the .proto files.
+The .proto files live in ``protos/`` (``protos/wire/v1/*.proto``, proto package ``pdserve.v1``),
+their stubs in ``wire/v1/`` (Python imports ``from wire.v1 import gateway_pb2``): the path under
+``protos/`` is the stubs' module path, so the generated imports stay package-qualified. Stubs are
+committed, because GPU images have no grpcio-tools; ``tests/unit/test_protos.py`` fails when they
+drift from the .proto files.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-WIRE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = WIRE_DIR.parent
-PROTO_FILES = sorted(WIRE_DIR.glob("v1/*.proto"))
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROTO_ROOT = REPO_ROOT / "protos"
+PROTO_FILES = sorted(PROTO_ROOT.glob("wire/v1/*.proto"))
 
 
 def generate(out_root: Path) -> None:
@@ -21,7 +22,7 @@ def generate(out_root: Path) -> None:
     from grpc_tools import protoc
 
     out_root.mkdir(parents=True, exist_ok=True)
-    args = ["protoc", f"-I{REPO_ROOT}", f"--python_out={out_root}", f"--pyi_out={out_root}",
+    args = ["protoc", f"-I{PROTO_ROOT}", f"--python_out={out_root}", f"--pyi_out={out_root}",
             f"--grpc_python_out={out_root}", *map(str, PROTO_FILES)]
     if protoc.main(args) != 0:
         raise RuntimeError("protoc failed")

@@ -1,12 +1,12 @@
 """One plan sent by several load-tester processes, so the tester is not what a fast server waits on.
 
-A Python process relays a few thousand token messages a second over gRPC: on a 2-core CPU at
-32 req/s of ~48 tokens, about 7 ms of the tester's CPU per request and 9.5 ms of the gateway's
-(``bench/front_end_cost.py``). A GPU cluster serves far more: at 192 req/s one tester process
-would need about 1.4 such cores, and every latency it records would carry its own backlog. So
-the plan is dealt out, request i to process i mod N; each process keeps the planned moments of
-its share, all counted from one start on the wall clock, and hands each finished record to the
-parent, which reports progress and merges them in plan order.
+A Python process relays a few thousand token messages a second over gRPC, several milliseconds of
+CPU per request in the tester as in the gateway (``bench/front_end_cost.py``). A GPU cluster serves
+far more than one tester process can relay, and every latency it records would then carry its own
+backlog (docs/decisions.md, 'Load tester processes'). So the plan is dealt out, request i to process
+i mod N; each process keeps the planned moments of its share, all counted from one start on the wall
+clock, and hands each finished record to the parent, which reports progress and merges them in plan
+order.
 
     processes = min(cores // 4, ceil(planned token messages per second / MESSAGES_PER_PROCESS)), at least 1
 """

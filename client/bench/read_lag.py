@@ -10,8 +10,8 @@ first token (the probe wakes at the end of the same stall that delayed the read,
 just after it).
 
 Only the wake-ups some request may still ask about are kept: from the earliest send still waiting
-for its read lag (``watch``/``unwatch``) on. Keeping every one, a tester grew by 46 MB an hour of
-run whatever its load (tracemalloc, 720,000 wake-ups).
+for its read lag (``watch``/``unwatch``) on. Keeping every one, a tester grows by the hour whatever
+its load (docs/decisions.md, 'Read lag: only the wake-ups asked about').
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from common.cpu_kernels import build
 from common.model.packed_linear import ROW_GRAIN
 
 # The query rows of a block: 256 bytes of scores per key and query head (128 rows in bfloat16, 64 in
-# float32): on a 2-core AVX-512 host the fastest blocks of both, one thread or two.
+# float32); chosen by measurement: docs/decisions.md, 'CPU prefill attention: query block size'.
 QUERY_BLOCK_BYTES = 256
 # The GEMM dimensions that vary with a prompt's length are padded to multiples of this (1: none):
 # oneDNN JIT-compiles a kernel for every new shape; the linears' grain (``packed_linear.ROW_GRAIN``).

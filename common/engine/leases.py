@@ -103,8 +103,8 @@ class LeaseTable:
     def release(self, request_id: str, lease_id: str | None, writer_may_still_write: bool,
                 now: float | None = None) -> bool:
         """Ends the request's reservation (``lease_id``: that one; None: its live one): freed, or
-        quarantined while a writer may still write. A quarantined lease named by id is freed once
-        its writer is known done. False if there is no such lease."""
+        quarantined while a writer may still write. Its quarantined leases (``lease_id``: that
+        one) are freed once their writer is known done. False if there is no such lease."""
         lease = self._leases.get(request_id)
         if lease is not None and (not lease_id or lease.lease_id == lease_id):
             if writer_may_still_write:
@@ -112,12 +112,12 @@ class LeaseTable:
             else:
                 self._free(lease)
             return True
-        quarantined = self._quarantined.get(lease_id or "")
-        if quarantined is None or quarantined.request_id != request_id:
-            return False
-        if not writer_may_still_write:  # else: still unsure, it stays until its quarantine ends
-            self._free(quarantined)
-        return True
+        quarantined = [q for q in self._quarantined.values()
+                       if q.request_id == request_id and (not lease_id or q.lease_id == lease_id)]
+        if not writer_may_still_write:  # else: still unsure, they stay until their quarantine ends
+            for lease in quarantined:
+                self._free(lease)
+        return bool(quarantined)
 
     def expire(self, now: float | None = None) -> list[str]:
         """Quarantines reservations past their deadline, frees quarantines past theirs."""

@@ -1,10 +1,10 @@
 """Causal prefill attention on a CPU in bfloat16: batched GEMMs over blocks of query rows.
 
-torch's CPU SDPA kernel computes a 512-token bfloat16 prompt's attention at about a third of the
-FLOP rate that the same products reach as oneDNN batched GEMMs (4.3 against 3.0 ms a layer for
-SmolLM2's 9 heads, 2-core AVX512-BF16 host), and attention was 30% of a bfloat16 prefill. Here
-the queries go in blocks of ``QUERY_BLOCK`` rows; a block attends to every key up to its last
-row, and only its own keys (the block on the diagonal) need the causal mask:
+torch's CPU SDPA kernel computes a bfloat16 prompt's attention at a fraction of the FLOP rate that
+the same products reach as oneDNN batched GEMMs, and attention is a large share of a bfloat16
+prefill (docs/decisions.md, 'CPU prefill attention as batched GEMMs'). Here the queries go in blocks
+of ``QUERY_BLOCK`` rows; a block attends to every key up to its last row, and only its own keys (the
+block on the diagonal) need the causal mask:
 
     keys   0 ................................ end
     block  [      no mask needed      | ◣ diagonal ]

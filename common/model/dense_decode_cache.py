@@ -6,44 +6,44 @@ The stage keeps each decoding request's K/V in a slot of a dense buffer::
 
     keys[layer][slot, kv_head, position, head_dim]   (values alike)
 
-A request's slot is filled from the pool once (when it starts decoding, or after it was
-preempted, or when the batch moved on without it) and from then on receives only its new
-token per step, written beside the pool write. A request credit batching holds back for a step
-(``keep``) keeps its slot: it decodes again a step or two later, and copying its whole context
-back then made credit-batched steps twice as long as steps of every request
-(``bench/decode_mixed_lengths.py``, ``credit`` points). The pool stays the source of truth (KV
-transfer and preemption read it); the stage is a cache the runner may drop at any time.
+A request's slot is filled from the pool once (when it starts decoding, or after it was preempted,
+or when the batch moved on without it) and from then on receives only its new token per step,
+written beside the pool write. A request credit batching holds back for a step (``keep``) keeps its
+slot: it decodes again a step or two later, and copying its whole context back then would make
+credit-batched steps far longer than steps of every request (docs/decisions.md, 'Dense decode stage:
+slots kept across held-back steps'). The pool stays the source of truth (KV transfer and preemption
+read it); the stage is a cache the runner may drop at any time.
 
 Attention reads every position the stage holds, ``[: rows, :, : width]`` with ``width`` the
 whole allocation, masked past each slot's context: a batch of whole matrices, which the matmul
 takes as they are. A narrower slice would make it copy every key and value first (in bfloat16,
-half the time of decode attention). So the allocation follows the longest context: it grows to
-``GROWTH`` past it (in steps of ``WIDTH_STEP`` positions) and shrinks when it holds
+a large share of decode attention's time). So the allocation follows the longest context: it grows
+to ``GROWTH`` past it (in steps of ``WIDTH_STEP`` positions) and shrinks when it holds
 ``SHRINK_SLACK`` more than that. A reallocation allocates and copies the stage, a pause of every
-decoding request: grown one step at a time, a long prompt's growing context reallocated it every
-64 tokens, and under long-tailed load reallocations took 9% of a decode worker's time, in pauses
-of up to 357 ms (tiny model, two cores). Rows likewise, where the allocation is zeroed (the
-matmuls' stage): it holds ``GROWTH`` more slots than are occupied (in steps of ``ROW_STEP``, at
-most ``max_slots``), not the batch size the worker allows (64 by default): allocating all of
-those whatever ran, the reallocations left under
-long-tailed load still paused decoding for up to 217 ms.
+decoding request: grown one step at a time, a long prompt's growing context would reallocate it
+every ``WIDTH_STEP`` tokens, and under long-tailed load those pauses add up to a sizeable share
+of a decode worker's time. Rows likewise, where the allocation is zeroed (the matmuls' stage): it
+holds ``GROWTH`` more slots than are occupied (in steps of ``ROW_STEP``, at most ``max_slots``),
+not the batch size the worker allows (64 by default): allocated for all of those whatever runs,
+the reallocations left under long-tailed load still pause decoding for long (docs/decisions.md,
+'Dense decode stage: growth').
 
-Attended whole, one long context makes every row of the step cost its length: one request of
-3,500 tokens among nineteen of 300 made a tiny model's step 3.5× the cost of twenty of 460 (the
-same total context). So the few longest contexts may go to a second, narrow stage of their own
-(``long_rows`` decides when that costs less than widening every row to them), attended whole
-beside the first; the cost model's step at the batch's mean length then holds for long-tailed
-batches too.
+Attended whole, one long context makes every row of the step cost its length: one long request
+among many short ones makes a step cost several times a batch of the same total context spread
+evenly (docs/decisions.md, 'Dense decode stage: a second stage for the longest contexts'). So the
+few longest contexts may go to a second, narrow stage of their own (``long_rows`` decides when
+that costs less than widening every row to them), attended whole beside the first; the cost
+model's step at the batch's mean length then holds for long-tailed batches too.
 With ``kernel`` set (the ``cpu`` attention backend) the stage's attention is the C++ kernel
 (``common.cpu_kernels.decode_attention``): it reads only each row's own positions, so a long
 context costs only itself and the second stage is not kept. Nor does it need the allocation
 zeroed (no position past a row's context enters its softmax or its sum), so the kernel's stage
 is allocated uninitialised with a row for every slot the worker allows: memory never written
 costs neither time nor pages, and a growing batch never reallocates. What a reallocation costs
-is mostly the fresh pages it touches (the OS zeroes a page at its first touch): stages of
-16-32 rows grown as the batch grew paused every decoding request for 20-175 ms at twice the
-knee (tiny model, two cores, vs_vllm's mixed workload), a 15 ms-TPOT request's whole budget
-for a dozen tokens. Only a wider context reallocates it, copying the occupied rows.
+is mostly the fresh pages it touches (the OS zeroes a page at its first touch): a stage grown
+as the batch grows pauses every decoding request, under load for as long as a tight TPOT SLO's
+whole budget for many tokens (docs/decisions.md, 'Dense decode stage: the kernel's stage allocated
+whole'). Only a wider context reallocates it, copying the occupied rows.
 The Triton path on GPUs reads the pool directly and has no stage.
 """
 
@@ -64,7 +64,9 @@ ROW_STEP = 8  # and of this many slots
 GROWTH = 0.25  # an allocation holds this share more positions than the longest context needs
 SHRINK_SLACK = 128  # unused positions past that share that make the allocation shrink
 MAX_LONG_ROWS = 4  # rows of the second stage, for the longest contexts
-SECOND_STAGE_CALLS = 4096  # the second stage's own calls, in positions of the first's (bench/decode_mixed_lengths.py: at 256 a split of 2 of 16 short rows ran slower)
+# the second stage's own calls, in positions of the first's; chosen by measurement: docs/decisions.md,
+# 'Dense decode stage: a second stage for the longest contexts'
+SECOND_STAGE_CALLS = 4096
 
 
 @dataclass(frozen=True, slots=True)

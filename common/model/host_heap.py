@@ -1,12 +1,12 @@
 """Keep a CPU forward's large activations on the C heap instead of fresh OS mappings.
 
-glibc serves an allocation above its mmap threshold with a mapping of its own and unmaps it
-when it is freed, and gives the heap's free top back to the OS past its trim threshold. A
-prefill's activations (a 4,096-row bfloat16 batch of SmolLM2 is 4.7 MB a tensor, its float32
-norms twice that) are allocated and freed a few times a layer, so each was mapped again and its
-pages faulted in on first write: on a 2-core host that cost 8-10% of a bfloat16 prefill (most
-of the norms' and products' time). Raising both thresholds once keeps those buffers in the heap
-and reused; the price is that a worker's resident memory stays at its high-water mark, which is
+glibc serves an allocation above its mmap threshold with a mapping of its own and unmaps it when it
+is freed, and gives the heap's free top back to the OS past its trim threshold. A prefill's
+activations (a 4,096-row bfloat16 batch of SmolLM2 is 4.7 MB a tensor, its float32 norms twice that)
+are allocated and freed a few times a layer, so each would be mapped again and its pages faulted in
+on first write, a measurable share of a CPU prefill and most of the norms' and products' time
+(docs/decisions.md, 'Host heap thresholds'). Raising both thresholds once keeps those buffers in the
+heap and reused; the price is that a worker's resident memory stays at its high-water mark, which is
 what a serving process runs at anyway.
 """
 

@@ -6,8 +6,8 @@ in a layout the kernel must re-block each time. oneDNN, given the weight reorder
 own blocked layout (what inductor's weight freezing does), runs the same products faster, in
 float32 and, on CPUs with AVX512-BF16 or AMX, in bfloat16 (where ``F.linear`` is slower still).
 
-For many rows (a prefill) which one wins depends on the CPU: on one AVX2 machine the plain call
-was faster past a few dozen rows, on an AVX-512 one the packed call was faster at every size. So
+For many rows (a prefill) which one wins depends on the CPU: on some the plain call is faster past
+a few dozen rows, on others the packed call is faster at every size. So
 the engine measures both once on the model's own weights (``prefill_rows_packed``) and a call
 with more than ``max_rows`` rows keeps ``F.linear`` where that measurement says so. Both layouts
 stay in memory: one more copy of the linear weights.
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 MAX_ROWS = 64  # rows a call may have and still use the packed weight, unless measured otherwise
 # A call with more rows than MAX_ROWS (a prefill's) runs on rows padded to a multiple of this.
 # oneDNN builds (JIT-compiles) a kernel for every new input shape and keeps about a thousand, so
-# prompts of every length kept a serving worker compiling; padded, a few dozen shapes cover the
+# prompts of every length would keep a serving worker compiling; padded, a few dozen shapes cover the
 # lengths of a model's context, for at most ROW_GRAIN - 1 rows of extra work a call.
 ROW_GRAIN = 16
 ROWS_HINT = 8  # the batch oneDNN picks its blocking for

@@ -96,7 +96,7 @@ class ModelRunner:
     def _decode_on_stage(self, decodes: list[ScheduledSeq], resting: tuple[int, ...] = ()) -> torch.Tensor:
         """A decode-only step on the CPU's dense stage, its inputs one tensor of plain numbers: the
         stage reads no block tables, and a decode step is short enough that building
-        ``HostStep``'s was a tenth of it."""
+        ``HostStep``'s is a noticeable share of it."""
         bs = self.cache.block_size
         positions = [s.start_pos for s in decodes]
         fields = torch.tensor([[s.token_ids[0] for s in decodes], positions,

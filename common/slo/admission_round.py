@@ -50,8 +50,8 @@ def queues_behind(newcomer: Demand, waiting: Iterable[Demand]) -> bool:
     loop and engine thread time on the core its steps run on: under overload most of them are
     refused), and where capacity had come free it would take the place ahead of an older waiter.
     Sizes count as well as SLOs: compared by TPOT SLO alone, a waiter refused for want of KV
-    blocks for its long prompt held every shorter newcomer of its class back, and 16+16 simulated
-    workers on the Azure trace at 300 req/s served 130 good req/s instead of 198."""
+    blocks for its long prompt holds every shorter newcomer of its class back (docs/decisions.md,
+    'Decode admission: sizes count in queueing behind')."""
     return any(w.no_harder_than(newcomer) for w in waiting)
 
 

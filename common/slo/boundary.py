@@ -1,12 +1,12 @@
 """The margin under which the TTFT guard keeps a promise already made: its boundary headroom.
 
-A request queued on a prefill worker was admitted on a prediction of when its call ends. Least
-slack first lets every later request with an earlier deadline go before it, so each such send
-pushes it back, and the guard lets a newcomer do that only while every queued request it passes is
-still predicted on time (``TtftGuard.pushes_queued_past``). Under load the queued requests of loose
+A request queued on a prefill worker was admitted on a prediction of when its call ends. Least slack
+first lets every later request with an earlier deadline go before it, so each such send pushes it
+back, and the guard lets a newcomer do that only while every queued request it passes is still
+predicted on time (``TtftGuard.pushes_queued_past``). Under load the queued requests of loose
 classes are pushed right up to their deadlines, and one second of forwards slower than the
-calibration's median then makes all of them miss together: at twice the knee on two cores, eight
-1 s-TTFT requests took 1.00-1.17 s within one second, their calls predicted 0.47-0.79 s when sent.
+calibration's median then makes all of them miss together (docs/decisions.md, 'Boundary margin:
+steered by every call').
 
 So the margin such a check applies is steered, not fixed: ``BoundaryMargin`` follows every call
 from its send to its answer with the time it is predicted to take, which grows by each later send

@@ -5,8 +5,8 @@
   ``t = c + k·max(0, n − n0) + q·A``. ``A`` is the step's attention work (``attention_work``),
   ``n²`` for one fresh prompt (what the profile measures) but the sum over its prompts for a
   step of several: eight prompts of 256 tokens attend to 8·256², not 2048², and a fit applied
-  to the step's total as if it were one prompt predicted a batched forward at up to twice its
-  time. ``n0`` is found by search over the measured sizes; the largest measured size is kept
+  to the step's total as if it were one prompt would over-predict a batched forward. ``n0`` is
+  found by search over the measured sizes; the largest measured size is kept
   (``max_tokens``): beyond it the model extrapolates, and says so.
 - Decode: step time against batch size ``B`` and mean sequence length ``L``:
   ``t = α·B·L + β·max(0, B − B0) + γ·L + δ``. A GPU runs small batches in the time of one (the

@@ -4,9 +4,9 @@ it still has time for its own.
 A forward is not preempted. A request with a tight TTFT SLO that arrives while a forward of
 other prompts is under way waits for its end, however urgent it is; least slack first only
 orders what comes after. A forward of the whole token budget (4,096 tokens by default) of loose
-prompts can outlast a tight SLO by itself on a slow device: on two CPU cores such a forward of
-400-token prompts takes several hundred milliseconds, and requests with a 100 ms TTFT were
-refused because of what was queued ahead of them, whatever its deadlines.
+prompts can outlast a tight SLO by itself on a slow device (on a CPU such a forward takes several
+hundred milliseconds), and a request with a tight TTFT is then refused because of what is queued
+ahead of it, whatever its deadlines.
 
 So under a TTFT guard a prefill forward is cut to what the fitted model predicts takes at most
 ``FORWARD_SHARE`` of the tightest TTFT SLO seen in the last ``TIGHTEST_WINDOW_S`` seconds; a

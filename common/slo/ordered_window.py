@@ -1,12 +1,11 @@
 """A sliding window of observations kept both in arrival order and in value order.
 
 The guards read a high quantile of a window's values once per request or more (a prefill call's
-calibration, the overhead beyond the model, the delivery and arrival allowances), and every
-request also adds a value, so a quantile computed by sorting the window cost a sort per request:
-at hundreds of requests a second a 2 s window holds hundreds of values, and the sort grew with
-the rate (74 µs an observe and a read at 640 req/s, 3.5 at 32: ``bench/window_cost.py``). Kept
-sorted as values come and go, a quantile is one index and an update a binary search and a list
-shift.
+calibration, the overhead beyond the model, the delivery and arrival allowances), and every request
+also adds a value, so a quantile computed by sorting the window costs a sort per request: at
+hundreds of requests a second a 2 s window holds hundreds of values, and the sort grows with the
+rate (docs/decisions.md, 'Ordered window: kept sorted'). Kept sorted as values come and go, a
+quantile is one index and an update a binary search and a list shift.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ LONGEST_DECODE_SETUP_S = 4.0
 # A point is measured twice (the better run) unless one run already took this long.
 REPEAT_BELOW_S = 1.0
 # A prefill point slower than this many times the next larger one paid a one-off (a kernel compiled
-# on first use: on an H100, 16 tokens once read 1,385 ms against 5.4 ms for 64) and is measured again.
+# on first use: docs/decisions.md, 'Profile: outlier points measured again') and is measured again.
 OUTLIER_RATIO = 1.5
 # Up to the batch the TPOT guard asks about (VBS up to max_batch_size), and large enough to show
 # where a GPU's flat step time ends. Batches past max_batch_size are cut to it.

@@ -30,14 +30,14 @@ is the current one and each miss raises it by at least (1 + step), so the balanc
 or errs on the side of the promise.
 
 Yet the target counts misses, not raises: a burst of k misses answered by one raise would let the
-tracker settle where its misses are k times its budget (on the CPU at twice the knee, bursts of
-4–10 misses a stall held 97–98% of admitted requests to their SLOs against a 99% target). So what
-a miss did not add to the margin is owed (``MarginController.owed``): each miss is worth one
-(1 + step) of raise, a burst's misses beyond what its one raise covered are a debt in log-margin,
-and comfortable outcomes pay the debt before they relax the margin. The margin does not jump (the
-class is not shut out), it stays up until as many comfortable outcomes have come as the burst's
-misses cost; the balance above then holds for misses in bursts too. A debt lasts as long as the
-attainment window (``ATTAINMENT_WINDOW_S``) remembers the misses that ran it up.
+tracker settle where its misses are k times its budget (docs/decisions.md, 'Promise loop: a burst's
+misses are owed'). So what a miss did not add to the margin is owed (``MarginController.owed``):
+each miss is worth one (1 + step) of raise, a burst's misses beyond what its one raise covered are
+a debt in log-margin, and comfortable outcomes pay the debt before they relax the margin. The
+margin does not jump (the class is not shut out), it stays up until as many comfortable outcomes
+have come as the burst's misses cost; the balance above then holds for misses in bursts too. A debt
+lasts as long as the attainment window (``ATTAINMENT_WINDOW_S``) remembers the misses that ran it
+up.
 
 A request still decoding can show the miss before it ends: once ``EARLY_TOKENS`` tokens have
 come after its first, a TPOT so far above its SLO raises ε at once (``MarginController.warn``,
@@ -50,34 +50,30 @@ A margin only decides the admission of a request predicted near its SLO; one pre
 it is admitted under any margin, so its meeting the SLO with room says nothing about the margin.
 An outcome whose admission prediction is known (``predicted``: under the margin that admitted it,
 as a share of the SLO) relaxes the margin only if that prediction was at least ``ROOM`` of the
-SLO. Relaxing on every comfortable outcome let a light load set the margin a heavy one was
-admitted under: at 24 req/s every 1 s-TTFT request was predicted far inside its SLO and met it,
-and in 20 s their headroom fell to 0.785; at 96 req/s, where they were predicted right up to
-it, 39 of them sent within one second under that headroom missed together (1.00–1.08 s, their
-calls 1.2–1.5 times their predictions), 92.7% of admitted requests meeting both SLOs.
+SLO. Relaxing on every comfortable outcome lets a light load set the margin a heavy one is
+admitted under: requests predicted far inside their SLO meet it and relax the margin, and once a
+heavier load predicts them right up to it, those sent under that margin miss together
+(docs/decisions.md, 'Promise loop: only outcomes near the boundary relax').
 
 A TTFT is known at the first token and fed back then (``outcome``), not when the request ends:
 a burst of long prompts that overran the prefill worker shows a whole decode sooner.
 
 Each guard keeps one margin per SLO class (``ClassMargins``: requests whose SLO rounds to the same
 two significant digits), not one for all: a margin is steered only by the outcomes of the
-requests whose admission it bounds. With one margin a worker's loose classes (a 1 s TTFT met in
-200 ms, a 50 ms TPOT met at 8 ms) relaxed it at almost every outcome while the tight classes,
-admitted right at their boundary, missed: at twice the knee one in eight admitted 100 ms-TTFT
-requests missed while the shared headroom drifted down between misses, and ε fell from 1.3 to
-0.88 within 20 s of 50 ms-TPOT requests met with room; a load step then made the 15 ms-TPOT
-requests admitted under it miss together.
+requests whose admission it bounds. With one margin a worker's loose classes, met with room,
+relax it at almost every outcome while the tight classes, admitted right at their boundary, miss
+as it drifts down between their misses, and a load step then makes the tight requests admitted
+under it miss together (docs/decisions.md, 'Promise loop: one margin per SLO class').
 
 A class margin hears only its own outcomes, so a margin high enough to refuse its class outright
-would hear nothing more and never come down (at vLLM's knee a 100 ms-TTFT class was refused
-almost whole after two misses in its first second). So refusals that the margin alone caused
-(the request would have been admitted under ``margin / (1 + step)``) count
-(``MarginController.refused``): once as many of them have come without an outcome between them as
-a miss costs in comfortable outcomes, ``(1 − budget) / budget``, the margin steps down to that
-probe, and a class shut out is tried again. Only a class shut out entirely: relaxing on every such
-refusal, as if each were an outcome met with room, lowered the margins of classes refused at the
-boundary under overload until their admissions missed in bursts (96.9% of admitted requests met
-both SLOs at twice the knee).
+would hear nothing more and never come down (a few early misses can do that to a tight class). So
+refusals that the margin alone caused (the request would have been admitted under
+``margin / (1 + step)``) count (``MarginController.refused``): once as many of them have come
+without an outcome between them as a miss costs in comfortable outcomes, ``(1 − budget) / budget``,
+the margin steps down to that probe, and a class shut out is tried again. Only a class shut out
+entirely: relaxing on every such refusal, as if each were an outcome met with room, lowers the
+margins of classes refused at the boundary under overload until their admissions miss in bursts
+(docs/decisions.md, 'Promise loop: probing a class shut out').
 
 ``Attainment`` is the measured side: the share of admitted requests that met their SLO over a
 sliding time window, kept per SLO class and per worker for metrics and reports.
@@ -235,10 +231,10 @@ class ClassMargins:
     requests without an SLO share the class 0 (its margin is never steered: no outcome teaches it).
 
     A miss of any class is also news of a bad moment for the whole worker: the requests in flight
-    then miss together, whatever their class (at twice the knee 25 misses of four classes came
-    within 5 s). So for ``moment_s`` after a miss (or a TPOT already late) every class's margin is
-    multiplied by that miss's raise factor (the largest of those in the moment, never compounded),
-    and then returns to what each class's own outcomes set.
+    then miss together, whatever their class (docs/decisions.md, 'Promise loop: a miss raises every
+    class for a moment'). So for ``moment_s`` after a miss (or a TPOT already late) every class's
+    margin is multiplied by that miss's raise factor (the largest of those in the moment, never
+    compounded), and then returns to what each class's own outcomes set.
 
     ``bound`` caps every class's margin, surge included, at what the worker has shown
     (``common.slo.epsilon_bound``): a raise past it is not kept, so when the ceiling comes down

@@ -10,10 +10,8 @@ and ``prefill_forward_factors``, ``simulator.config.factors_from_histogram``). P
 written by the engine's thread and read whole by a scrape (a read may lag a step; it never tears
 a count).
 
-What a histogram drops is the order. A worker's steps do not slow at random, one at a time: a
-busy host slows a stretch of them (on two shared CPU cores at twice the knee, the log-ratio of a
-decode step to its prediction correlated 0.63 with the next step's, 0.33 with the 8th, 0.11 with
-the 32nd; a mean over 128 steps varied 21× more than independent steps' would). A request's TPOT
+What a histogram drops is the order. A worker's steps do not slow at random, one at a time: a busy
+host slows a stretch of them (docs/decisions.md, 'Step noise comes in stretches'). A request's TPOT
 averages its steps, so it is those stretches, not single slow steps, that make it miss. So the
 histogram also keeps the correlation of log-ratios ``LAGS`` apart over about the last
 ``MEMORY_STEPS`` (``correlation``; ``pdserve:cost_model_ratio_autocorrelation``), from which the

@@ -7,12 +7,12 @@ steps are logged in bins of (batch size, mean length rounded to ``LEN_BIN`` toke
 again, and a sound fit over at least ``MIN_BATCHES`` batch sizes replaces the model (calibration
 then corrects what it misses).
 
-The steps a worker ran say nothing of batches larger than it has run. Fitted alone, a quiet
-spell's batches of one to three extrapolate a slope from noise (one CPU worker refitted a
-16-request step at 30 ms after a light load; it takes 7), and the TPOT guard then refuses the
-very load that would have shown it wrong. So past the largest batch observed the refit takes the
-``prior`` (the start-up profile, measured at every batch size) at the scale the steps showed at
-that batch: the observed steps decide the model where they exist, the profile's shape beyond.
+The steps a worker ran say nothing of batches larger than it has run. Fitted alone, a quiet spell's
+batches of one to three extrapolate a slope from noise (docs/decisions.md, 'Decode refit: the
+profile beyond the observed batches'), and the TPOT guard then refuses the very load that would have
+shown it wrong. So past the largest batch observed the refit takes the ``prior`` (the start-up
+profile, measured at every batch size) at the scale the steps showed at that batch: the observed
+steps decide the model where they exist, the profile's shape beyond.
 """
 
 from __future__ import annotations

@@ -21,26 +21,22 @@ Only calls that no later send could have delayed teach the calibration and the o
 request sent while another is queued may join that one's forward or, with an earlier deadline,
 go before it: the queued call then takes longer than its prediction for a reason that is no
 error of the model and no cost of the hops (the load that followed it), and learning from it
-made every later prediction carry the worst such delay. The calibration, a ratio to the model,
+would make every later prediction carry the worst such delay. The calibration, a ratio to the model,
 learns only from calls sent with nothing ahead (its prediction is then the model of its own
 prompt, not of a queue partly computed already).
 
 A loose class's headroom relaxes on the outcomes it meets with room, which says little of a
 request with no slack left: a queued request a newcomer would push back, and a waiter at its last
 useful moment (``last_useful_admission``), are checked under at least the worker's boundary
-margin (at twice the knee both missed under a relaxed one: 1 s-TTFT calls at twice their
-prediction). That margin is steered by how far calls outrun their predictions, the pushes of
-later sends included (``common.slo.boundary``); it starts at, and never goes below,
-``BOUNDARY_HEADROOM``. What it measures is how far a queue drains slower than predicted, so a
-newcomer's wait for the queue ahead of it is predicted under at least it too, while its own
-forward keeps its class's headroom. A class's headroom hears of a slower worker only a whole TTFT
-after its admissions: stepping vs_vllm's ``mixed`` from 24 to 96 req/s (four times vLLM's knee,
-through HTTP), 1 s-TTFT newcomers sent straight into a queue predicted at 0.66–0.99 s took
-1.0–1.2 s, and 22–44 of them missed within a second or two (91–96% of admitted requests met both
-SLOs). Checking the whole of every newcomer's prediction under the boundary margin once it came
-near its deadline held that load, but refused 100 ms-TTFT requests at vLLM's knee that their own
-headroom admitted in time (0.94× the goodput at 24 req/s); their predictions are mostly their
-own forward.
+margin (under a relaxed headroom both miss). That margin is steered by how far calls outrun their
+predictions, the pushes of later sends included (``common.slo.boundary``); it starts at, and never
+goes below, ``BOUNDARY_HEADROOM``. What it measures is how far a queue drains slower than
+predicted, so a newcomer's wait for the queue ahead of it is predicted under at least it too: a
+class's headroom hears of a slower worker only a whole TTFT after its admissions, and until then
+newcomers sent straight into a queue after a load step miss together. Its own forward keeps its
+class's headroom: a tight class's prediction is mostly its own forward, and checking all of it
+under the boundary margin refuses requests that their own headroom admits in time. (Chosen by
+measurement: docs/decisions.md, 'TTFT guard: the boundary margin covers the queue ahead'.)
 
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
 reads the clock it is given), so a simulator can drive it on a virtual clock.
@@ -79,9 +75,9 @@ def overhead_quantile(target: float = DEFAULT_TARGET) -> float:
     Under load the guard admits right up to the deadline, so many admitted requests have no slack
     beyond the prediction (a request that waited for a decode place is sent at its last useful
     moment, with none at all): each of them misses when its call's overhead exceeds the quantile
-    added, so that quantile is the miss rate they are promised. At p90 a burst's admissions at
-    the boundary missed one in ten (calls taking 250-370 ms past the worker's own time on two
-    shared cores, against a 2 s window's p90 well below that)."""
+    added, so that quantile is the miss rate they are promised (a lower one, such as p90, makes a
+    burst's admissions at the boundary miss at its rate: docs/decisions.md, 'TTFT call overhead
+    quantile')."""
     return 1 - MarginController(TTFT_HEADROOM, target=target).budget
 
 
@@ -207,7 +203,8 @@ class TtftGuard:
         of it), while a prompt begun in chunks runs its remaining chunks before any newcomer.
         Which later requests that forward holds only the worker knows, so all of them count, up
         to one forward's tokens or the oldest request whole, whichever is more. (Counting only the
-        oldest missed a burst's forward of several prompts: calls took 2.5x their prediction.)
+        oldest misses a burst's forward of several prompts, whose calls then outrun their predictions:
+        docs/decisions.md, 'TTFT guard: the forward under way holds later requests too'.)
         Work the worker last reported beyond what this gateway had sent (other gateways') counts
         as ahead.
         """

@@ -14,21 +14,22 @@ wrong. The plan divides the cores instead:
     └──────────────┴──────────────┘             (no compute threads) runs where the OS puts it
 
 A gateway sharing the workers' cores at their priority takes its turn in the middle of their
-forwards (on two cores at the knee a prefill forward's wall time grew to 1.5-1.8x its CPU time).
-``CoreAssignment.nice`` (``pdserve up --gateway-nice``) lowers its priority so it runs in the
-gaps the engines leave instead; the plan leaves it at theirs: measured on two cores, niced by 10
-the gateway served more good requests in some runs and fewer in others (its token relay then
-waits when both cores compute, and tight TPOT classes miss; README, Cores and threads by plan).
+forwards, whose wall time then grows well past their CPU time. ``CoreAssignment.nice``
+(``pdserve up --gateway-nice``) lowers its priority so it runs in the gaps the engines leave
+instead; the plan leaves it at theirs: niced, the gateway's token relay waits when both cores
+compute, and tight TPOT classes miss (chosen by measurement: docs/decisions.md, 'CPU plan: the
+gateway's priority and cores').
 ``gateway_cores="decode"`` (``pdserve up --gateway-cores decode``) pins it, where it has no core of
 its own, to the cores of decode workers that no prefill worker uses: a prefill forward's wall
 time then adds nothing of the gateway's to a TTFT, and the gateway's time lands on decode steps
-instead. It trades one SLO for the other (measured on two cores, README), so it is not the plan.
+instead. It trades one SLO for the other (docs/decisions.md, 'CPU plan: the gateway's
+priority and cores'), so it is not the plan.
 
 A worker that computes on a GPU needs few host cores: one thread launches its kernels (CUDA
-graphs) and a few more wait on RPCs and transfers (under load on an H100 each used 1.0-1.2
-cores). Given an equal share of a GPU host's cores, two such workers left the gateway one core,
-and the gateway is the busiest process on that host (an event loop and gRPC's threads relaying
-every token: at 100% of its one core from 192 req/s on, bench/results/core-plan-ab-h100-*.json).
+graphs) and a few more wait on RPCs and transfers. Given an equal share of a GPU host's cores,
+two such workers would leave the gateway one core, and the gateway is the busiest process on that
+host (an event loop and gRPC's threads relaying every token). (Chosen by measurement:
+docs/decisions.md, 'CPU plan: GPU workers get two cores'.)
 So where the host has room, each worker ``on_device`` gets ``DEVICE_WORKER_CORES`` cores and the
 gateway every core no worker is given:
 

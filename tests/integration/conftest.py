@@ -1,4 +1,7 @@
-"""Real clusters on loopback: a gateway and worker processes started by ``LocalCluster``."""
+"""Real clusters on loopback: a gateway and worker processes started by ``LocalCluster``.
+
+The tests here are the ones that start processes or servers or wait on the wall clock (see
+tests/unit/__init__.py); some need no cluster: in-process gRPC and HTTP servers, subprocesses."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ import asyncio
 
 from common.slo.admission_round import Demand
 from gateway.admission import AdmissionQueue
+from tests.virtual_clock import on_virtual_clock
 
 
 class FakeDecodeWorker:
@@ -45,6 +46,7 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+@on_virtual_clock  # tick_s, the sleeps and each give_up_after_s pass on the loop's virtual clock
 async def test_waiters_are_tried_least_slack_first_when_capacity_frees():
     queue, worker = AdmissionQueue(tick_s=60), FakeDecodeWorker()
     tasks = [asyncio.create_task(wait_and_reserve(queue, worker, name, deadline, 20))
@@ -59,6 +61,7 @@ async def test_waiters_are_tried_least_slack_first_when_capacity_frees():
     await queue.close()
 
 
+@on_virtual_clock
 async def test_a_round_skips_waiters_at_least_as_tight_as_one_refused():
     queue, worker = AdmissionQueue(tick_s=60), FakeDecodeWorker(slots=1, min_tpot_ms=50)
     tasks = [asyncio.create_task(wait_and_reserve(queue, worker, name, deadline, tpot, give_up_after_s=0.5))
@@ -74,6 +77,7 @@ async def test_a_round_skips_waiters_at_least_as_tight_as_one_refused():
     await queue.close()
 
 
+@on_virtual_clock
 async def test_waiting_makes_no_calls_until_capacity_may_have_changed():
     queue, worker = AdmissionQueue(tick_s=60), FakeDecodeWorker()
     tasks = [asyncio.create_task(wait_and_reserve(queue, worker, f"r{i}", float(i), 20, give_up_after_s=0.3))
@@ -88,6 +92,7 @@ async def test_waiting_makes_no_calls_until_capacity_may_have_changed():
     await queue.close()
 
 
+@on_virtual_clock
 async def test_the_tick_retries_without_a_notification():
     queue, worker = AdmissionQueue(tick_s=0.02), FakeDecodeWorker()
     task = asyncio.create_task(wait_and_reserve(queue, worker, "r", 1.0, 20))
@@ -97,6 +102,7 @@ async def test_the_tick_retries_without_a_notification():
     await queue.close()
 
 
+@on_virtual_clock
 async def test_a_waiter_cancelled_during_its_turn_does_not_stall_the_round():
     queue, worker = AdmissionQueue(tick_s=60), FakeDecodeWorker(slots=1)
     stuck = asyncio.Event()
@@ -105,7 +111,7 @@ async def test_a_waiter_cancelled_during_its_turn_does_not_stall_the_round():
         async with queue.waiting(lambda *_: 1.0, Demand(20)) as waiter:
             await waiter.next_turn(5.0)
             stuck.set()
-            await asyncio.sleep(60)  # the client goes away while its Reserve is in flight
+            await asyncio.Event().wait()  # the client goes away while its Reserve is in flight
 
     first = asyncio.create_task(leaves_mid_call())
     second = asyncio.create_task(wait_and_reserve(queue, worker, "next", 2.0, 20))

@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench.peer_runs import add_peer, peer_env, peer_python, run_vllm
+from bench.lib.peer_runs import add_peer, peer_env, peer_python, run_vllm
 
 
 def fake_peer(tmp_path: Path, body: str) -> Path:
@@ -34,16 +34,6 @@ def test_the_peer_interpreter_comes_from_the_environment_when_not_given(tmp_path
     exe = fake_peer(tmp_path, "exit 0")
     monkeypatch.setenv("PDSERVE_PEER_VLLM", str(exe))
     assert peer_python(None) == exe
-
-
-def test_the_peers_last_json_line_is_read_and_a_failure_leaves_it_out(tmp_path: Path) -> None:
-    result = {"peer": "vllm", "version": "x", "results": [{"batch": 1, "decode_tok_s": 10.0, "prefill_tok_s": 100.0},
-                                                          {"batch": 8, "decode_tok_s": 40.0, "prefill_tok_s": 400.0}]}
-    ok = fake_peer(tmp_path, f"echo 'progress'\necho '{json.dumps(result)}'")
-    assert run_vllm(ok, tmp_path, ARGS) == {1: result["results"][0], 8: result["results"][1]}
-    failing = tmp_path / "bad"
-    failing.mkdir()
-    assert run_vllm(fake_peer(failing, f"echo '{json.dumps(result)}'\nexit 3"), tmp_path, ARGS) is None
 
 
 def test_every_entry_gains_the_peers_figure_and_pdserves_ratio_to_it() -> None:

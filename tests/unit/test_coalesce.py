@@ -12,6 +12,7 @@ import pytest
 from gateway.coalesce import TokenInbox, next_message
 from gateway.errors import ABORTED, RequestError
 from gateway.stream_interval import HIGH, LOW, MAX_AUTO_S, StreamInterval
+from tests.virtual_clock import on_virtual_clock
 from wire.v1 import worker_pb2
 
 
@@ -58,35 +59,44 @@ async def test_take_returns_what_waits_at_once_without_a_hold():
     assert [list(e.token_ids) for e in items] == [[1], [2]] and len(inbox) == 0
 
 
+# The timed tests run on the loop's virtual clock (``tests.virtual_clock``): items come and holds
+# end by its timers. ``hold_until`` is still perf_counter time, which ``take`` turns into a
+# delay on the loop (``call_later``) as soon as it is called, so it is given as now + the hold.
+
+@on_virtual_clock
 async def test_take_waits_for_the_first_item_and_is_woken_by_it():
     inbox = TokenInbox()
-    asyncio.get_running_loop().call_later(0.02, inbox.put, _event(3))
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.02, inbox.put, _event(3))
+    started = loop.time()
     items = await asyncio.wait_for(inbox.take(), 1)
-    assert [list(e.token_ids) for e in items] == [[3]]
+    assert [list(e.token_ids) for e in items] == [[3]] and loop.time() - started == pytest.approx(0.02)
 
 
+@on_virtual_clock
 async def test_a_hold_gathers_tokens_until_it_ends():
     inbox = TokenInbox()
     loop = asyncio.get_running_loop()
     inbox.put(_event(1))
     for i, at in enumerate((0.01, 0.02, 0.03)):
         loop.call_later(at, inbox.put, _event(10 + i))
-    started = time.perf_counter()
-    items = await asyncio.wait_for(inbox.take(hold_until=started + 0.08), 1)
-    waited = time.perf_counter() - started
+    started = loop.time()
+    items = await asyncio.wait_for(inbox.take(hold_until=time.perf_counter() + 0.08), 1)
+    waited = loop.time() - started
     assert [list(e.token_ids) for e in items] == [[1], [10], [11], [12]]
     assert waited >= 0.075  # plain tokens did not end the hold
 
 
 @pytest.mark.parametrize("ending", [_event(9, finish="stop"), _event(error="boom"), ABORTED])
+@on_virtual_clock
 async def test_an_item_that_ends_the_stream_ends_the_hold_at_once(ending):
     inbox = TokenInbox()
     loop = asyncio.get_running_loop()
     inbox.put(_event(1))
     loop.call_later(0.02, inbox.put, ending)
-    started = time.perf_counter()
-    items = await asyncio.wait_for(inbox.take(hold_until=started + 5.0), 1)
-    assert items[-1] is ending and time.perf_counter() - started < 1.0
+    started = loop.time()
+    items = await asyncio.wait_for(inbox.take(hold_until=time.perf_counter() + 5.0), 1)
+    assert items[-1] is ending and loop.time() - started == pytest.approx(0.02)  # not the 5 s hold
 
 
 async def test_a_hold_already_over_takes_at_once_and_ending_items_skip_it():

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import pytest
 
+import gateway.front_door as front_door
 from gateway.delivery import DeliveryAllowance
 from gateway.front_door import Caller, FrontDoor
 from gateway.request_flow import _deadline
@@ -53,29 +55,41 @@ def _request() -> gateway_pb2.GenerateRequest:
                                        slo=gateway_pb2.SLO(ttft_ms=300, tpot_ms=50))
 
 
-async def _consume(front: FrontDoor, caller: Caller, pause_s: float) -> None:
-    """A front that takes ``pause_s`` to put the first message on its transport."""
+class _Clock:
+    """The front door's perf_counter, moved on by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _consume(front: FrontDoor, caller: Caller, pause_s: float, clock: _Clock) -> None:
+    """A front that takes ``pause_s`` (on ``clock``) to put the first message on its transport."""
     first = True
     async for _ in front.generate(_request(), caller):
         if first:
             first = False
-            await asyncio.sleep(pause_s)
+            clock.now += pause_s
 
 
-def test_the_front_door_measures_each_fronts_delivery_and_plans_the_next_request_by_it():
+def test_the_front_door_measures_each_fronts_delivery_and_plans_the_next_request_by_it(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(front_door, "time", SimpleNamespace(perf_counter=clock))  # what it times deliveries by
     flow = _Flow()
     front = FrontDoor(flow, tokenizer=None, limits=ModelLimits(max_model_len=64, vocab_size=100), chat=None)  # type: ignore[arg-type]
 
     async def scenario() -> None:
-        await _consume(front, Caller((), front="http"), 0.05)  # a slow HTTP write of the first chunk
-        await _consume(front, Caller((), front="http"), 0.0)
-        await _consume(front, Caller((), front="grpc"), 0.0)
+        await _consume(front, Caller((), front="http"), 0.05, clock)  # a slow HTTP write of the first chunk
+        await _consume(front, Caller((), front="http"), 0.0, clock)
+        await _consume(front, Caller((), front="grpc"), 0.0, clock)
 
     asyncio.run(scenario())
     assert flow.seen[0].delivery_s == 0.0  # nothing measured yet
-    assert flow.seen[1].delivery_s >= 0.05  # the HTTP front's measured write, allowed for
-    assert flow.seen[2].delivery_s < 0.05  # gRPC's deliveries are its own
-    assert front.delivery.allowance("http") >= 0.05
+    assert flow.seen[1].delivery_s == pytest.approx(0.05)  # the HTTP front's measured write, allowed for
+    assert flow.seen[2].delivery_s == 0.0  # gRPC's deliveries are its own
+    assert front.delivery.allowance("http") == pytest.approx(0.05)
 
 
 def test_a_requests_ttft_deadline_is_earlier_by_its_fronts_allowance():

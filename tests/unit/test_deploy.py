@@ -5,8 +5,6 @@ and scrape targets agree with each other)."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -141,13 +139,6 @@ def test_kustomization_lists_every_manifest():
     listed = set(kustomization["resources"])
     present = {p.name for p in (DEPLOY / "k8s").glob("*.yaml")} - {"kustomization.yaml"}
     assert listed == present
-
-
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
-def test_kubectl_kustomize_builds_the_manifests():
-    out = subprocess.run(["kubectl", "kustomize", str(DEPLOY / "k8s")], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.count("\nkind: Deployment") == 3
 
 
 def test_api_key_files_load():

@@ -42,10 +42,9 @@ async def test_consumer_going_away_aborts_the_request_and_frees_its_blocks(engin
     await stream.__anext__()
     await stream.aclose()  # what a cancelled RPC handler does
     pool = engine_thread.engine.pool
-    for _ in range(200):
-        if pool.num_free == pool.num_blocks:
+    for _ in range(200):  # calls run between steps: within a few, the step that carries out the abort has run
+        if await engine_thread.run(lambda e: e.pool.num_free) == pool.num_blocks:
             break
-        await asyncio.sleep(0.01)
     assert pool.num_free == pool.num_blocks
 
 
@@ -78,14 +77,18 @@ async def test_a_call_whose_caller_gave_up_still_runs_and_the_engine_thread_surv
     assert outputs[-1].finished
 
 
-async def test_a_reservation_whose_caller_gave_up_is_freed_once_made(engine_thread):
+async def test_a_reservation_whose_caller_gave_up_is_freed_once_made(engine_thread, monkeypatch):
     # A Reserve RPC past its deadline: the handler is cancelled while the engine thread is
     # busy, the reservation is made afterwards, and its lease id never reaches anyone.
+    made: list[str] = []
+    reserve = engine_thread.engine.reserve
+    monkeypatch.setattr(engine_thread.engine, "reserve", lambda *a, **k: (made.append(a[0]), reserve(*a, **k))[1])
     gate = threading.Event()
     blocker = engine_thread.call(lambda e: gate.wait(10))
     engine = AsyncEngine(engine_thread)
     waiting = asyncio.ensure_future(engine.reserve("late", prompt_len=100, max_tokens=10))
-    await asyncio.sleep(0.05)
+    for _ in range(5):  # the task runs until it awaits its call, queued behind the blocker
+        await asyncio.sleep(0)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
@@ -93,6 +96,7 @@ async def test_a_reservation_whose_caller_gave_up_is_freed_once_made(engine_thre
     blocker.result(timeout=10)
     pool = engine_thread.engine.pool
     assert await asyncio.wait_for(engine_thread.run(lambda e: e.leases.leases()), 10) == []
+    assert made == ["late"]  # it was made, after its caller had gone
     assert pool.num_free == pool.num_blocks
     lease = await engine.reserve("late", prompt_len=100, max_tokens=10)  # the id is free to reserve again
     assert lease is not None and pool.num_free < pool.num_blocks

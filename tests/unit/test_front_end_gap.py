@@ -1,4 +1,4 @@
-"""bench/front_end_gap.py joins the load tester's per-request TTFTs with the gateway's log by id."""
+"""tools/front_end_gap.py joins the load tester's per-request TTFTs with the gateway's log by id."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.front_end_gap import work_dir_gaps
+from tools.front_end_gap import work_dir_gaps
 
 LOG = """\
 2026-11-26 21:57:03,031 pdserve.gateway.requests INFO [aa01] finished: length, 26 tokens, ttft 60.0 ms, tpot 2.61 ms, e2e 130.6 ms, allowed 10.0 ms, SLO met

@@ -45,7 +45,7 @@ def _stream(path: str, body: dict[str, object]) -> list[dict[str, object]]:
 
     async def receive() -> dict[str, object]:
         if delivered[0]:
-            await asyncio.sleep(3600)  # no disconnect while the response streams
+            await asyncio.Event().wait()  # no disconnect while the response streams
         delivered[0] = True
         return {"type": "http.request", "body": raw, "more_body": False}
 

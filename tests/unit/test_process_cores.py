@@ -7,7 +7,7 @@ import os
 import threading
 import time
 
-from bench.process_cores import busiest_thread, thread_cpu_seconds
+from bench.lib.process_cores import busiest_thread, thread_cpu_seconds
 
 
 def test_the_busiest_thread_is_the_one_that_spun():

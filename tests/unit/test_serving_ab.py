@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.serving_ab import rates_by_workload, summarize
+from tools.serving_ab import rates_by_workload, summarize
 
 
 def _run(side: str, rate: float, goodput: float, attained: float, workload: str = "mixed") -> dict:

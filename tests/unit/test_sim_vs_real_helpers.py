@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 
-from bench.sim_host import decode_step_law, host_config
-from bench.sim_variants import per_forward_cost, per_request_cost, per_step_cost, step_costs
-from bench.sim_vs_real_report import compare
+from bench.lib.sim_host import decode_step_law, host_config
+from bench.lib.sim_variants import per_forward_cost, per_request_cost, per_step_cost, step_costs
+from bench.lib.sim_vs_real_report import compare
 from common.slo.cost_models import DecodeModel, PrefillModel
 from simulator.config import SimConfig
 from simulator.host import RateLaw
@@ -119,7 +119,7 @@ def test_a_point_run_several_times_is_compared_at_its_mean_and_carries_its_sprea
 def test_the_call_overheads_growth_is_fitted_through_one_at_the_calibration_load_and_the_heavier_ones_mean():
     import math
 
-    from bench.sim_host import overhead_growth
+    from bench.lib.sim_host import overhead_growth
 
     law = overhead_growth((6.0, (0.0005, 0.0015)), (18.0, (0.001, 0.002, 0.003)))  # means 1 ms and 2 ms
     assert law.at(6.0) == pytest.approx(1.0) and law.at(18.0) == pytest.approx(2.0)

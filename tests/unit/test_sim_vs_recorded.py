@@ -1,4 +1,4 @@
-"""``bench/sim_vs_recorded.py``: the calibration recovers the scales a recorded point was run at, the
+"""``tools/sim_vs_recorded.py``: the calibration recovers the scales a recorded point was run at, the
 bisection finds a rising function's root, and records it cannot read are refused with the reason."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.sim_vs_recorded import RecordedWorkload, _bisect, calibrate, compared, sim_point
+from tools.sim_vs_recorded import RecordedWorkload, _bisect, calibrate, compared, sim_point
 from common.slo.cost_models import CostModels
 
 PROFILE = Path(__file__).resolve().parents[2] / "simulator" / "profiles" / "h200-1b-bfloat16.json"

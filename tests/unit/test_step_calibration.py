@@ -4,31 +4,49 @@ same cores) is part of every token's wait."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from common.engine.config import EngineConfig
-from common.engine.llm_engine import LLMEngine
+from common.engine.core import EngineCore
 from common.engine.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 
 BETWEEN_STEPS_S = 0.02
 
 
-def _engine(predicted_step_s: float) -> LLMEngine:
-    engine = LLMEngine(EngineConfig(num_kv_blocks=64, policy="scorpio"))
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _engine(predicted_step_s: float, clock: Clock) -> EngineCore:
+    """The engine's scheduling, leases and cost models on ``clock`` (``LLMEngine.step`` is this
+    core's ``schedule_step``, a forward and its ``finish_step``)."""
+    engine = EngineCore(EngineConfig(num_kv_blocks=64, policy="scorpio"), 64, 2048, vocab_size=1000,
+                        eos_token_ids=(), clock=clock)
     engine.cost_models = CostModels(PrefillModel(0, 0.001, 0.0), DecodeModel(0.0, 0.0, 0.0, predicted_step_s))
     return engine
 
 
+def _step(engine: EngineCore, clock: Clock, forward_s: float) -> None:
+    """One step whose forward takes ``forward_s``, every scheduled request sampling token 7."""
+    _, batch = engine.schedule_step()
+    started = clock.now
+    clock.now += forward_s
+    engine.finish_step(batch, {s.request_id: 7 for s in batch.seqs if s.sample}, started, clock.now)
+
+
 def test_decode_calibration_counts_the_time_between_steps():
-    engine = _engine(predicted_step_s=0.001)
+    clock = Clock()
+    engine = _engine(predicted_step_s=0.001, clock=clock)
     engine.add_request("r", [1, 2, 3, 4], SamplingParams(max_tokens=8, ignore_eos=True))
-    engine.step()  # the prompt
+    _step(engine, clock, 0.001)  # the prompt
     while engine.has_unfinished_requests():
-        time.sleep(BETWEEN_STEPS_S)  # e.g. the engine thread handling calls between steps
-        engine.step()
+        clock.now += BETWEEN_STEPS_S  # e.g. the engine thread handling calls between steps
+        _step(engine, clock, 0.001)  # a forward as fast as the model says
     # each period is at least 20 ms against a 1 ms model
     assert engine.step_costs.calibration.ratio >= BETWEEN_STEPS_S / 0.001
     # and so in the histogram of every step's ratio: 7 decode steps (the first token came with the
@@ -40,18 +58,19 @@ def test_decode_calibration_counts_the_time_between_steps():
 
 
 def test_an_idle_engine_does_not_count_its_idle_time_as_a_step():
-    engine = _engine(predicted_step_s=0.05)  # far slower than a real step of this model
+    clock = Clock()
+    engine = _engine(predicted_step_s=0.05, clock=clock)  # far slower than a real step of this model
     engine.step_costs.calibration.spread = 0.0
     engine.add_request("a", [1, 2, 3], SamplingParams(max_tokens=3, ignore_eos=True))
     while engine.has_unfinished_requests():
-        engine.step()
-    time.sleep(0.3)  # nothing to do: the engine thread would block here
+        _step(engine, clock, 0.002)
+    clock.now += 0.3  # nothing to do: the engine thread would block here
     # a decode worker's request starts with a decode step (its prompt KV was written by a prefill worker)
     lease = engine.reserve("b", 3, 3)
     assert lease is not None
     engine.commit("b", lease.lease_id, [1, 2, 3], 7, SamplingParams(max_tokens=3, ignore_eos=True))
     while engine.has_unfinished_requests():
-        engine.step()
+        _step(engine, clock, 0.002)
     # had the idle 300 ms been taken for a step period (6x the model) among these few steps, the
     # mean ratio would exceed 1; counted right, real steps (a few ms) scale the model down
     assert engine.step_costs.calibration.ratio < 1.0

@@ -1,0 +1,149 @@
+"""Use when results in ``bench/results/`` changed: prints the figures table of the README and
+``docs/benchmarks.md`` from them, one row a figure, with the command that reproduces it.
+
+    python tools/figures.py [--results bench/results]
+
+A result a row needs but the folder lacks is left out, so the table shows only what was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+Row = tuple[str, str, str]  # figure, value, command
+Rows = Callable[[dict[str, Any]], Iterator[Row]]
+
+
+def _engine(d: dict[str, Any]) -> Iterator[Row]:
+    at = {p["batch"]: p for p in d.get("decode", [])}
+    model = _model_name(d.get("model", ""))
+    if 32 in at and at[32].get("ratio_to_static"):
+        yield (f"engine decode, batch 32 ({model}, {d.get('dtype')})",
+               f"{at[32]['pdserve_tok_s']:,.0f} tok/s, {at[32]['ratio_to_static']:.2f}× transformers' static cache",
+               "python bench/engine.py" + _engine_flags(d))
+    elif 32 in at and at[32].get("ratio"):
+        yield (f"engine decode, batch 32 ({model}, {d.get('dtype')})",
+               f"{at[32]['pdserve_tok_s']:,.0f} tok/s, {at[32]['ratio']:.2f}× transformers",
+               "python bench/engine.py" + _engine_flags(d))
+    if 32 in at and at[32].get("ratio_to_vllm"):
+        yield (f"engine decode, batch 32 ({model}, {d.get('dtype')}), against vLLM",
+               f"{at[32]['ratio_to_vllm']:.2f}× vLLM's engine", "python bench/engine.py" + _engine_flags(d)
+               + " --peer vllm --peer-python PEER/bin/python")
+
+
+def _engine_flags(d: dict[str, Any]) -> str:
+    model = _model_name(d.get("model", "tiny"))
+    flags = "" if model == "tiny" else f" --preset {model}"
+    if d.get("device", "").startswith("NVIDIA"):
+        return flags + " --dtype bfloat16 --device cuda"
+    return flags + f" --dtype {d['dtype']}" if d.get("dtype") else flags
+
+
+def _model_name(model: str) -> str:
+    """A preset's name for its converted checkpoint's directory (``.../pdserve-smollm2-135m``)."""
+    return Path(model).name.removeprefix("pdserve-")
+
+
+def _transfer(d: dict[str, Any]) -> Iterator[Row]:
+    shm = d["transports"]["shm"]["gb_s"]
+    yield ("KV transfer, shm, 64 MiB", f"{shm:.1f} GB/s, {d['shm_vs_memcpy']:.2f}× an in-process memcpy",
+           "python bench/transfer.py")
+
+
+def _e2e(d: dict[str, Any]) -> Iterator[Row]:
+    yield (f"1P1D cluster against the bare engine, batch {d['batch']}",
+           f"{d['e2e_vs_engine']:.2f}× the engine's tok/s; TTFT +{d['ttft_overhead_ms_p50']:.1f} ms p50",
+           "python bench/e2e.py")
+
+
+def _http(d: dict[str, Any]) -> Iterator[Row]:
+    ratios = d.get("http_vs_grpc", {})
+    if ratios:
+        yield ("OpenAI HTTP against gRPC", ", ".join(f"{k} {v:.2f}×" for k, v in ratios.items()),
+               "python bench/http_overhead.py")
+
+
+def _prefix(d: dict[str, Any]) -> Iterator[Row]:
+    c = d["configs"]
+    yield ("prefix caching + KV-aware routing, multi-turn 2P1D",
+           f"TTFT p50 {c['no_cache']['ttft_p50_ms'] / c['cache_kv_routing']['ttft_p50_ms']:.1f}× lower than without "
+           f"caching, {c['cache_kv_routing']['hit_rate']:.0%} hits", "python bench/prefix.py")
+
+
+def _slo(d: dict[str, Any]) -> Iterator[Row]:
+    for name, w in d.get("workloads", {}).items():
+        top = w.get("at_twice_the_knee")
+        if not top:
+            continue
+        points = [p for p in w["points"] if p["policy"] == "scorpio"]
+        knee = next((p for p in points if p["rate"] == w["knee_rate"]), None)
+        at_top = next((p for p in points if p["rate"] == top["rate"]), None)
+        keeps = f", {at_top['goodput'] / knee['goodput']:.2f}× its goodput at the knee" if knee and at_top and \
+            knee["goodput"] else ""
+        yield (f"`scorpio` at twice the knee ({name}, {top['rate']:g} req/s)",
+               f"{top['goodput_ratio']:.1f}× `fcfs`'s goodput{keeps}, {top['scorpio_admitted_attainment']:.1%} of "
+               "admitted meeting both SLOs", f"python bench/slo.py --workload {name}" + _slo_flags(d, w))
+
+
+def _slo_flags(d: dict[str, Any], w: dict[str, Any]) -> str:
+    if d.get("device", "").startswith("NVIDIA"):
+        return " --device cuda --preset 1b --mps"
+    return " --preset smollm2-135m --grid auto --base-rate 0" if d.get("preset") == "smollm2-135m" else ""
+
+
+def _recovery(d: dict[str, Any]) -> Iterator[Row]:
+    s = d["summary"]
+    kind = "tight" if d["tpot_multiple"] < 2 else "loose"
+    yield (f"load → 4× overload → load, {d['preset']}, {d['front']}, TPOT {d['tpot_multiple']:g}× unloaded ({kind})",
+           f"overload {s['overload_goodput_ratio']:.2f}×, back at load {s['back_at_load_goodput_ratio']:.2f}× the first "
+           f"load's goodput; ≥{s['least_admitted_attainment']:.0%} of admitted meet both in every phase; "
+           f"{s['lone_admitted']}/{s['lone_sent']} lone requests admitted after",
+           f"python bench/slo_recovery.py --front {d['front']} --tpot-multiple {d['tpot_multiple']:g}")
+
+
+def _vs_vllm(d: dict[str, Any]) -> Iterator[Row]:
+    for name, w in d.get("workloads", {}).items():
+        for label, r in w.get("ratios", {}).items():
+            ratio = r["scorpio_over_vllm"]
+            value = f"{ratio:.2f}× vLLM's goodput" if ratio is not None else "vLLM served no good request"
+            yield (f"`scorpio` against vLLM, {name}, {label.replace('_', ' ')} ({r['rate']:g} req/s, {d['model']})",
+                   f"{value}, {r['scorpio_admitted_attainment']:.1%} of admitted meeting both",
+                   f"python bench/vs_vllm.py --workload {name} --preset {d['model']}"
+                   + (" --grid auto" if name == "scaled" else "") + " --peer-python PEER/bin/python")
+
+
+READERS: dict[str, Rows] = {"engine": _engine, "transfer": _transfer, "e2e": _e2e, "http-overhead": _http,
+                            "prefix": _prefix, "slo": _slo, "slo-recovery": _recovery, "vs-vllm": _vs_vllm}
+
+
+def hardware(d: dict[str, Any]) -> str:
+    device = d.get("device", "")
+    return device.split(" (")[0] if device else "?"
+
+
+def rows(results: Path) -> list[tuple[str, Row]]:
+    out = []
+    for path in sorted(results.glob("*.json")):
+        bench = next((b for b in sorted(READERS, key=len, reverse=True) if path.name.startswith(b + "-")), None)
+        if bench is None:
+            continue
+        d = json.loads(path.read_text())
+        out += [(hardware(d), row) for row in READERS[bench](d)]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parents[1] / "bench" / "results")
+    args = parser.parse_args()
+    print("| hardware | figure | value | command |\n|---|---|---|---|")
+    for where, (figure, value, command) in rows(args.results):
+        print(f"| {where} | {figure} | {value} | `{command}` |")
+
+
+if __name__ == "__main__":
+    main()
