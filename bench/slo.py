@@ -310,7 +310,7 @@ def main() -> None:
     results = {name: run_workload(WORKLOADS[name], args) for name in names}
     if args.plot:
         plot(results, args.plot)
-    emit({"device": device_name(args.device), "cores": "pdserve up's plan", "worker_args": [], "mps": args.mps,
+    emit({"device": device_name(args.device), "preset": args.preset, "cores": "pdserve up's plan", "worker_args": [], "mps": args.mps,
           "duration_s": args.duration_s, "workloads": results}, args.out)
 
 
