@@ -3,8 +3,12 @@
 Candidates are tried in the router's order. Under the TTFT guard a request every worker turns
 away waits in the admission queue while its TTFT deadline still allows it (its prefill is
 predicted again each time: the prefill queue moves); one that arrives while a waiter at least as
-easy to admit is waiting joins the queue without trying. A reply that arrives after the request
-ended is released on arrival, so no reservation waits for its lease to run out.
+easy to admit is waiting joins the queue without trying.
+
+No reservation waits for its lease to run out: the gateway names each lease before it asks, so a
+reply that arrives after the request ended is released on arrival, and a call that ended with no
+reply (its deadline, a broken connection: the worker may have reserved all the same) is followed
+by a release of the lease it named.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -35,6 +40,9 @@ from wire.v1 import worker_pb2
 Reservation = tuple[WorkerRecord, worker_pb2.ReserveResponse]
 Bound = Callable[..., float]  # (readings of the round, or none) -> the last useful moment, perf_counter
 KV_WAIT_S = 30.0
+# A Reserve that ended so may still have reserved on the worker: its lease is released by name
+OUTCOME_UNKNOWN = frozenset({grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+                             grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL})
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 
@@ -120,20 +128,27 @@ class DecodeReservations:
         full = 0  # workers that refused it for want of KV blocks alone
         tpot_ms, tpot_us = to_wire(req.tpot_ms)
         for worker in candidates:
+            lease_id = uuid.uuid4().hex[:16]
             reserve = worker_pb2.ReserveRequest(request_id=req.request_id, prompt_tokens=len(req.prompt_token_ids),
                                                 max_tokens=req.params.max_tokens, stream_id=self.stream_id,
                                                 tpot_ms=tpot_ms, tpot_us=tpot_us,
                                                 tpot_margin=worker.view.epsilons.margin(req.tpot_ms / 1000),
-                                                prefix_hashes=prompt.cached_hashes(worker.prefix))
+                                                prefix_hashes=prompt.cached_hashes(worker.prefix), lease_id=lease_id)
             # shielded: if the request ends while the reply is on its way, the reservation it
             # brings is released on arrival instead of waiting for its lease to run out
             call = asyncio.ensure_future(worker.stub.Reserve(reserve, timeout=call_timeout(req, CONTROL_TIMEOUT_S)))
             try:
                 reply = await asyncio.shield(call)
             except asyncio.CancelledError:
-                call.add_done_callback(lambda done, w=worker: self._release_late(req.request_id, w, done))
+                call.add_done_callback(lambda done, w=worker, lid=lease_id: self._release_late(req.request_id, w, lid,
+                                                                                               done))
                 raise
             except grpc.aio.AioRpcError as exc:  # full, draining, gone: the next candidate may take it
+                if exc.code() in OUTCOME_UNKNOWN:
+                    self._release(req.request_id, worker, lease_id)
+                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and _client_gone(req):
+                    raise RequestError(grpc.StatusCode.DEADLINE_EXCEEDED, "the client's deadline passed while a "
+                                       "decode worker was being asked for blocks", reason="deadline_exceeded") from None
                 refused_by = dict(exc.trailing_metadata() or ()).get(REFUSED_BY)
                 if refused_by == "floor":
                     never.append(exc.details() or "")
@@ -159,12 +174,20 @@ class DecodeReservations:
         raise RequestError(grpc.StatusCode.UNAVAILABLE, f"decode reservation failed: {last.details()}",
                            reason="decode_unavailable")
 
-    def _release_late(self, request_id: str, worker: WorkerRecord, call: asyncio.Future[Any]) -> None:
-        if call.cancelled() or call.exception() is not None:
-            return
-        release = worker_pb2.ReleaseRequest(request_id=request_id, lease_id=call.result().lease_id,
-                                            writer_may_still_write=False)  # no prefill was sent to it
+    def _release_late(self, request_id: str, worker: WorkerRecord, lease_id: str, call: asyncio.Future[Any]) -> None:
+        exc = None if call.cancelled() else call.exception()
+        if isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in OUTCOME_UNKNOWN:
+            return  # the worker answered with a refusal: it reserved nothing
+        self._release(request_id, worker, lease_id)
+
+    def _release(self, request_id: str, worker: WorkerRecord, lease_id: str) -> None:
+        """Frees the lease ``lease_id`` if the worker made it; no prefill was sent to it."""
+        release = worker_pb2.ReleaseRequest(request_id=request_id, lease_id=lease_id, writer_may_still_write=False)
         self.spawn(quietly(worker.stub.Release(release, timeout=CLEANUP_TIMEOUT_S)))
+
+
+def _client_gone(req: ValidatedRequest) -> bool:
+    return req.deadline is not None and time.perf_counter() >= req.deadline - 0.01
 
 
 def _kv_bound(req: ValidatedRequest, ttft_deadline: float) -> Bound:

@@ -45,6 +45,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         self._incarnations: dict[str, str] = {}  # decode worker id -> the incarnation cached state is for
         self._revoked: dict[str, float] = {}  # destination lease ids of aborted requests -> when
         self._writes: dict[str, asyncio.Task[TransferStats]] = {}  # request id -> its copy under way
+        self._prefilling: set[str] = set()  # request ids whose Prefill call is under way
 
     def start_draining(self) -> None:
         self.draining = True
@@ -66,6 +67,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
             await context.abort(grpc.StatusCode.CANCELLED, f"request {request.request_id} was aborted")
         started = time.perf_counter()
         prompt = list(request.prompt_token_ids)
+        self._prefilling.add(request.request_id)
         try:
             out = await self._prefill(request.request_id, prompt, params, slo_from_proto(request.slo)[0],
                                       request.ttft_left_ms, context)
@@ -79,6 +81,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
             # forward under way (up to a whole token budget of other prompts) would hold back this
             # request's first token by that long. The inbox is FIFO, so a later call sees it done.
             self.engine.release_held_soon(request.request_id)
+            self._prefilling.discard(request.request_id)
         self.metrics.prompt_tokens.labels("prefill").inc(len(prompt))
         return worker_pb2.PrefillResponse(
             first_token=out.new_token_ids[0], prefill_ms=prefill_ms, transfer_ms=stats.seconds * 1000,
@@ -161,14 +164,19 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
 
     async def Abort(self, request: worker_pb2.WorkerAbortRequest,
                     context: grpc.aio.ServicerContext) -> worker_pb2.WorkerAbortResponse:
-        if request.lease_id:
-            self._revoke(request.lease_id)
+        if not request.lease_id:  # nothing to revoke: the answer is only whether it was here
+            found = await self.engine.abort(request.request_id)
+            return worker_pb2.WorkerAbortResponse(found=found, writes_done=False)
+        self._revoke(request.lease_id)
         write = self._writes.get(request.request_id)  # read right after revoking: see check_may_start
-        found = await self.engine.abort(request.request_id)
+        found = request.request_id in self._prefilling or write is not None
+        # Not awaited: the engine thread takes the abort after the forward under way (a whole token
+        # budget, seconds on a small CPU), and that forward writes only this worker's own cache; the
+        # decode worker's blocks are written by a copy alone, which the revocation stops from starting.
+        self.engine.abort_soon(request.request_id)
         if write is not None:
             await asyncio.wait([write])  # bounded: the copy's own deadline and its RPC's timeout
-        return worker_pb2.WorkerAbortResponse(found=bool(found) or write is not None,
-                                              writes_done=bool(request.lease_id))
+        return worker_pb2.WorkerAbortResponse(found=found, writes_done=True)
 
     def _revoke(self, lease_id: str) -> None:
         now = time.monotonic()

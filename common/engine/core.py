@@ -111,7 +111,8 @@ class EngineCore:
     # Decode side of a KV hand-off: reserve -> (a prefill worker writes) -> commit.
 
     def reserve(self, request_id: str, prompt_len: int, max_tokens: int, tpot_slo_ms: float = 0.0,
-                epsilon: float = tpot_guard.TPOT_MARGIN, prefix_hashes: Sequence[int] = ()) -> Lease | None:
+                epsilon: float = tpot_guard.TPOT_MARGIN, prefix_hashes: Sequence[int] = (),
+                lease_id: str = "") -> Lease | None:
         """Blocks for the prompt's KV (and, under guaranteed_no_evict, all output); None if full.
         The prompt's leading full blocks this engine's prefix cache holds (of ``prefix_hashes``)
         are shared into the lease (``Lease.cached``) rather than written again.
@@ -131,7 +132,7 @@ class EngineCore:
         cached = index.lookup(list(prefix_hashes)[:prompt_len // self.config.block_size]) if index else []
         lease = self.leases.reserve(request_id, blocks_for(min(tokens, self.max_model_len), self.config.block_size),
                                     now=self.clock(), tpot_slo_ms=tpot_slo_ms, prompt_len=prompt_len,
-                                    max_tokens=max_tokens, cached_blocks=cached)
+                                    max_tokens=max_tokens, cached_blocks=cached, lease_id=lease_id)
         self.load = self._measure()
         return lease
 

@@ -68,18 +68,21 @@ class LeaseTable:
 
     def reserve(self, request_id: str, num_blocks: int, now: float | None = None,
                 tpot_slo_ms: float = 0.0, prompt_len: int = 0, max_tokens: int = 0,
-                cached_blocks: list[int] | None = None) -> Lease | None:
+                cached_blocks: list[int] | None = None, lease_id: str = "") -> Lease | None:
         """``num_blocks`` for the request, the first of them ``cached_blocks`` (shared, already
-        holding the prompt's leading KV) and the rest fresh; None (nothing taken) if too few are free."""
+        holding the prompt's leading KV) and the rest fresh; None (nothing taken) if too few are free.
+        ``lease_id``: the caller's name for it (empty: a fresh one); a name in use is refused."""
         if request_id in self._leases:
             raise LeaseError(f"request {request_id!r} already holds a lease")
+        if lease_id and lease_id in self._quarantined:
+            raise LeaseError(f"lease {lease_id!r} exists already")
         cached = list(cached_blocks or [])[:num_blocks]
         self.pool.share(cached)  # first: a parked block taken back must not be handed out below
         blocks = self.pool.allocate(num_blocks - len(cached))
         if blocks is None:
             self.pool.free(cached)
             return None
-        lease = Lease(request_id, uuid.uuid4().hex[:16], cached + blocks, _now(now) + self.lease_s,
+        lease = Lease(request_id, lease_id or uuid.uuid4().hex[:16], cached + blocks, _now(now) + self.lease_s,
                       tpot_slo_ms=tpot_slo_ms, prompt_len=prompt_len, max_tokens=max_tokens, cached=len(cached))
         self._leases[request_id] = lease
         return lease

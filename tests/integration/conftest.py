@@ -17,6 +17,8 @@ from pdserve.cluster import ClusterSpec, LocalCluster
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 WORKER_ARGS = ("--num-kv-blocks", "256", "--max-num-tokens", "2048")
+# The real default model's clusters: one cost-model measurement (keyed by these flags) serves all
+SMOLLM2_WORKER_ARGS = ("--num-kv-blocks", "256", "--max-num-tokens", "512")
 
 
 def start_cluster(tmp_path: Path, timeout_s: float = 120, **spec: object) -> LocalCluster:

@@ -16,7 +16,7 @@ import torch
 
 from common.model.location import ensure_model
 from pdserve.cluster import LocalCluster
-from tests.integration.conftest import assert_pools_whole, start_cluster
+from tests.integration.conftest import SMOLLM2_WORKER_ARGS, assert_pools_whole, start_cluster
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 MODEL = "smollm2-135m"
@@ -44,7 +44,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterato
     # tokens into one message, which the load tester's one-arrival-per-token check would read as text held back
     cluster = start_cluster(tmp, timeout_s=400, preset=MODEL, http_port=0, api_key=KEY,
                             gateway_args=("--api-keys", str(keys), "--stream-interval-ms", "0"),
-                            worker_args=("--num-kv-blocks", "256", "--max-num-tokens", "512"))
+                            worker_args=SMOLLM2_WORKER_ARGS)
     yield cluster
     cluster.stop()
 

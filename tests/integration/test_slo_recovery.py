@@ -19,7 +19,7 @@ import pytest
 
 from common.process.scrape import scrape_metrics
 from pdserve.cluster import LocalCluster
-from tests.integration.conftest import assert_pools_whole, start_cluster
+from tests.integration.conftest import SMOLLM2_WORKER_ARGS, assert_pools_whole, start_cluster
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 MODEL = "smollm2-135m"
@@ -30,7 +30,7 @@ MAX_TOKENS = 16
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     running = start_cluster(tmp_path_factory.mktemp("recovery"), timeout_s=400, preset=MODEL, http_port=0,
-                            metrics=True)
+                            metrics=True, worker_args=SMOLLM2_WORKER_ARGS)
     yield running
     running.stop()
 

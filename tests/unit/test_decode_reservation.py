@@ -109,3 +109,39 @@ async def test_a_newcomer_that_queued_without_trying_is_refused_with_the_decode_
     waiter.cancel()
     await asyncio.gather(waiter, return_exceptions=True)
     await cluster.queue.close()
+
+
+class SilentStub:
+    """A decode worker that reserves, but whose replies never reach the gateway (their deadline
+    passes on the way); it records what is released."""
+
+    def __init__(self) -> None:
+        self.leases: set[str] = set()
+        self.released: list[str] = []
+
+    async def Reserve(self, request: worker_pb2.ReserveRequest, timeout: float) -> worker_pb2.ReserveResponse:
+        self.leases.add(request.lease_id)
+        raise grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                   "Deadline Exceeded")
+
+    async def Release(self, request: worker_pb2.ReleaseRequest, timeout: float) -> worker_pb2.ReleaseResponse:
+        self.released.append(request.lease_id)
+        self.leases.discard(request.lease_id)
+        return worker_pb2.ReleaseResponse()
+
+
+async def test_a_reserve_whose_reply_is_lost_to_the_clients_deadline_releases_the_lease_it_named():
+    stub = SilentStub()
+    worker = SimpleNamespace(worker_id="decode-0", prefix=None, stub=stub,
+                             view=SimpleNamespace(epsilons=FakeEpsilons(), routed={}))
+    router = SimpleNamespace(ttft_guard=False, decode_candidates=lambda registry, tpot_s, prompt: [worker])
+    spawned: list[asyncio.Task[None]] = []
+    reservations = DecodeReservations(SimpleNamespace(routable=lambda role: []), router, "stream",
+                                      AdmissionQueue(tick_s=60), lambda call: spawned.append(asyncio.ensure_future(call)))
+    req = _request("a", 0.0)
+    req.deadline = time.perf_counter() - 0.5  # the client stopped waiting
+    with pytest.raises(decode_reservation.RequestError) as ended:
+        await reservations.reserve(req, SimpleNamespace(cached_hashes=lambda prefix: []), float("inf"), set())
+    await asyncio.gather(*spawned)
+    assert ended.value.code == grpc.StatusCode.DEADLINE_EXCEEDED  # the client's deadline, not the cluster's fault
+    assert len(stub.released) == 1 and stub.leases == set()  # the lease the worker made is given back by name

@@ -90,3 +90,15 @@ def test_a_request_whose_reservation_is_quarantined_may_reserve_again_at_once():
     table.expire(now=20)
     assert table.pool.num_free == 5  # the retry's blocks are the request's now
     table.pool.check_integrity()
+
+
+def test_a_caller_named_lease_keeps_its_name_and_a_name_still_held_is_refused():
+    table = LeaseTable(BlockPool(8), quarantine_s=3)
+    assert table.reserve("a", 2, lease_id="named-1").lease_id == "named-1"
+    # a release by that name frees exactly it (what a caller whose Reserve got no reply sends)
+    assert not table.release("a", "named-2", writer_may_still_write=False)
+    assert table.pool.num_free == 6
+    assert table.release("a", "named-1", writer_may_still_write=True, now=0)  # quarantined under its name
+    with pytest.raises(LeaseError):
+        table.reserve("b", 1, lease_id="named-1")
+    assert table.reserve("a", 1, lease_id="named-3").lease_id == "named-3"  # the request itself may go on

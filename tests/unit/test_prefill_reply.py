@@ -64,3 +64,25 @@ async def test_the_reply_does_not_wait_for_the_engine_threads_next_forward():
     # the release was queued behind the busy call and ran after it
     assert await thread.run(lambda e: (e.pool.num_free, e.scheduler.held)) == (free_at_start, {})
     thread.stop()
+
+
+async def test_an_abort_with_its_lease_answers_while_the_engine_is_in_a_forward():
+    engine = LLMEngine(EngineConfig(num_kv_blocks=64))
+    free_at_start = engine.pool.num_free
+    thread = EngineThread(engine)
+    thread.start()
+    servicer = PrefillServicer(thread, "prefill-test")
+    busy, gate = threading.Event(), threading.Event()
+    thread.call(lambda _: (busy.set(), gate.wait(30)))  # a long forward of other prompts
+    try:
+        assert busy.wait(10)
+        abort = worker_pb2.WorkerAbortRequest(request_id="a", lease_id="lease-a")
+        reply = await asyncio.wait_for(servicer.Abort(abort, _Context()), timeout=5)  # type: ignore[arg-type]
+        # the revoked lease stops any copy into the decode worker's blocks from starting: they
+        # may be reused at once, whatever this worker's engine is doing
+        assert reply.writes_done and not gate.is_set()
+        assert "lease-a" in servicer._revoked
+    finally:
+        gate.set()
+    assert await thread.run(lambda e: e.pool.num_free) == free_at_start
+    thread.stop()
