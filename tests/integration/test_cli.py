@@ -12,21 +12,17 @@ def _pdserve(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pdserve", *args], capture_output=True, text=True, timeout=120)
 
 
-def test_model_create_writes_a_checkpoint_transformers_can_load(tmp_path: Path):
-    result = _pdserve("model", "create", "--out", str(tmp_path / "m"))
-    assert result.returncode == 0, result.stderr
-    config = json.loads((tmp_path / "m" / "config.json").read_text())
+def test_model_create_writes_the_same_checkpoint_every_time_and_transformers_loads_it(tmp_path: Path):
+    for name in ("a", "b"):
+        result = _pdserve("model", "create", "--out", str(tmp_path / name))
+        assert result.returncode == 0, result.stderr
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    config = json.loads((tmp_path / "a" / "config.json").read_text())
     assert config["model_type"] == "llama"
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    AutoModelForCausalLM.from_pretrained(tmp_path / "m")
-    assert AutoTokenizer.from_pretrained(tmp_path / "m").decode([104, 105]) == "hi"
-
-
-def test_model_create_is_deterministic(tmp_path: Path):
-    for name in ("a", "b"):
-        assert _pdserve("model", "create", "--out", str(tmp_path / name)).returncode == 0
-    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    AutoModelForCausalLM.from_pretrained(tmp_path / "a")
+    assert AutoTokenizer.from_pretrained(tmp_path / "a").decode([104, 105]) == "hi"
 
 
 def test_generate_streams_text_and_prints_a_summary():

@@ -18,7 +18,7 @@ from pdserve.cluster import LocalCluster
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.integration.conftest import WORKER_ARGS, assert_pools_whole, start_cluster
 
-STARTS = 3
+STARTS = 2
 
 
 def _gauge(samples: dict[str, float], metric: str, model: str) -> float:

@@ -47,8 +47,9 @@ def generate_all(address: str, prompts: list[list[int]], samplings: list[gateway
     return [tokens for tokens, _, _ in results]
 
 
-@pytest.mark.parametrize("transport", ["shm", "grpc", "nccl"])
-@pytest.mark.parametrize("prefill, decode", [(1, 1), (2, 2)], ids=["1P1D", "2P2D"])
+# every transport at 1P1D; routing across two of each over one of them
+@pytest.mark.parametrize("transport, prefill, decode", [("shm", 1, 1), ("grpc", 1, 1), ("nccl", 1, 1), ("shm", 2, 2)],
+                         ids=["1P1D-shm", "1P1D-grpc", "1P1D-nccl", "2P2D-shm"])
 def test_concurrent_greedy_output_matches_transformers(tmp_path, reference, transport, prefill, decode):
     cluster = start_cluster(tmp_path, prefill=prefill, decode=decode, kv_transport=transport)
     try:

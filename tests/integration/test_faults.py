@@ -87,6 +87,10 @@ def test_a_decode_worker_killed_mid_decode_ends_only_its_streams_unavailable_nam
         assert all(o.code == "UNAVAILABLE" and victim in o.details for o in failed), [(o.code, o.details) for o in failed]
         assert sum(o.finish_reason == "length" for o in load.outcomes) >= 40 - 30  # those on the other worker
         assert_pools_whole(cluster, timeout_s=5)
+        with grpc.insecure_channel(cluster.address) as channel:  # and the survivor serves new requests
+            served = list(gateway_pb2_grpc.GatewayStub(channel).Generate(gateway_pb2.GenerateRequest(
+                text="after", sampling=gateway_pb2.SamplingParams(max_tokens=4, ignore_eos=True)), timeout=30))
+        assert sum(len(m.token_ids) for m in served) == 4
     finally:
         cluster.stop()
 
