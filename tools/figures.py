@@ -125,14 +125,29 @@ def hardware(d: dict[str, Any]) -> str:
     return device.split(" (")[0] if device else "?"
 
 
-def rows(results: Path) -> list[tuple[str, Row]]:
+# What repeated runs of each benchmark showed (the README states it beside each figure): serving
+# points on two shared cores move a lot between runs, engine ratios much less.
+SPREAD = {
+    "engine": "one run; ratios are within one run",
+    "transfer": "shm 0.17–0.57× memcpy in 4 runs on one host",
+    "e2e": "one run",
+    "http-overhead": "one run; rounds interleaved",
+    "prefix": "one run",
+    "slo": "one run per workload",
+    "slo-recovery": "tight TPOT: overload 1.15× (HTTP) and 1.94× (gRPC) on one host",
+    "vs-vllm": "one run",
+}
+
+
+def rows(results: Path) -> list[tuple[str, str, Row]]:
+    """(hardware, benchmark, row) for every figure the results hold."""
     out = []
     for path in sorted(results.glob("*.json")):
         bench = next((b for b in sorted(READERS, key=len, reverse=True) if path.name.startswith(b + "-")), None)
         if bench is None:
             continue
         d = json.loads(path.read_text())
-        out += [(hardware(d), row) for row in READERS[bench](d)]
+        out += [(hardware(d), bench, row) for row in READERS[bench](d)]
     return out
 
 
@@ -140,9 +155,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parents[1] / "bench" / "results")
     args = parser.parse_args()
-    print("| hardware | figure | value | command |\n|---|---|---|---|")
-    for where, (figure, value, command) in rows(args.results):
-        print(f"| {where} | {figure} | {value} | `{command}` |")
+    print("| hardware | figure | value | spread seen | command |\n|---|---|---|---|---|")
+    for where, bench, (figure, value, command) in rows(args.results):
+        print(f"| {where} | {figure} | {value} | {SPREAD.get(bench, '')} | `{command}` |")
 
 
 if __name__ == "__main__":
