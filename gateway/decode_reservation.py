@@ -137,13 +137,18 @@ class DecodeReservations:
             # shielded: if the request ends while the reply is on its way, the reservation it
             # brings is released on arrival instead of waiting for its lease to run out
             call = asyncio.ensure_future(worker.stub.Reserve(reserve, timeout=call_timeout(req, CONTROL_TIMEOUT_S)))
+            # counted where it is asked, not where it was answered: a burst that arrives together
+            # spreads over the workers instead of all taking the one that looked best before it
+            worker.view.routed[req.request_id] = req.tpot_ms / 1000
             try:
                 reply = await asyncio.shield(call)
             except asyncio.CancelledError:
+                worker.view.routed.pop(req.request_id, None)
                 call.add_done_callback(lambda done, w=worker, lid=lease_id: self._release_late(req.request_id, w, lid,
                                                                                                done))
                 raise
             except grpc.aio.AioRpcError as exc:  # full, draining, gone: the next candidate may take it
+                worker.view.routed.pop(req.request_id, None)
                 if exc.code() in OUTCOME_UNKNOWN:
                     self._release(req.request_id, worker, lease_id)
                 if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and _client_gone(req):
@@ -158,7 +163,6 @@ class DecodeReservations:
                 if req.tpot_ms and refused_by == "margin":
                     worker.view.epsilons.of(req.tpot_ms / 1000).refused()  # its ε alone refused it
                 continue
-            worker.view.routed[req.request_id] = req.tpot_ms / 1000
             return worker, reply
         if last is None:  # every candidate is too slow for it, idle or not
             raise RequestError(grpc.StatusCode.FAILED_PRECONDITION,

@@ -145,3 +145,32 @@ async def test_a_reserve_whose_reply_is_lost_to_the_clients_deadline_releases_th
     await asyncio.gather(*spawned)
     assert ended.value.code == grpc.StatusCode.DEADLINE_EXCEEDED  # the client's deadline, not the cluster's fault
     assert len(stub.released) == 1 and stub.leases == set()  # the lease the worker made is given back by name
+
+
+class SlowStub:
+    """A decode worker whose ``Reserve`` answers after a moment, admitting everything."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def Reserve(self, request: worker_pb2.ReserveRequest, timeout: float) -> worker_pb2.ReserveResponse:
+        self.calls.append(request.request_id)
+        await asyncio.sleep(0.01)
+        return worker_pb2.ReserveResponse(lease_id=request.lease_id)
+
+
+async def test_a_burst_arriving_together_spreads_over_the_decode_workers():
+    from common.slo.routing import decode_order_by_vbs
+    from common.slo.tpot_guard import DecodeView
+
+    workers = [SimpleNamespace(worker_id=f"decode-{i}", prefix=None, stub=SlowStub(), view=DecodeView(),
+                               load=SimpleNamespace(free_blocks=100)) for i in range(2)]
+    router = SimpleNamespace(ttft_guard=False, decode_candidates=lambda registry, tpot_s, prompt: [
+        workers[i] for i in decode_order_by_vbs([w.view for w in workers], [w.load.free_blocks for w in workers],
+                                                tpot_s)])
+    reservations = DecodeReservations(SimpleNamespace(routable=lambda role: []), router, "stream",
+                                      AdmissionQueue(tick_s=60), lambda call: None)
+    prompt = SimpleNamespace(cached_hashes=lambda prefix: [])
+    # every ask starts before any reply: what was answered cannot tell them apart
+    await asyncio.gather(*(reservations.reserve(_request(f"r{i}", 0.0), prompt, float("inf"), set()) for i in range(10)))
+    assert [len(w.stub.calls) for w in workers] == [5, 5]
