@@ -54,7 +54,8 @@ class LeastLoadedRouter:
     def decode_candidates(self, registry: WorkerRegistry, tpot_s: float,
                           prompt: PromptBlocks | None = None) -> list[WorkerRecord]:
         workers = registry.routable("decode")
-        return _pick(workers, least_loaded_order([w.inflight for w in workers], [-w.load.free_blocks for w in workers],
+        # what was routed there counts from its ask (``DecodeReservations``), so a burst spreads
+        return _pick(workers, least_loaded_order([len(w.view.routed) for w in workers], [-w.load.free_blocks for w in workers],
                                                  [_held(w, prompt) for w in workers]))
 
 

@@ -159,17 +159,16 @@ class SlowStub:
         return worker_pb2.ReserveResponse(lease_id=request.lease_id)
 
 
-async def test_a_burst_arriving_together_spreads_over_the_decode_workers():
-    from common.slo.routing import decode_order_by_vbs
+@pytest.mark.parametrize("policy", ["scorpio", "fcfs"])
+async def test_a_burst_arriving_together_spreads_over_the_decode_workers(policy):
     from common.slo.tpot_guard import DecodeView
+    from gateway.router import LeastLoadedRouter, SloAwareRouter
 
-    workers = [SimpleNamespace(worker_id=f"decode-{i}", prefix=None, stub=SlowStub(), view=DecodeView(),
-                               load=SimpleNamespace(free_blocks=100)) for i in range(2)]
-    router = SimpleNamespace(ttft_guard=False, decode_candidates=lambda registry, tpot_s, prompt: [
-        workers[i] for i in decode_order_by_vbs([w.view for w in workers], [w.load.free_blocks for w in workers],
-                                                tpot_s)])
-    reservations = DecodeReservations(SimpleNamespace(routable=lambda role: []), router, "stream",
-                                      AdmissionQueue(tick_s=60), lambda call: None)
+    workers = [SimpleNamespace(worker_id=f"decode-{i}", prefix=None, stub=SlowStub(), view=DecodeView(), inflight=0,
+                               load=SimpleNamespace(free_blocks=100, tpot_alone_ms=0.0)) for i in range(2)]
+    router = SloAwareRouter() if policy == "scorpio" else LeastLoadedRouter()
+    registry = SimpleNamespace(routable=lambda role: workers if role == "decode" else [])
+    reservations = DecodeReservations(registry, router, "stream", AdmissionQueue(tick_s=60), lambda call: None)
     prompt = SimpleNamespace(cached_hashes=lambda prefix: [])
     # every ask starts before any reply: what was answered cannot tell them apart
     await asyncio.gather(*(reservations.reserve(_request(f"r{i}", 0.0), prompt, float("inf"), set()) for i in range(10)))
