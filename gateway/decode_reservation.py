@@ -149,7 +149,7 @@ class DecodeReservations:
                 raise
             except grpc.aio.AioRpcError as exc:  # full, draining, gone: the next candidate may take it
                 worker.view.routed.pop(req.request_id, None)
-                if exc.code() in OUTCOME_UNKNOWN:
+                if _may_have_reserved(exc):
                     self._release(req.request_id, worker, lease_id)
                 if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and _client_gone(req):
                     raise RequestError(grpc.StatusCode.DEADLINE_EXCEEDED, "the client's deadline passed while a "
@@ -179,15 +179,19 @@ class DecodeReservations:
                            reason="decode_unavailable")
 
     def _release_late(self, request_id: str, worker: WorkerRecord, lease_id: str, call: asyncio.Future[Any]) -> None:
-        exc = None if call.cancelled() else call.exception()
-        if isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in OUTCOME_UNKNOWN:
-            return  # the worker answered with a refusal: it reserved nothing
-        self._release(request_id, worker, lease_id)
+        if _may_have_reserved(None if call.cancelled() else call.exception()):
+            self._release(request_id, worker, lease_id)
 
     def _release(self, request_id: str, worker: WorkerRecord, lease_id: str) -> None:
         """Frees the lease ``lease_id`` if the worker made it; no prefill was sent to it."""
         release = worker_pb2.ReleaseRequest(request_id=request_id, lease_id=lease_id, writer_may_still_write=False)
         self.spawn(quietly(worker.stub.Release(release, timeout=CLEANUP_TIMEOUT_S)))
+
+
+def _may_have_reserved(exc: BaseException | None) -> bool:
+    """Whether a Reserve call that ended with ``exc`` (None: a reply, or no outcome) may have left a
+    lease on the worker: anything but the worker's own refusal may have."""
+    return not isinstance(exc, grpc.aio.AioRpcError) or exc.code() in OUTCOME_UNKNOWN
 
 
 def _client_gone(req: ValidatedRequest) -> bool:

@@ -36,7 +36,7 @@ class WorkerRecord:
     channel: grpc.aio.Channel
     stub: worker_pb2_grpc.PrefillWorkerStub | worker_pb2_grpc.DecodeWorkerStub
     ready: bool = False  # decode: its token stream is open; prefill: at once
-    inflight: int = 0  # requests this gateway has routed here and not yet seen finish
+    inflight: int = 0  # prefill calls this gateway has under way here (decode workers count ``view.routed``)
     # prefill: the TTFT guard's view of its queue (deadlines on this gateway's perf_counter
     # clock), made at registration; decode: the same of the prompts it computes itself, with
     # local prefill on (``common.slo.local_prefill``), else None

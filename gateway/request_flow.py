@@ -104,7 +104,6 @@ class RequestFlow:
             del self.active[request_id]
         self.streams.unsubscribe(request_id)
         if progress.decode is not None:
-            progress.decode.inflight -= 1
             progress.decode.view.routed.pop(request_id, None)
         if ended_in is Stage.DONE:
             self.promises.served(progress.owner, progress)
@@ -155,7 +154,6 @@ class RequestFlow:
         p.reserved(decode, reservation.lease_id)
         p.decode_epsilon = decode.view.epsilons.margin(req.tpot_ms / 1000)
         p.decode_cached_tokens = reservation.cached_blocks * decode.descriptor.block_size
-        decode.inflight += 1
         try:
             self._check_ttft(req, p, decode)  # the wait, or the reservation itself, may have used up the slack
         except RequestError:  # nothing was written: the lease can be reused at once
@@ -227,7 +225,6 @@ class RequestFlow:
         self.streams.unsubscribe(req.request_id)
         await self._release(req.request_id, p, writer_may_still_write=writer_may_still_write)
         assert p.decode is not None
-        p.decode.inflight -= 1
         p.decode.view.routed.pop(req.request_id, None)
         p.attempt_forgotten()
 

@@ -81,7 +81,7 @@ class Progress:
     stage: Stage = Stage.RESERVING
     ended_in: Stage | None = None  # the stage the request was in when it ended; None while it lives
     abort_requested: bool = False  # an Abort came: errors from now on read as "aborted"
-    decode: WorkerRecord | None = None  # counted in its ``inflight`` until the request ends or retries
+    decode: WorkerRecord | None = None  # counted in its ``view.routed`` until the request ends or retries
     prefill: WorkerRecord | None = None
     lease_id: str = ""
     decode_cached_tokens: int = 0  # prompt tokens whose KV the lease's decode worker held already

@@ -138,6 +138,5 @@ def test_a_decode_worker_holding_the_conversation_wins_where_load_ties():
         router = router_for(ttft_guard)
         assert [w.worker_id for w in router.decode_candidates(registry, 0.0, prompt)] == ["d1", "d0"]
         assert [w.worker_id for w in router.decode_candidates(registry, 0.0)] == ["d0", "d1"], "more free blocks"
-    registry.workers["d1"].inflight = 1  # load first: a busier worker loses whatever it holds
-    registry.workers["d1"].view.routed["another"] = 0.0
+    registry.workers["d1"].view.routed["another"] = 0.0  # load first: a busier worker loses whatever it holds
     assert [w.worker_id for w in router_for(False).decode_candidates(registry, 0.0, prompt)] == ["d0", "d1"]
