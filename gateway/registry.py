@@ -57,6 +57,10 @@ class WorkerRecord:
         return self.descriptor.role
 
     @property
+    def free_blocks(self) -> int:
+        return self.load.free_blocks
+
+    @property
     def routable(self) -> bool:
         return self.ready and not self.load.draining and not self.suspect and not self.stalled
 

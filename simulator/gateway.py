@@ -33,13 +33,15 @@ from common.slo.tpot_guard import DecodeView, never_met_anywhere, tpot_epsilons
 from common.slo.ttft_decision import last_useful_admission, ttft_refusal
 from common.slo.guard_reading import Readings
 from common.slo.ttft_guard import TtftGuard, new_guard
+from gateway.prefix_view import PromptBlocks
+from gateway.router import router_for
 from simulator.admission_queue import Reserved, SimAdmissionQueue
 from simulator.config import SimConfig
 from simulator.event_loop import EventLoop
 from simulator.events import Simulation
 from simulator.flight import Flight
 from simulator.host import HostCpu, RateLaw
-from simulator.routing import SimRouter
+from simulator.worker_state import SimPool, SimWorkerState
 from simulator.workers import SimDecodeWorker, SimPrefillWorker, SimWorker
 
 
@@ -54,7 +56,6 @@ class SimGateway:
     guards: dict[str, TtftGuard] = field(default_factory=dict)
     local_guards: dict[str, TtftGuard] = field(default_factory=dict)  # of the decode workers' own prefills
     views: dict[str, DecodeView] = field(default_factory=dict)
-    inflight: dict[str, int] = field(default_factory=dict)
     decoding: dict[str, dict[str, Flight]] = field(default_factory=dict)  # by decode worker: those with a TPOT SLO
     # requests refused before any work, by the reason the gateway counts (``pdserve:request_rejections``)
     refusals: dict[str, int] = field(default_factory=dict)
@@ -69,13 +70,19 @@ class SimGateway:
             if self.config.prefills_locally and w.core.cost_models is not None:
                 self.local_guards[w.worker_id] = new_guard(w.core.cost_models.prefill, self.config.max_num_tokens,
                                                            target, self.sim.clock, probe_first=False)
-        self.inflight = {w.worker_id: 0 for w in [*self.prefills, *self.decodes]}
         self.decoding = {w.worker_id: {} for w in self.decodes}
-        self.router = SimRouter(self.config.policy, self.config.ttft_guard)
+        # the gateway's router over what this gateway knows of each worker, on the virtual clock;
+        # ``round_robin``: fcfs admission with prefill workers taken in turn (decode least loaded)
+        self.pool = SimPool([SimWorkerState(w, self.guards[w.worker_id]) for w in self.prefills],
+                            [SimWorkerState(w, self.local_guards.get(w.worker_id), self.views[w.worker_id],
+                                            free_blocks=w.core.load.free_blocks) for w in self.decodes])
+        self.states = {s.worker_id: s for s in (*self.pool.prefill, *self.pool.decode)}
+        self.router = router_for(self.config.ttft_guard,
+                                 "round_robin" if self.config.policy == "round_robin" else "kv_aware",
+                                 clock=lambda: self.sim.now)
         self._calls = random.Random(f"{self.config.seed}-calls")  # draws of ``config.call_overhead_s``
         growth = self.config.call_overhead_growth  # those draws × this law at the host's rate (with a host)
         self._overhead_growth = RateLaw(*growth) if growth[0] > 0 and self.host is not None else None
-        self._free_blocks = {w.worker_id: w.core.load.free_blocks for w in self.decodes}
         self.admission = SimAdmissionQueue(self.sim, self.config.admission_tick_s, self._refuse, self._reserve,
                                            self._reserved)
         self.stopped = False  # every request has its answer: heartbeats stop, so the simulation ends
@@ -137,7 +144,7 @@ class SimGateway:
         self._try_decode(flight, self._decode_order(flight), 0, then)
 
     def _decode_order(self, flight: Flight) -> list[SimDecodeWorker]:
-        return self.router.decode_order(self.decodes, self.views, self._free_blocks, self.inflight, flight.tpot_s)
+        return [s.worker for s in self.router.decode_candidates(self.pool, flight.tpot_s)]  # type: ignore[misc]
 
     def _try_decode(self, flight: Flight, candidates: list[SimDecodeWorker], at: int, then: Reserved) -> None:
         if at == len(candidates):
@@ -161,11 +168,14 @@ class SimGateway:
 
         def replied(lease: Lease | None) -> None:
             if lease is None:
+                self.views[worker.worker_id].routed.pop(flight.request_id, None)
                 self._try_decode(flight, candidates, at + 1, then)
             else:
                 flight.epsilon_at = epsilon
                 then(flight, worker, lease)
 
+        # counted where it is asked, as the gateway counts it: a burst that arrives together spreads
+        self.views[worker.worker_id].routed[flight.request_id] = flight.tpot_s
         self.sim.after(self.config.hop_s, worker.call, reserve)
 
     def _hear_tokens(self, worker: SimDecodeWorker) -> None:
@@ -194,7 +204,7 @@ class SimGateway:
 
     def _reserved(self, flight: Flight, worker: SimDecodeWorker, lease: Lease) -> None:
         flight.decode, flight.lease = worker, lease
-        self.inflight[worker.worker_id] += 1
+        self.states[worker.worker_id].inflight += 1
         self.views[worker.worker_id].routed[flight.request_id] = flight.tpot_s
         if not self._ttft_ok(flight, worker):  # the wait, or the reservation itself, used up the slack
             self._give_back(flight)
@@ -212,7 +222,7 @@ class SimGateway:
 
     def _forget_decode(self, flight: Flight) -> None:
         assert flight.decode is not None
-        self.inflight[flight.decode.worker_id] -= 1
+        self.states[flight.decode.worker_id].inflight -= 1
         self.views[flight.decode.worker_id].routed.pop(flight.request_id, None)
         self.decoding[flight.decode.worker_id].pop(flight.request_id, None)
 
@@ -246,7 +256,7 @@ class SimGateway:
         planned = guard.predict_s(flight.tokens, flight.deadline, ttft_s=flight.ttft_s)  # what admitted it
         flight.planned_ttft_s = None if planned is None else self.sim.now - flight.arrived + planned
         guard.sent(flight.request_id, flight.deadline, flight.tokens, flight.ttft_s)
-        self.inflight[worker.worker_id] += 1
+        self.states[worker.worker_id].inflight += 1
         flight.sent_at = self.sim.now
         self.loop.served(self.sim.now)
         flight.headroom_at = guard.headrooms.margin(flight.ttft_s)
@@ -274,15 +284,16 @@ class SimGateway:
             except (LeaseError, AdmissionError) as exc:  # the lease ran out; or its first token would be late
                 del worker.listeners[flight.request_id]
                 guard.dropped(flight.request_id)
-                self.inflight[worker.worker_id] -= 1
+                self.states[worker.worker_id].inflight -= 1
                 ended = self._commit_refused if isinstance(exc, LeaseError) else self._local_refused
                 self.sim.after(self.config.hop_s, ended, flight)
 
         self.sim.after(self.config.hop_s, worker.call, prefill_here if worker is flight.decode else prefill)
 
     def _prefill_order(self, flight: Flight) -> list[SimPrefillWorker]:
-        return self.router.prefill_order(self.prefills, self.guards, self.inflight, flight.tokens, flight.deadline,
-                                         self.sim.now, flight.ttft_s)
+        prompt = PromptBlocks([0] * flight.tokens)  # no prefix caches here: every token is uncached
+        return [s.worker for s in self.router.prefill_candidates(  # type: ignore[misc]
+            self.pool, prompt, flight.deadline, flight.ttft_s)]
 
     def _prefilled(self, flight: Flight, out: RequestOutput) -> None:
         """On the prefill worker, between steps: the prompt's KV is ready; copy it, then answer."""
@@ -321,7 +332,7 @@ class SimGateway:
         observed = now - flight.sent_at
         guard.answered(flight.request_id, observed, flight.predicted_s, observed - 2 * self.config.hop_s - overhead_s,
                        0.0 if local else flight.prefill.core.load.forward_calibration_ratio)
-        self.inflight[flight.prefill.worker_id] -= 1
+        self.states[flight.prefill.worker_id].inflight -= 1
         flight.first_token_at = now
         outcome(now - flight.arrived, flight.ttft_s, guard.headrooms.of(flight.ttft_s), flight.headroom_at,
                 predicted_s=flight.planned_ttft_s)
@@ -399,5 +410,5 @@ class SimGateway:
             load = worker.load()
             self.guards[worker.worker_id].heard(load.queued_tokens, load.running)
         for worker in self.decodes:
-            self._free_blocks[worker.worker_id] = worker.load().free_blocks
+            self.states[worker.worker_id].free_blocks = worker.load().free_blocks
         self.sim.after(self.config.heartbeat_s, self._heartbeats)

@@ -171,7 +171,8 @@ class EngineCore:
         present = self.decodings({slo_class_ms(tpot_slo_ms / 1000): epsilon})
         # the newcomer needs a place once its KV is committed: at least a prefill forward's fixed cost away
         soonest_commit_s = max(0.0, self.cost_models.prefill.base_s)
-        return tpot_guard.admits_request(new, present, self.cost_models.decode, self.tpot_alone_s,
+        return tpot_guard.admits_request(new, present, self.cost_models.decode,
+                                         self.step_costs.evidence.alone_now_s(self.unloaded_step_s),
                                          epsilon, self.step_costs.calibration.scale, self.config.max_batch_size,
                                          soonest_commit_s)
 

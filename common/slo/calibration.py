@@ -117,6 +117,11 @@ class WindowQuantile:
         self._forget_old()
         return self._samples.quantile(self.quantile)
 
+    def at(self, quantile: float) -> float:
+        """Another quantile of the same values (0 before any)."""
+        self._forget_old()
+        return self._samples.quantile(quantile)
+
     def _forget_old(self) -> None:
         horizon = self._clock() - self.window_s
         while len(self._samples) > self.min_samples and self._samples.oldest_time() < horizon:

@@ -23,9 +23,16 @@ one whose steps are noisy starts where the loop always did. Before the window ho
 ``EVIDENCE_MIN_STEPS`` steps, ``TPOT_MARGIN`` is both.
 
 ``alone_s``: the least TPOT this worker gives, one request alone: the median period of its recent
-batch-1 steps, or the step measured at warm-up when that is less. An idle worker admits a
-request whose TPOT SLO covers it, under no margin (``common.slo.tpot_guard.admits_request``); a
-TPOT SLO below it can never be met here, whatever the load.
+batch-1 steps, or the step measured at warm-up when that is less. A TPOT SLO below it can never
+be met here, whatever the load.
+
+``alone_now_s``: what one request alone takes a step now: the median period of the batch-1 steps
+while the latest of them is at most ``ALONE_FRESH_S`` old, else ``alone_s``. An idle worker admits a
+request whose TPOT SLO covers it, under no margin (``common.slo.tpot_guard.admits_request``). Not
+the least: a machine that ran faster at warm-up than it does under load (other processes on its
+cores, a host that slows) would admit, alone, requests its steps then miss. Not forever either:
+once its batch-1 steps are older than that, nothing refused on them is news, and the least decides
+again, so a slow moment cannot shut a worker out.
 
 Plain code of time and state, on the clock it is given.
 """
@@ -42,6 +49,7 @@ EVIDENCE_WINDOW_S = 30.0  # how long a slow stretch of steps keeps ε's ceiling 
 EVIDENCE_QUANTILE = 0.95  # of a step's period over its calibrated prediction
 EVIDENCE_MIN_STEPS = 64  # the newest steps kept whatever their age: an idle worker remembers its machine
 ALONE_MIN_STEPS = 8  # batch-1 steps before their median is trusted over the warm-up's step
+ALONE_FRESH_S = 10.0  # how long the latest batch-1 steps say what one request alone takes now
 MOST = HIGH  # the largest ceiling
 
 
@@ -50,7 +58,9 @@ class StepEvidence:
         self._excess = WindowQuantile(EVIDENCE_WINDOW_S, EVIDENCE_QUANTILE, EVIDENCE_MIN_STEPS, clock)
         self._alone = WindowQuantile(EVIDENCE_WINDOW_S, 0.5, ALONE_MIN_STEPS, clock)
         self._alone_steps = 0
+        self._alone_at = -float("inf")  # the clock at the latest batch-1 step
         self._steps = 0
+        self._clock = clock
 
     def observe(self, batch_size: int, calibrated_s: float, seconds: float) -> None:
         """A decode step of ``batch_size`` took ``seconds``; ``calibrated_s``: what the calibrated
@@ -62,6 +72,7 @@ class StepEvidence:
         if batch_size == 1:
             self._alone.observe(seconds)
             self._alone_steps += 1
+            self._alone_at = self._clock()
 
     def ceiling(self, start: float) -> float:
         """The most ε may be: ``start`` (the margin the loop begins at), or more where the steps showed more."""
@@ -80,3 +91,10 @@ class StepEvidence:
             return measured_s
         recent = self._alone.value()
         return recent if measured_s is None else min(measured_s, recent)
+
+    def alone_now_s(self, measured_s: float | None) -> float | None:
+        """One request's step here now: the median of the batch-1 steps while the latest is fresh
+        (``ALONE_FRESH_S``) and there are enough of them, else ``alone_s``."""
+        if self._alone_steps >= ALONE_MIN_STEPS and self._clock() - self._alone_at <= ALONE_FRESH_S:
+            return self._alone.value()
+        return self.alone_s(measured_s)

@@ -17,9 +17,10 @@ batch size ``Σ TRP`` and the mean length, and requests leave when their tokens 
 ε is the margin the gateway's closed loop steers (``common.slo.promise``; it starts at
 ``TPOT_MARGIN``), one per TPOT SLO class: each request is held to its own class's, and no class's
 past what the worker's own steps have shown (``common.slo.epsilon_bound``). An idle worker never
-refuses on a model's word or a margin alone: ``alone``, one request's step as this worker measured
-it (at warm-up, and in the batch-1 steps it runs since), decides, under no margin, so a margin
-can never shut a worker out; the steps it then runs correct the model (``common.slo.calibration``).
+refuses on a model's word or a margin alone: ``alone``, one request's step as this worker measures
+it now (its fresh batch-1 steps, else the least it has shown: ``StepEvidence.alone_now_s``),
+decides, under no margin, so a margin can never shut a worker out; the steps it then runs correct
+the model (``common.slo.calibration``).
 
 A decision of numbers only: the caller hands over what it holds and its clocks' readings
 (through ``calibration``), so a simulator on a virtual clock drives the same decisions.

@@ -38,6 +38,13 @@ class's headroom: a tight class's prediction is mostly its own forward, and chec
 under the boundary margin refuses requests that their own headroom admits in time. (Chosen by
 measurement: docs/decisions.md, 'TTFT guard: the boundary margin covers the queue ahead'.)
 
+An idle worker (nothing queued from this gateway, nothing queued or running by its own account)
+predicts a prompt at its calibrated model plus the median of what calls added, under no margin
+and without the overhead's tail (``idle``): the tail and the margins are what past calls showed,
+and one slow call at a bad moment (another process on the cores) raises both; with every request
+then refused no call could teach them otherwise, and an idle worker would refuse, for good, what
+it serves in a fraction of its SLO. Its next call teaches the calibration again.
+
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
 reads the clock it is given), so a simulator can drive it on a virtual clock.
 """
@@ -324,6 +331,9 @@ class TtftGuard:
         if self._pushes(prompt_tokens, deadline, now, state):
             return True, None
         mine, cut = state.mine, state.cut
+        if self.idle():
+            return False, self._predict_tokens(0, prompt_tokens, scale=(state.ratio, self.overhead.at(0.5), 1.0),
+                                               cut=cut, queued_len=state.per_token)
         ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)
         headroom = self.headrooms.margin(ttft_s)
         if at_boundary:
@@ -367,6 +377,12 @@ class TtftGuard:
                 if now + self._predict_tokens(ahead, scale=scale, cut=cut, queued_len=per_token) <= queued_deadline:
                     return True
         return False
+
+    def idle(self) -> bool:
+        """A prefill worker with nothing to do: no call of this gateway's awaited there, nothing
+        queued or running by its own account (not a decode worker's own prefills: those are the
+        exception, admitted on their decode worker's own check)."""
+        return self.probe_first and not self.queued and self.reported_tokens == 0 and self.reported_running == 0
 
     def idle_and_untested(self) -> bool:
         """Nothing to do and no call observed yet: its model alone must not refuse a request."""

@@ -165,7 +165,7 @@ async def test_a_burst_arriving_together_spreads_over_the_decode_workers(policy)
     from gateway.router import LeastLoadedRouter, SloAwareRouter
 
     workers = [SimpleNamespace(worker_id=f"decode-{i}", prefix=None, stub=SlowStub(), view=DecodeView(), inflight=0,
-                               load=SimpleNamespace(free_blocks=100, tpot_alone_ms=0.0)) for i in range(2)]
+                               free_blocks=100, load=SimpleNamespace(free_blocks=100, tpot_alone_ms=0.0)) for i in range(2)]
     router = SloAwareRouter() if policy == "scorpio" else LeastLoadedRouter()
     registry = SimpleNamespace(routable=lambda role: workers if role == "decode" else [])
     reservations = DecodeReservations(registry, router, "stream", AdmissionQueue(tick_s=60), lambda call: None)

@@ -9,7 +9,7 @@ import pytest
 from common.engine.config import EngineConfig
 from common.engine.core import AdmissionError, EngineCore
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
-from common.slo.epsilon_bound import EVIDENCE_WINDOW_S, StepEvidence
+from common.slo.epsilon_bound import ALONE_FRESH_S, EVIDENCE_WINDOW_S, StepEvidence
 from common.slo.promise import ClassMargins
 from common.slo.tpot_guard import TPOT_MARGIN, never_met, never_met_anywhere
 
@@ -91,6 +91,24 @@ def test_one_request_alone_is_the_least_of_its_warm_up_step_and_its_recent_batch
         evidence.observe(1, 0.050, 0.040)
     assert evidence.alone_s(0.050) == pytest.approx(0.040)  # a warm-up slowed by a neighbour is not kept
     assert evidence.alone_s(0.030) == 0.030
+
+
+def test_an_idle_worker_admits_by_what_one_request_alone_takes_now_not_at_its_fastest():
+    """A host that ran faster at warm-up than under load (another process on the decode core):
+    the idle rule reads the recent batch-1 steps while they are fresh, and the least only once
+    they are old, so a slow moment refuses alone-admissions it would miss but cannot shut it out."""
+    clock = Clock()
+    core = _core(clock)
+    slo_ms = STEP_S * 1000 * 1.15
+    for _ in range(16):  # the load's steps: one request alone takes 1.3x its warm-up step
+        clock.now += STEP_S * 1.3
+        core.step_costs.evidence.observe(1, STEP_S * 1.3, STEP_S * 1.3)
+    assert core.tpot_alone_s == pytest.approx(STEP_S)  # the least: what never is decided on
+    with pytest.raises(AdmissionError) as refused:
+        core.reserve("a", 256, 64, tpot_slo_ms=slo_ms)
+    assert not refused.value.never  # load's, not the SLO's
+    clock.now += ALONE_FRESH_S + 0.1  # nothing run since: the slow steps say nothing of now
+    assert core.reserve("b", 256, 64, tpot_slo_ms=slo_ms) is not None
 
 
 def test_never_is_decided_over_every_decode_worker():

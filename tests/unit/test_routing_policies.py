@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from common.slo.admission_round import AdmissionRound, Demand, queues_behind
 from common.slo.cost_models import PrefillModel
 from common.slo.promise import ClassMargins
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
 from common.slo.tpot_guard import DecodeView
 from common.slo.ttft_guard import TtftGuard
+from gateway.prefix_view import PromptBlocks
 
 MODEL = PrefillModel(threshold=100, base_s=0.010, per_token_s=1e-4)
 
@@ -98,30 +101,41 @@ def test_where_load_ties_the_worker_holding_the_prompt_wins_before_free_blocks()
     assert least_loaded_order([1, 0], [-240, -256], held=[6, 0]) == [1, 0], "load still decides first"
 
 
-def test_the_simulated_gateway_orders_its_workers_by_the_same_functions():
+@pytest.mark.parametrize("policy", ["scorpio", "fcfs", "ttft_guard", "tpot_guard", "round_robin"])
+def test_the_simulated_gateway_routes_by_the_gateways_own_router(policy):
+    """The simulator routes by ``gateway.router`` over its own worker state: on one state where
+    VBS headroom and least-loaded disagree, the simulated gateway of every policy picks what the
+    gateway's router for that policy picks over registry records of the same state (under
+    ``ttft_guard`` too, which the simulator once ordered by load alone)."""
     from types import SimpleNamespace
 
-    from simulator.routing import SimRouter
+    from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
+    from gateway.router import router_for
+    from simulator.config import SimConfig
+    from simulator.events import Simulation
+    from simulator.gateway import SimGateway
+    from simulator.workers import SimDecodeWorker, SimPrefillWorker
 
-    workers = [SimpleNamespace(worker_id=w) for w in ("d0", "d1", "d2")]
-    light, heavy, empty = DecodeView(), DecodeView(), DecodeView()
-    light.routed.update({"a": 0.1})
-    heavy.routed.update({"b": 0.02, "c": 0.02})
-    views = {"d0": light, "d1": heavy, "d2": empty}
-    free = {"d0": 10, "d1": 10, "d2": 5}
-    inflight = {"d0": 2, "d1": 0, "d2": 1}
+    config = SimConfig(policy=policy, prefill=2, decode=3)
+    models = CostModels(PrefillModel(0, 0.010, 0.0), DecodeModel(0.0, 0.001, 0.0, 0.005))
+    sim = Simulation()
+    prefills = [SimPrefillWorker(sim, f"p{i}", config, models) for i in range(2)]
+    decodes = [SimDecodeWorker(sim, f"d{i}", config, models) for i in range(3)]
+    gateway = SimGateway(sim, config, prefills, decodes, lambda flight: None)
+    # d0: three loose requests (VBS 0.6 for a tight one), d1: two tight (VBS 2), d2: none, fewer blocks
+    gateway.views["d0"].routed.update({"a": 0.1, "a2": 0.1, "a3": 0.1})
+    gateway.views["d1"].routed.update({"b": 0.02, "c": 0.02})
+    for wid, free in (("d0", 10), ("d1", 10), ("d2", 5)):
+        gateway.states[wid].free_blocks = free
+    gateway.guards["p0"].queued["q"] = (10.0, 2000, 0.0)
+    flight = SimpleNamespace(tpot_s=0.02, tokens=250, deadline=0.020, ttft_s=0.020)
+
+    records = {wid: SimpleNamespace(worker_id=wid, inflight=0, free_blocks=s.free_blocks, prefix=None,
+                                    guard=s.ttft, view=s.decode_view) for wid, s in gateway.states.items()}
+    pool = SimpleNamespace(routable=lambda role: [records[w.worker_id] for w in (prefills if role == "prefill" else decodes)])
+    real = router_for(config.ttft_guard, "round_robin" if policy == "round_robin" else "kv_aware", clock=lambda: 0.0)
     ids = lambda order: [w.worker_id for w in order]  # noqa: E731
-    scorpio = SimRouter("scorpio", ttft_guard=True)
-    assert ids(scorpio.decode_order(workers, views, free, inflight, 0.02)) == ["d2", "d0", "d1"]  # as above
-    fcfs = SimRouter("fcfs", ttft_guard=False)
-    assert ids(fcfs.decode_order(workers, views, free, inflight, 0.02)) == ["d1", "d2", "d0"]  # fewest in flight
-    guards = {w.worker_id: _guard({}) for w in workers}
-    guards["d0"].queued["q"] = (10.0, 2000, 0.0)
-    prefill_inflight = {"d0": 0, "d1": 0, "d2": 0}
-    # fcfs: none in flight anywhere, so the queued tokens decide: d0's 2000 put it last
-    assert ids(fcfs.prefill_order(workers, guards, prefill_inflight, 250, 0.020, 0.0, 0.020)) == ["d1", "d2", "d0"]
-    assert ids(scorpio.prefill_order(workers, guards, prefill_inflight, 250, 0.020, 0.0, 0.020))[-1] == "d0"
-    turns = SimRouter("round_robin", ttft_guard=False)
-    assert [ids(turns.decode_order(workers, views, free, inflight, 0.02)) for _ in range(2)] == [
-        ["d0", "d1", "d2"], ["d1", "d2", "d0"]]
-    assert ids(turns.prefill_order(workers, guards, prefill_inflight, 250, 0.020, 0.0, 0.020)) == ["d0", "d1", "d2"]
+    assert ids(gateway._decode_order(flight)) == ids(real.decode_candidates(pool, 0.02))
+    assert ids(gateway._prefill_order(flight)) == ids(real.prefill_candidates(pool, PromptBlocks([0] * 250), 0.020, 0.020))
+    # VBS headroom first under a TTFT guard; else the fewest routed there
+    assert ids(gateway._decode_order(flight)) == (["d2", "d0", "d1"] if config.ttft_guard else ["d2", "d1", "d0"])

@@ -240,8 +240,8 @@ def test_the_gateway_loop_flag_reaches_the_simulated_cluster_and_refuses_nonsens
             parser.parse_args(["--gateway-loop-ms", bad])
 
 
-POLICY_CODE = ("ttft_refusal", "last_useful_admission", "prefill_order", "decode_order_by_vbs", "least_loaded_order",
-               "AdmissionRound", "queues_behind", "outcome", "decoding_late", "prefills_locally")
+POLICY_CODE = ("ttft_refusal", "last_useful_admission", "AdmissionRound", "queues_behind", "outcome", "decoding_late",
+               "prefills_locally", "router_for", "prefill_candidates", "decode_candidates")
 
 
 def _called(package: str) -> set[str]:
@@ -259,6 +259,11 @@ def _called(package: str) -> set[str]:
 def test_the_simulator_and_the_gateway_both_call_the_policy_code(function):
     assert function in _called("gateway"), f"the gateway no longer calls {function}"
     assert function in _called("simulator"), f"the simulator no longer calls {function}"
+
+
+@pytest.mark.parametrize("order", ["prefill_order", "decode_order_by_vbs", "least_loaded_order", "RoundRobin"])
+def test_the_simulator_orders_workers_only_through_the_gateways_router(order):
+    assert order not in _called("simulator"), f"the simulator calls {order} itself: a second router"
 
 
 def test_the_simulated_and_the_real_workers_run_one_engine_core():
