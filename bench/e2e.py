@@ -32,7 +32,7 @@ from common.engine.config import EngineConfig  # noqa: E402
 from common.worker.cpu_plan import CoreAssignment, available_cores, plan_cores  # noqa: E402
 from common.engine.llm_engine import LLMEngine  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
-from common.engine.sampling_params import SamplingParams  # noqa: E402
+from common.model.sampling_params import SamplingParams  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
 from wire.v1 import gateway_pb2, gateway_pb2_grpc  # noqa: E402
 

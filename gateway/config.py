@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 
-from common.engine.scheduler import TTFT_GUARDED
+from common.slo.policy import policy
 from common.model.presets import DEFAULT_PRESET, MODEL_NAMES
 from gateway.stream_interval import StreamInterval
 
@@ -86,7 +86,7 @@ class GatewayConfig:
 
     @property
     def ttft_guard(self) -> bool:
-        return self.policy in TTFT_GUARDED
+        return policy(self.policy).ttft_guard
 
 
 def add_gateway_args(parser: argparse.ArgumentParser) -> None:

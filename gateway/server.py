@@ -16,6 +16,7 @@ from common.process.metrics import Metrics
 from common.process.options import ProcessOptions, add_process_args, process_options_from_args
 from common.rpc.server import bind, new_server, run_main, use_tls
 from common.rpc.tls import PeerRoleInterceptor
+from common.slo.policy import Policy
 from common.text.chat_template import load_chat_template
 from common.text.text_tokenizer import load_text_tokenizer
 from gateway.admission import AdmissionQueue
@@ -134,7 +135,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
 
 def _front_capacity(config: GatewayConfig, loop_busy: LoopBusy) -> FrontCapacity | None:
     """The refusals for the gateway's own load (guarded policies, unless ``--busy-limit 0``)."""
-    if config.policy == "fcfs" or config.busy_limit == 0:
+    if config.policy == Policy.FCFS or config.busy_limit == 0:
         return None
     return FrontCapacity(loop_busy.fraction, config.busy_limit - 0.05, config.busy_limit + 0.05)
 

@@ -6,7 +6,7 @@ import dataclasses
 import uuid
 from dataclasses import dataclass
 from common.rpc.convert import sampling_from_proto
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from gateway.errors import invalid
 from wire.slo import slo_from_proto
 from wire.v1 import gateway_pb2

@@ -15,7 +15,7 @@ from common.engine.args import add_engine_args, engine_config_from_args
 from common.model.create import create_model
 from common.model.location import default_model_dir
 from common.model.presets import DEFAULT_PRESET, MODEL_NAMES
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.text.auto_tokenizer import load_tokenizer
 
 
@@ -54,7 +54,7 @@ def register(sub: Any) -> None:
 
 def _profile(args: argparse.Namespace) -> int:
     from common.worker.cpu_plan import apply_to_this_process, plan_cores
-    from common.slo.profile import profile
+    from common.worker.profile import profile
 
     worker = plan_cores(["prefill-0", "decode-0"])[-1]  # measure as a worker of a default cluster runs
     apply_to_this_process(worker.cores if not args.threads else (), args.threads or worker.threads)

@@ -14,7 +14,7 @@ import time
 
 import grpc
 
-from common.engine.block_pool import blocks_for
+from common.model.batch import blocks_for
 from common.engine.thread import AsyncEngine, EngineThread
 from common.process.logs import request_id_var
 from common.process.metrics import Metrics
@@ -24,7 +24,7 @@ from common.engine.request import RequestOutput
 from common.rpc.convert import sampling_from_proto
 from common.rpc.metadata import FAILED_PEER_KEY
 from common.rpc.server import channel
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from wire.slo import slo_from_proto
 from wire.v1 import worker_pb2, worker_pb2_grpc
 

@@ -7,11 +7,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from common.engine.scheduler import TPOT_GUARDED, TTFT_GUARDED
+from common.slo.policy import POLICIES as GATEWAY_POLICIES, policy
 from common.slo.promise import DEFAULT_TARGET
 from simulator.step_noise import check_memory
 
-POLICIES = ("scorpio", "fcfs", "round_robin", "ttft_guard", "tpot_guard")
+POLICIES = (*GATEWAY_POLICIES, "round_robin")  # round_robin: fcfs admission, prefill workers taken in turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +120,7 @@ class SimConfig:
 
     @property
     def ttft_guard(self) -> bool:
-        return self.policy in TTFT_GUARDED
+        return self.policy != "round_robin" and policy(self.policy).ttft_guard
 
     @property
     def prefills_locally(self) -> bool:
@@ -129,7 +129,7 @@ class SimConfig:
 
     @property
     def tpot_guard(self) -> bool:
-        return self.policy in TPOT_GUARDED
+        return self.policy != "round_robin" and policy(self.policy).tpot_guard
 
 
 def call_overhead_from_histogram(buckets: Sequence[tuple[float, float]], hops_s: float) -> tuple[float, ...]:

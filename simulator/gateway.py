@@ -26,7 +26,7 @@ from client.bench.metrics import REJECTED
 from common.engine.core import AdmissionError
 from common.engine.leases import Lease, LeaseError
 from common.engine.request import RequestOutput, left_on_arrival
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.slo.local_prefill import prefills_locally
 from common.slo.promise import decoding_late, outcome
 from common.slo.tpot_guard import DecodeView, never_met_anywhere, tpot_epsilons

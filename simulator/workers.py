@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import NamedTuple
 
-from common.engine.batch import ScheduledBatch, prompt_attention_work
+from common.model.batch import ScheduledBatch, prompt_attention_work
 from common.engine.config import EngineConfig
 from common.engine.core import EngineCore
 from common.engine.load import EngineLoad
@@ -194,7 +194,7 @@ class SimDecodeWorker(SimWorker):
         scheduler = self.core.scheduler
         running = scheduler.running
         if scheduler.waiting or scheduler.has_pending_aborts() or not running or \
-                any(r.num_tokens - r.num_computed_tokens > 1 for r in running):  # a prompt in chunks
+                any(r.num_uncomputed_tokens > 1 for r in running):  # a prompt in chunks
             return []
         self._run_stretch = 1.0 if self.host is None else self.host.stretch(self.worker_id, self.sim.now)
         produced = self._produced

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from common.engine.config import EngineConfig
 from common.engine.llm_engine import LLMEngine
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 
 
 def run_staggered(engine: LLMEngine, prompts: list[list[int]], max_tokens: list[int],

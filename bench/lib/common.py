@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from common.slo.startup import hardware_name
+from common.worker.startup import hardware_name
 
 
 def device_name(device: str = "cpu") -> str:

@@ -13,7 +13,7 @@ import torch
 
 from common.engine.config import EngineConfig
 from common.engine.llm_engine import LLMEngine
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 
 BLOCK_SIZE = 16
 MAX_NUM_TOKENS = 8192

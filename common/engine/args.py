@@ -9,7 +9,8 @@ from typing import Any, get_args, get_type_hints
 
 from common.engine.config import ATTENTION_BACKENDS, DTYPES, EngineConfig
 from common.model.presets import MODEL_NAMES
-from common.engine.scheduler import MEMORY_POLICIES, POLICIES
+from common.engine.scheduler import MEMORY_POLICIES
+from common.slo.policy import POLICIES
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "preset": tuple(MODEL_NAMES),

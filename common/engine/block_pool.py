@@ -15,11 +15,6 @@ from __future__ import annotations
 from common.engine.prefix_cache import PrefixIndex
 
 
-def blocks_for(tokens: int, block_size: int) -> int:
-    """How many blocks of ``block_size`` tokens hold ``tokens`` tokens (the last one partly filled)."""
-    return -(-tokens // block_size)
-
-
 class BlockPool:
     def __init__(self, num_blocks: int, prefix_index: PrefixIndex | None = None) -> None:
         if num_blocks < 1:

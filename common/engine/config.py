@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from common import env
 from common.model.presets import DEFAULT_PRESET, MODEL_NAMES
-from common.engine.scheduler import MEMORY_POLICIES, POLICIES
+from common.engine.scheduler import MEMORY_POLICIES
+from common.slo.policy import POLICIES
 
 if TYPE_CHECKING:
     import torch

@@ -15,18 +15,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from common.engine.batch import ScheduledBatch
-from common.engine.block_pool import BlockPool, blocks_for
+from common.model.batch import ScheduledBatch
+from common.engine.block_pool import BlockPool
+from common.model.batch import blocks_for
 from common.engine.config import EngineConfig
 from common.engine.leases import Lease, LeaseTable
 from common.engine.load import EngineLoad, measure
 from common.engine.local_prompts import LocalPrompts
 from common.engine.prefix_cache import PrefixIndex, model_salt
 from common.engine.request import Request, RequestOutput
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
+from common.engine.step_policy import SloGuarded
 from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.engine.step_costs import StepCosts
-from common.slo import tpot_guard
+from common.slo import epsilon_bound, tpot_guard
 from common.slo.calibration import Calibration
 from common.slo.promise import STEP, slo_class_ms
 from common.slo.ratio_histogram import RatioHistogram
@@ -57,23 +59,16 @@ class EngineCore:
         self.vocab_size = vocab_size
         self.pool = BlockPool(num_blocks, PrefixIndex() if config.enable_prefix_caching else None)
         self.prefix_salt = model_salt(f"{config.model or config.preset}:{config.resolved_dtype}")
-        self.scheduler = Scheduler(
-            SchedulerConfig(config.max_batch_size, config.max_num_tokens, config.block_size, max_model_len,
-                            config.memory_policy, eos_token_ids, config.policy, self.prefix_salt),
-            self.pool,
-        )
+        scheduler_config = SchedulerConfig(config.max_batch_size, config.max_num_tokens, config.block_size,
+                                           max_model_len, config.memory_policy, eos_token_ids, config.policy,
+                                           self.prefix_salt)
+        self.scheduler = Scheduler(scheduler_config, self.pool, SloGuarded(
+            self, scheduler_config.ttft_guard, scheduler_config.tpot_guard, config.work_conserving_credit))
         self.leases = LeaseTable(self.pool, config.lease_timeout_s, config.quarantine_s)
-        if config.work_conserving_credit:
-            self.scheduler.all_fit = self._all_fit
         self.local_prompts = LocalPrompts(self)  # prompts computed in this engine's own steps
         self.tightest_ttft = TightestSlo(clock=clock)  # of the requests added: what cuts prefill forwards
         # prefill forwards as observed (their own time, not the period) vs the fitted model
         self.forward_calibration = Calibration(quantile=0.5, clock=clock)
-        if self.scheduler.config.ttft_guard:
-            self.scheduler.prefill_cap = self.prefill_cap
-            self.scheduler.forward_keeps = self.forward_keeps
-        if self.scheduler.config.tpot_guard:
-            self.scheduler.stall_keeps = self.local_prompts.stall_keeps
         # ε by TPOT SLO class (``slo_class_ms``), as the latest reservation of each class brought it
         # (the gateway's closed loop steers them): what each request's TPOT is held to
         self.tpot_margins: dict[float, float] = {}
@@ -121,7 +116,7 @@ class EngineCore:
         could not all be met."""
         self._validate(request_id, [0] * prompt_len, SamplingParams(max_tokens=max_tokens))
         self._refuse_if_never(tpot_slo_ms)
-        epsilon = min(epsilon, self.epsilon_ceiling)
+        epsilon = min(epsilon, epsilon_bound.MOST)  # the gateway bounds it: by these steps and its outcomes
         self.tpot_margins[slo_class_ms(tpot_slo_ms / 1000)] = epsilon
         if not self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon):
             margin_alone = self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon / (1 + STEP))  # the probe
@@ -150,8 +145,9 @@ class EngineCore:
 
     @property
     def epsilon_ceiling(self) -> float:
-        """The most ε the TPOT guard applies here: what this worker's steps have shown
-        (``StepEvidence.ceiling``), whatever a reservation asks for."""
+        """The most ε this worker's steps have shown it needs (``StepEvidence.ceiling``), as its
+        heartbeats report it: the gateway bounds ε by it, lifted for a while by the misses it saw
+        (``ClassMargins.limit``)."""
         return self.step_costs.evidence.ceiling(tpot_guard.TPOT_MARGIN)
 
     @property
@@ -191,7 +187,11 @@ class EngineCore:
         ``deadline`` (this engine's clock)."""
         return self.cost_models is None or self.forward_s(tokens, attention) <= share * (deadline - self.clock())
 
-    def _all_fit(self, batch: int, mean_len: float, tightest_slo_s: float) -> bool:
+    def stall_keeps(self, tokens: int, work: int) -> bool:
+        """The stall rule over this engine's decoding requests (``LocalPrompts.stall_keeps``)."""
+        return self.local_prompts.stall_keeps(tokens, work)
+
+    def all_fit(self, batch: int, mean_len: float, tightest_slo_s: float) -> bool:
         """Credit batching's work-conserving test: a step of every decoding request, as the
         calibrated model predicts it, keeps the tightest TPOT SLO present with margin ε. Then
         holding a loose request back saves the tight ones nothing (a GPU's step is nearly flat
@@ -202,16 +202,16 @@ class EngineCore:
         return tpot_guard.step_keeps(step, tightest_slo_s, self.tpot_margin(tightest_slo_s))
 
     def tpot_margin(self, slo_s: float) -> float:
-        """ε for a request with this TPOT SLO: its class's latest (``TPOT_MARGIN`` before any), at
-        most the ceiling."""
-        return min(self.tpot_margins.get(slo_class_ms(slo_s), tpot_guard.TPOT_MARGIN), self.epsilon_ceiling)
+        """ε for a request with this TPOT SLO: its class's latest (``TPOT_MARGIN`` before any), as
+        the gateway bounded it (``ClassMargins.limit``), at most ``epsilon_bound.MOST``."""
+        return min(self.tpot_margins.get(slo_class_ms(slo_s), tpot_guard.TPOT_MARGIN), epsilon_bound.MOST)
 
     def decodings(self, margins: Mapping[float, float] | None = None) -> list[tpot_guard.Decoding]:
         """What the TPOT guard projects: every request here (decoding or about to) and every
         reservation, with its SLO, its output tokens still to come at most, its length, and its
         class's ε (``margins``, by ``slo_class_ms``, in place of the stored ones where given)."""
         margins = {**self.tpot_margins, **(margins or {})}
-        ceiling = self.epsilon_ceiling
+        ceiling = epsilon_bound.MOST  # each class's as its latest reservation brought it
 
         def margin(slo_ms: float) -> float:
             return min(margins.get(slo_class_ms(slo_ms / 1000), tpot_guard.TPOT_MARGIN), ceiling)

@@ -26,7 +26,7 @@ from common.model.location import resolve_model_dir
 from common.model.runner import ModelRunner
 from common.engine.request import RequestOutput
 from common.model.sampler import Sampler
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
 

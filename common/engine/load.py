@@ -56,7 +56,7 @@ def measure(scheduler: Scheduler, pool: BlockPool, leases: LeaseTable, steps: in
     slos = guarded_slos({r.request_id: r.tpot_slo_ms for r in running}, leases.tpot_slos_ms())
     return EngineLoad(
         running=len(running), waiting=len(waiting),
-        queued_tokens=sum(r.num_tokens - r.num_computed_tokens for r in waiting),
+        queued_tokens=sum(r.num_uncomputed_tokens for r in waiting),
         free_blocks=pool.num_free, total_blocks=pool.num_blocks, reserved=reserved,
         in_flight=len(scheduler.requests) + reserved, steps=steps,
         earliest_ttft_deadline=min(deadlines) if deadlines else None, tpot_slos=MappingProxyType(slos),

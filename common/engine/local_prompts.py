@@ -50,10 +50,10 @@ class LocalPrompts:
         if core.cost_models is None:
             return None
         queued = [r for r in core.scheduler.waiting if not decode_ready(r)]
-        tokens += sum(r.num_tokens - r.num_computed_tokens for r in queued)
-        attention += sum(attention_work(r.num_tokens - r.num_computed_tokens, r.num_computed_tokens) for r in queued)
+        tokens += sum(r.num_uncomputed_tokens for r in queued)
+        attention += sum(attention_work(r.num_uncomputed_tokens, r.num_computed_tokens) for r in queued)
         forward = core.forward_s(tokens, attention)
-        if core.scheduler.stall_keeps is None:
+        if not core.scheduler.policy.guards_stalls:
             return forward
         promises, step = self.promises()
         now = core.clock()

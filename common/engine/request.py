@@ -7,7 +7,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 
 
 _UIDS = itertools.count()
@@ -67,6 +67,11 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        """Tokens whose KV is not in the cache yet: 1 for a decoding request, more for a prompt (its chunks)."""
+        return self.num_tokens - self.num_computed_tokens
 
     @property
     def max_total_tokens(self) -> int:

@@ -18,21 +18,20 @@ block a step fills is named in the index.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.engine import prefix_sharing
-from common.engine.batch import ScheduledBatch, ScheduledSeq, prompt_attention_work
-from common.engine.block_pool import BlockPool, blocks_for
+from common.model.batch import ScheduledBatch, ScheduledSeq, prompt_attention_work
+from common.engine.block_pool import BlockPool
+from common.model.batch import blocks_for
 from common.engine.request import FINISH_REASONS, Request, RequestOutput, RequestStatus
+from common.engine.step_policy import FirstComeFirstServed, StepPolicy
 from common.slo.cost_models import attention_work
 from common.slo.credit import CreditBatcher
+from common.slo.policy import policy
 from common.slo.forward_budget import FORWARD_SHARE
 
 MEMORY_POLICIES = ("guaranteed_no_evict", "max_utilization")
-POLICIES = ("fcfs", "scorpio", "ttft_guard", "tpot_guard")
-TTFT_GUARDED = frozenset({"scorpio", "ttft_guard"})  # the policies that refuse requests predicted too late
-TPOT_GUARDED = frozenset({"scorpio", "tpot_guard"})  # those with credit batching and VBS admission
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,41 +47,24 @@ class SchedulerConfig:
 
     @property
     def ttft_guard(self) -> bool:
-        return self.policy in TTFT_GUARDED
+        return policy(self.policy).ttft_guard
 
     @property
     def tpot_guard(self) -> bool:
-        return self.policy in TPOT_GUARDED
+        return policy(self.policy).tpot_guard
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, pool: BlockPool) -> None:
+    def __init__(self, config: SchedulerConfig, pool: BlockPool, policy: StepPolicy | None = None) -> None:
         self.config = config
         self.pool = pool
+        self.policy: StepPolicy = policy or FirstComeFirstServed()  # what the SLO guards decide in a step
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # in admission order
         self.requests: dict[str, Request] = {}
         self._pending_aborts: list[str] = []
         self.held: dict[str, list[int]] = {}  # prefill-only requests' KV, awaiting hand-off
         self.credit = CreditBatcher()
-        # Whether a step of all the decoding requests (batch, mean length) is predicted to keep the
-        # tightest TPOT SLO present (seconds) with margin: then credit batching holds nobody back
-        # (set by the engine once it has a cost model; None: credit batching always selects).
-        self.all_fit: Callable[[int, float, float], bool] | None = None
-        # The most prompt tokens a step may compute (``common.slo.forward_budget``; set by the
-        # engine under a TTFT guard once it has a cost model; None: max_num_tokens). Decodes
-        # are not cut by it.
-        self.prefill_cap: Callable[[], int] | None = None
-        # Whether a forward of this many prompt tokens, of this attention work, begun now, is
-        # predicted to end within a share of the time left to this deadline (set with
-        # ``prefill_cap``): a prompt with a later deadline joins a forward only if the requests in
-        # it keep that margin.
-        self.forward_keeps: Callable[[int, int, float, float], bool] | None = None
-        # Whether a step computing this many prompt tokens, of this attention work, beside the
-        # decodes keeps every decoding request's TPOT promise (set by the engine under a TPOT
-        # guard; None: always): a decode worker prefilling a prompt itself (conditional
-        # disaggregation) holds it back until the decodes' slack absorbs the forward.
-        self.stall_keeps: Callable[[int, int], bool] | None = None
         self.match_prefixes = pool.prefix_index is not None  # off while an engine profiles itself
 
     def add(self, request: Request) -> None:
@@ -123,21 +105,21 @@ class Scheduler:
 
     def schedule(self) -> ScheduledBatch:
         budget = self.config.max_num_tokens
-        prompt_budget = min(budget, self.prefill_cap()) if self.prefill_cap is not None else budget
+        prompt_budget = self.policy.prompt_budget(budget)  # decodes are not cut by it
         cut = prompt_budget < budget
         seqs: list[ScheduledSeq] = []
         preempted = 0
         decoding = self._credited_decodes()
         # Decodes go first so a long prompt chunk never delays tokens already streaming.
-        for request in sorted(self.running, key=lambda r: r.num_tokens - r.num_computed_tokens > 1):
+        for request in sorted(self.running, key=lambda r: r.num_uncomputed_tokens > 1):
             if budget == 0:
                 break
             if request.status != RequestStatus.RUNNING or (decoding is not None and request not in decoding):
                 continue  # preempted earlier in this loop, or waiting for TPOT credit
-            n = min(request.num_tokens - request.num_computed_tokens, budget)
+            n = min(request.num_uncomputed_tokens, budget)
             if n > 1:  # a prompt's chunk
                 n = min(n, prompt_budget)
-                if n == 0 or not self._stall_keeps(n, attention_work(n, request.num_computed_tokens)):
+                if n == 0 or not self.policy.stall_keeps(n, attention_work(n, request.num_computed_tokens)):
                     continue
             preempted += self._make_room(request, request.num_computed_tokens + n)
             if request.status == RequestStatus.RUNNING:
@@ -164,7 +146,7 @@ class Scheduler:
 
     def _credited_decodes(self) -> set[Request] | None:
         """TPOT guard: the decoding requests whose credit lets them run this step (None: all run)."""
-        decoding = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
+        decoding = [r for r in self.running if r.num_uncomputed_tokens == 1]
         chosen = self.credit_selection(decoding)
         if chosen is None:
             return None
@@ -182,7 +164,7 @@ class Scheduler:
         if not self.config.tpot_guard:
             return None
         tightest = min((r.tpot_slo_ms for r in decoding if r.tpot_slo_ms), default=1.0)
-        if decoding and self.all_fit is not None and self.all_fit(len(decoding), _mean_len(decoding), tightest / 1000):
+        if decoding and self.policy.all_fit(len(decoding), _mean_len(decoding), tightest / 1000):
             return None
         return {r.request_id: r.tpot_slo_ms or tightest for r in decoding}
 
@@ -200,29 +182,29 @@ class Scheduler:
 
     def _admit_waiting(self, seqs: list[ScheduledSeq], budget: int, whole_only: bool = False) -> None:
         """Admits waiting requests into this step within ``budget`` tokens; with ``whole_only``, a
-        prompt that does not fit whole only as the step's first prompt; with ``forward_keeps``, a
+        prompt that does not fit whole only as the step's first prompt; under the TTFT guard, a
         prompt with a later deadline only as ``_delays`` allows."""
         prompts = [s for s in seqs if not s.is_decode]
         started = bool(prompts)
         tokens = sum(len(s.token_ids) for s in prompts)
         work = prompt_attention_work(prompts)
         earliest = min((self.requests[s.request_id].ttft_deadline for s in prompts), default=float("inf"))
-        if len(self.waiting) > 1 and (self.config.ttft_guard or self.stall_keeps is not None):
+        if len(self.waiting) > 1 and (self.config.ttft_guard or self.policy.guards_stalls):
             # Least slack first under a TTFT guard: the request whose TTFT deadline comes soonest is
-            # prefilled first. Under ``stall_keeps``, requests ready to decode (committed) before
+            # prefilled first. Under the stall rule, requests ready to decode (committed) before
             # any prompt: a prompt held back must not hold up the decodes whose slack it waits for.
-            if self.stall_keeps is None:
+            if not self.policy.guards_stalls:
                 self.waiting = deque(sorted(self.waiting, key=lambda r: r.ttft_deadline))
             else:
                 self.waiting = deque(sorted(self.waiting, key=lambda r: (not decode_ready(r), r.ttft_deadline)))
         while self.waiting and budget > 0 and len(self.running) < self.config.max_batch_size:
             request = self.waiting[0]
             hit = self._attach_cached_prefix(request)
-            n = min(request.num_tokens - request.num_computed_tokens, budget)
-            chunk_after_others = whole_only and started and n < request.num_tokens - request.num_computed_tokens
+            n = min(request.num_uncomputed_tokens, budget)
+            chunk_after_others = whole_only and started and n < request.num_uncomputed_tokens
             more = attention_work(n, request.num_computed_tokens)
             if chunk_after_others or self._delays(tokens, work, n, more, earliest) or \
-                    (n > 1 and not self._stall_keeps(tokens + n, work + more)) or \
+                    (n > 1 and not self.policy.stall_keeps(tokens + n, work + more)) or \
                     not self._grow_blocks(request, self._admission_tokens(request, n)):
                 if hit:
                     self._drop_blocks(request)
@@ -243,14 +225,11 @@ class Scheduler:
         of the time left to ``deadline``, when the forward without them ends by it. The rest of
         that time is the first token's: the KV's hand-off and both hops follow the forward, and
         the gateway admitted the request on a prediction without these tokens."""
-        if self.forward_keeps is None or not tokens or deadline == float("inf"):
+        if not self.policy.guards_forwards or not tokens or deadline == float("inf"):
             return False
-        if not self.forward_keeps(tokens, work, deadline, 1.0):
+        if not self.policy.forward_keeps(tokens, work, deadline, 1.0):
             return False  # already late: it holds nobody back
-        return not self.forward_keeps(tokens + more, work + more_work, deadline, FORWARD_SHARE)
-
-    def _stall_keeps(self, tokens: int, work: int) -> bool:
-        return self.stall_keeps is None or self.stall_keeps(tokens, work)
+        return not self.policy.forward_keeps(tokens + more, work + more_work, deadline, FORWARD_SHARE)
 
     def _attach_cached_prefix(self, request: Request) -> int | None:
         """Shares the cached blocks of the request's longest cached prefix into it; returns how
@@ -369,7 +348,7 @@ class Scheduler:
 
 def decode_ready(request: Request) -> bool:
     """Whether the request's next token is a decode (its prompt's KV is all there)."""
-    return bool(request.output_token_ids) and request.num_tokens - request.num_computed_tokens == 1
+    return bool(request.output_token_ids) and request.num_uncomputed_tokens == 1
 
 
 def _mean_len(requests: list[Request]) -> float:

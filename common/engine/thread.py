@@ -21,11 +21,16 @@ from typing import Any, TypeVar
 from common.engine.leases import Lease
 from common.slo.tpot_guard import TPOT_MARGIN
 from common.engine.llm_engine import LLMEngine
-from common.worker.faults import InjectedFault
 from common.engine.request import RequestOutput, left_on_arrival
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
+
+
+class InjectedFault(RuntimeError):
+    """The engine thread's death on purpose (``fail_after_steps``, set from ``common.worker.faults``), for tests."""
+
+
 OutputCallback = Callable[[RequestOutput], None]
 T = TypeVar("T")
 

@@ -107,3 +107,14 @@ def _random_weights(spec: ModelPreset, seed: int) -> dict[str, torch.Tensor]:
     weights["model.norm.weight"] = torch.ones(hidden)
     weights["lm_head.weight"] = normal(spec.vocab_size, hidden, 4.0)
     return {name: t.contiguous() for name, t in weights.items()}
+
+
+if __name__ == "__main__":  # what ``common.model.location.ensure_model`` runs to write a preset on first use
+    import argparse
+
+    parser = argparse.ArgumentParser(description="write an embedded preset's checkpoint")
+    parser.add_argument("--preset", choices=tuple(MODEL_NAMES), required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    create_model(args.preset, args.out, seed=args.seed)

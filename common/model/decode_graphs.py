@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from common.engine.batch import ScheduledSeq
-from common.engine.block_pool import blocks_for
+from common.model.batch import ScheduledSeq
+from common.model.batch import blocks_for
 from common.model.attention_metadata import AttentionMetadata
 from common.model.kv_cache import PagedKVCache
 from common.model.llama import LlamaModel

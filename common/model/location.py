@@ -1,12 +1,14 @@
 """Where a model's files are: ``--model``, ``PDSERVE_MODEL``, or an embedded preset in the cache.
 
 Torch-free, so the gateway (which needs only the config and the tokenizer) can find the model
-without importing the forward; a preset that does not exist yet is written by
-``common.model.create``, imported only then.
+without importing the forward: a preset that does not exist yet is written by ``common.model.create``
+in a child process (writing one needs torch, and the gateway's process never imports it).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from common import env
@@ -23,9 +25,8 @@ def ensure_model(preset: str = DEFAULT_PRESET) -> Path:
     """The embedded model's directory, created on first use."""
     out = default_model_dir(preset)
     if not all((out / name).is_file() for name in CHECKPOINT_FILES):
-        from common.model.create import create_model  # needs torch: only when there is something to write
-
-        create_model(preset, out)
+        # a child process: it needs torch, and concurrent writers are safe (each renames a whole dir into place)
+        subprocess.run([sys.executable, "-m", "common.model.create", "--preset", preset, "--out", str(out)], check=True)
     return out
 
 

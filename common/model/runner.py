@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from common.engine.batch import ScheduledBatch, ScheduledSeq
-from common.engine.block_pool import blocks_for
+from common.model.batch import ScheduledBatch, ScheduledSeq
+from common.model.batch import blocks_for
 from common.model.attention_metadata import AttentionMetadata, PrefillChunk
 from common.model.decode_graphs import DecodeGraphs
 from common.model.dense_decode_cache import DecodeStage

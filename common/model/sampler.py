@@ -18,7 +18,7 @@ import random
 
 import torch
 
-from common.engine.batch import ScheduledSeq
+from common.model.batch import ScheduledSeq
 from common.model.staging import Staging
 
 MASK32 = 0xFFFFFFFF

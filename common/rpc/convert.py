@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, PrefillModel
 from wire.v1 import gateway_pb2, worker_pb2
 

@@ -8,8 +8,9 @@ everything with an idle worker. So ε is bounded by what this worker's steps sho
 
     ceiling = max(TPOT_MARGIN, Q_0.95 over the last EVIDENCE_WINDOW_S of  step period / calibrated prediction)
 
-ε may rise past the margin it starts at only as far as the worker's steps have recently outrun
-their calibrated predictions (made before each step). As those steps age out of the window the
+ε may rise past the margin it starts at as far as the worker's steps have recently outrun
+their calibrated predictions (made before each step), or, for a while, as far as a request that
+missed shows it needed (the gateway's own evidence: ``common.slo.promise.ClassMargins.limit``). As those steps age out of the window the
 ceiling comes back down, and ε with it: on steps the worker runs, whether or not a request
 finishes. (Requests admitted alone run steps whatever ε is: see ``alone_s``.)
 

@@ -110,7 +110,8 @@ class MarginController:
     misses: int = 0
     outcomes: int = 0
     shut_out: int = 0  # refusals by this margin alone since its last outcome (``refused``)
-    on_miss: Callable[[float], None] | None = field(default=None, repr=False, compare=False)  # the raise's factor
+    # told of each miss: the raise's factor, and the margin that would have kept the request
+    on_miss: Callable[[float, float], None] | None = field(default=None, repr=False, compare=False)
     window_s: float = ATTAINMENT_WINDOW_S  # how long a miss's debt lasts
     clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
     rest: float | None = None  # what the margin relaxes to on time (``settle``; None: it does not)
@@ -204,14 +205,14 @@ class MarginController:
         self.settle()
         least = 1 + self.step
         factor = min(max(ratio, least), self.most)
+        if self.on_miss is not None:  # first: the miss is evidence that may lift the ceiling (``ClassMargins``)
+            self.on_miss(factor, (self.margin if admitted_at is None else admitted_at) * ratio)
         raised = self.margin * least if admitted_at is None else admitted_at * factor
         before = self.margin
         self.margin = min(self.high, max(self.margin, raised))
         shortfall = math.log(least) - math.log(self.margin / before)  # of this miss's one step of raise
         if shortfall > 1e-12:
             self._debts.append([self.clock(), shortfall])
-        if self.on_miss is not None:
-            self.on_miss(factor)
 
 
 @functools.lru_cache(maxsize=4096)  # a few SLOs recur; asked for every request at every decision
@@ -238,7 +239,12 @@ class ClassMargins:
 
     ``bound`` caps every class's margin, surge included, at what the worker has shown
     (``common.slo.epsilon_bound``): a raise past it is not kept, so when the ceiling comes down
-    the margins are already there. And with a ``half_life_s`` each class's margin relaxes on time
+    the margins are already there. The outcomes are evidence too: a miss admitted under margin m
+    at latency/SLO r shows that m·r would have kept it, and for ``shown_s`` after it the ceiling
+    is at least that (``limit``; never past ``HIGH``). A worker whose steps come as predicted can
+    still give TPOTs its projection does not (a handoff, a stall, a host that slows between the
+    admission and the decode); bounded by its steps alone, a margin at its ceiling would keep
+    admitting what then misses. The evidence ages out, so it cannot hold a class shut either. And with a ``half_life_s`` each class's margin relaxes on time
     toward a rest the worker's evidence sets (``bound``'s ``rest``), where a new class starts."""
 
     start: float
@@ -246,11 +252,14 @@ class ClassMargins:
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     moment_s: float = 2.0  # as long as the guards' calibration window: what they call a moment
     by_class: dict[float, MarginController] = field(default_factory=dict)
-    ceiling: float = math.inf  # the most any class's margin may be (``bound``)
+    ceiling: float = math.inf  # the most any class's margin may be, by the worker's steps (``bound``)
+    shown_s: float = 30.0  # how long a miss's evidence lifts the ceiling (``limit``)
     rest: float | None = None  # where a class starts and returns to on time (``bound``; None: ``start``)
     half_life_s: float = math.inf  # of that return (inf: none)
     _surge: float = 1.0
     _surge_until: float = -math.inf
+    _shown: deque[tuple[float, float]] = field(default_factory=deque)  # (when, the margin a miss needed)
+    _applied: float = math.inf  # the limit the class margins were last capped at
 
     def __post_init__(self) -> None:
         MarginController(self.start, target=self.target)  # the same checks, once
@@ -267,13 +276,30 @@ class ClassMargins:
 
     def _first(self) -> float:
         """Where a class not seen yet starts."""
-        return self.start if self.rest is None else min(self.rest, self.ceiling)
+        return self.start if self.rest is None else min(self.rest, self.limit())
 
     def margin(self, slo_s: float) -> float:
         """The margin a request with this SLO is admitted with now (where a new class starts for an
         unseen one), with the surge of a miss in the last moment, at most the ceiling."""
         margin = self.by_class.get(slo_class_ms(slo_s))
-        return min(self.ceiling, (self._first() if margin is None else margin.settle()) * self.surge())
+        limit = self.limit()
+        if limit < self._applied:  # evidence aged out: the margins come down with it
+            self._recap()
+        return min(limit, (self._first() if margin is None else margin.settle()) * self.surge())
+
+    def limit(self) -> float:
+        """The most a class's margin may be now: the worker's ceiling, or what a recent miss showed it needed."""
+        horizon = self.clock() - self.shown_s
+        while self._shown and self._shown[0][0] < horizon:
+            self._shown.popleft()
+        if self.ceiling == math.inf:
+            return math.inf
+        return min(HIGH, max([self.ceiling, *(needed for _, needed in self._shown)]))
+
+    def _recap(self) -> None:
+        self._applied = self.limit()
+        for margin in self.by_class.values():
+            self._cap(margin)
 
     def bound(self, ceiling: float, rest: float | None = None) -> None:
         """Caps every class's margin at ``ceiling`` from now on (``inf``: no cap); ``rest``: what
@@ -281,11 +307,10 @@ class ClassMargins:
         if ceiling == self.ceiling and rest == self.rest:
             return
         self.ceiling, self.rest = ceiling, rest
-        for margin in self.by_class.values():
-            self._cap(margin)
+        self._recap()
 
     def _cap(self, margin: MarginController) -> None:
-        margin.high = max(margin.low, min(HIGH, self.ceiling))
+        margin.high = max(margin.low, min(HIGH, self._applied))
         margin.margin = min(margin.margin, margin.high)
         margin.rest = None if self.rest is None else max(margin.low, min(self.rest, margin.high))
 
@@ -293,8 +318,11 @@ class ClassMargins:
         """The factor every class's margin carries now: the raise of the latest moment's misses, or 1."""
         return self._surge if self.clock() < self._surge_until else 1.0
 
-    def _missed(self, factor: float) -> None:
+    def _missed(self, factor: float, needed: float) -> None:
         now = self.clock()
+        if self.ceiling < math.inf and needed > self.ceiling:
+            self._shown.append((now, needed))
+            self._recap()
         self._surge = max(self._surge, factor) if now < self._surge_until else factor
         self._surge_until = now + self.moment_s
 

@@ -43,7 +43,10 @@ predicts a prompt at its calibrated model plus the median of what calls added, u
 and without the overhead's tail (``idle``): the tail and the margins are what past calls showed,
 and one slow call at a bad moment (another process on the cores) raises both; with every request
 then refused no call could teach them otherwise, and an idle worker would refuse, for good, what
-it serves in a fraction of its SLO. Its next call teaches the calibration again.
+it serves in a fraction of its SLO. Its next call teaches the calibration again. Not for a request
+at its boundary (a waiter's last useful moment): one sent with no slack left misses on any tail
+the prediction leaves out, and the prefill worker of a cluster bound by its decode workers is
+idle most of the time.
 
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
 reads the clock it is given), so a simulator can drive it on a virtual clock.
@@ -331,7 +334,7 @@ class TtftGuard:
         if self._pushes(prompt_tokens, deadline, now, state):
             return True, None
         mine, cut = state.mine, state.cut
-        if self.idle():
+        if self.idle() and not at_boundary:  # a request with no slack left is sent on the whole prediction
             return False, self._predict_tokens(0, prompt_tokens, scale=(state.ratio, self.overhead.at(0.5), 1.0),
                                                cut=cut, queued_len=state.per_token)
         ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)

@@ -13,10 +13,6 @@ from dataclasses import dataclass
 KINDS = ("engine_thread_dies",)
 
 
-class InjectedFault(RuntimeError):
-    pass
-
-
 @dataclass(frozen=True, slots=True)
 class Fault:
     kind: str

@@ -16,6 +16,7 @@ from common.rpc.convert import cost_models_to_proto
 from common.worker.prefix_digest import DigestPublisher
 from common.worker.registration import host_id
 from common.slo.credit import virtual_batch_size
+from common.slo.policy import Policy
 from wire.v1 import worker_pb2
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def current_load(engine: LLMEngine, draining: bool, digest: DigestPublisher | No
     prefix = digest.next() if digest is not None else None
     if prefix is not None:
         load.prefix.CopyFrom(prefix)
-    if engine.config.policy == "fcfs":
+    if engine.config.policy == Policy.FCFS:
         return load
     if snapshot.earliest_ttft_deadline is not None:
         load.earliest_ttft_deadline_ms = (snapshot.earliest_ttft_deadline - time.monotonic()) * 1000
@@ -79,10 +80,10 @@ def current_load(engine: LLMEngine, draining: bool, digest: DigestPublisher | No
 def warm_up(engine: LLMEngine, cost_model_path: str = "", cost_model_cache: str = "") -> None:
     """One short request through the whole engine, so the first real one pays no start-up cost,
     and the unloaded step time an idle worker admits by; then the cost models (see
-    ``common.slo.startup``)."""
-    from common.engine.sampling_params import SamplingParams
-    from common.slo.profile import unloaded_step_seconds
-    from common.slo.startup import cost_models_at_start, host_lock
+    ``common.worker.startup``)."""
+    from common.model.sampling_params import SamplingParams
+    from common.worker.profile import unloaded_step_seconds
+    from common.worker.startup import cost_models_at_start, host_lock
 
     with host_lock():  # workers starting together measure one after the other
         engine.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=2, ignore_eos=True))

@@ -26,7 +26,7 @@ from common.model.kv_cache import PagedKVCache
 from common.engine.kv_memory import CUDA_FRACTION
 from common.model.config import load_model_config
 from common.model.location import ensure_model
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from pdserve.cluster import ClusterSpec, LocalCluster
 from pdserve.mps import CONTROL, server_pids
 from wire.v1 import gateway_pb2, gateway_pb2_grpc

@@ -30,7 +30,7 @@ def _compiled_variants() -> dict[str, int]:
 def test_prefills_of_new_lengths_and_batches_compile_nothing():
     from common.engine.config import EngineConfig
     from common.engine.llm_engine import LLMEngine
-    from common.engine.sampling_params import SamplingParams
+    from common.model.sampling_params import SamplingParams
 
     engine = LLMEngine(EngineConfig(device="cuda", dtype="bfloat16", num_kv_blocks=1024))
     first_token = SamplingParams(max_tokens=1, ignore_eos=True)

@@ -52,7 +52,7 @@ def _prompts() -> list[list[int]]:
 def _engine_vs_transformers(dtype: str, backend: str) -> tuple[list[list[int]], list[list[int]]]:
     from common.engine.config import EngineConfig
     from common.engine.llm_engine import LLMEngine
-    from common.engine.sampling_params import SamplingParams
+    from common.model.sampling_params import SamplingParams
 
     engine = LLMEngine(EngineConfig(device="cuda", dtype=dtype, num_kv_blocks=512, attention_backend=backend))
     prompts = _prompts()

@@ -10,7 +10,7 @@ import pytest
 from common.engine.config import EngineConfig
 from common.engine.llm_engine import LLMEngine
 from common.model.location import ensure_model
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.checkpoints import random_prompts, reference_greedy
 from tests.integration.conftest import assert_pools_whole, start_cluster

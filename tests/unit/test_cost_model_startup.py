@@ -9,7 +9,7 @@ import pytest
 
 from common.engine.config import EngineConfig
 from common.engine.llm_engine import LLMEngine
-from common.slo import startup
+from common.worker import startup
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 
 
@@ -62,8 +62,8 @@ def test_an_unreadable_cost_model_file_is_refused_with_its_name(engine, tmp_path
 
 
 def test_an_idle_decode_worker_admits_by_its_unloaded_step_not_by_a_model_50x_too_slow(engine):
-    from common.engine.sampling_params import SamplingParams
-    from common.slo.profile import unloaded_step_seconds
+    from common.model.sampling_params import SamplingParams
+    from common.worker.profile import unloaded_step_seconds
 
     engine.unloaded_step_s = unloaded_step_seconds(engine)
     slow = DecodeModel(0.0, 0.0, 0.0, 50 * engine.unloaded_step_s)

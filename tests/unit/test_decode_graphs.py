@@ -15,8 +15,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from common.engine.batch import ScheduledSeq  # noqa: E402
-from common.engine.sampling_params import SamplingParams  # noqa: E402
+from common.model.batch import ScheduledSeq  # noqa: E402
+from common.model.sampling_params import SamplingParams  # noqa: E402
 from common.model.decode_graphs import DecodeGraphs, StaticDecodeInputs, batch_buckets, bucket_for  # noqa: E402
 from tests.checkpoints import random_prompts  # noqa: E402
 from tests.engine_helpers import checked_engine, run_staggered  # noqa: E402

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from common.model.location import ensure_model
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.model.packed_linear import PackedLinear, packed_linear_supported
 from tests.checkpoints import random_prompts, reference_greedy, write_checkpoint
 from tests.engine_helpers import checked_engine, run_staggered

@@ -10,7 +10,7 @@ import pytest
 from common.engine.config import EngineConfig
 from common.engine.leases import LeaseError
 from common.engine.llm_engine import AdmissionError, LLMEngine
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.engine.thread import AsyncEngine, EngineThread
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from tests.checkpoints import random_prompts
 from tests.engine_helpers import checked_engine
 

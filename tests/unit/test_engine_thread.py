@@ -10,7 +10,7 @@ import pytest
 from common.engine.config import EngineConfig
 from common.engine.llm_engine import LLMEngine
 from common.engine.thread import AsyncEngine, EngineDead, EngineThread
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 
 
 @pytest.fixture()

@@ -40,19 +40,18 @@ def test_an_idle_decode_worker_admits_by_its_own_step_whatever_the_margin_asks()
     assert lease is not None
 
 
-def test_epsilon_past_its_start_needs_steps_that_outran_their_predictions():
+def test_the_ceiling_a_worker_reports_is_what_its_steps_showed():
+    """The ceiling rises past where ε starts only on steps that outran their predictions; the
+    worker applies the ε a reservation carries (the gateway bounds it: ``ClassMargins.limit``)."""
     clock = Clock()
     core = _core(clock)
     assert core.epsilon_ceiling == TPOT_MARGIN  # nothing seen: ε may not pass where it starts
-    core.reserve("a", 256, 64, tpot_slo_ms=200.0, epsilon=5.0)
-    assert core.tpot_margin(0.2) == TPOT_MARGIN  # asked for 5, held to what the steps have shown
     for _ in range(64):  # a slow stretch: steps at 2x their calibrated prediction
         clock.now += 0.1
         core.step_costs.evidence.observe(4, 0.050, 0.100)
     assert core.epsilon_ceiling == pytest.approx(2.0)
-    assert core.tpot_margin(0.2) == TPOT_MARGIN  # what was kept: a raise past the ceiling is not stored
-    core.reserve("b", 256, 64, tpot_slo_ms=200.0, epsilon=5.0)
-    assert core.tpot_margin(0.2) == pytest.approx(2.0)
+    core.reserve("b", 256, 64, tpot_slo_ms=200.0, epsilon=2.5)
+    assert core.tpot_margin(0.2) == pytest.approx(2.5)  # what the gateway asked, its evidence its own
 
 
 def test_the_ceiling_comes_back_down_on_the_steps_run_after_a_slow_stretch():
@@ -119,14 +118,20 @@ def test_never_is_decided_over_every_decode_worker():
     assert not never_met_anywhere(0.030, [])
 
 
-def test_class_margins_keep_no_raise_past_the_ceiling_and_cap_the_surge():
+def test_class_margins_are_bounded_by_the_steps_and_for_a_while_by_what_a_miss_needed():
     clock = Clock()
     margins = ClassMargins(TPOT_MARGIN, clock=clock)
     margins.bound(1.5)
     tight = margins.of(0.050)
-    tight.warn(3.0, admitted_at=1.3)  # a burst of misses: would raise to 1.3 x 1.5
+    tight.warn(1.1, admitted_at=1.3)  # missed by 10% under 1.3: 1.43 would have kept it, within the steps' 1.5
+    assert tight.margin == pytest.approx(1.5) and margins.limit() == pytest.approx(1.5)
+    tight.warn(3.0, admitted_at=1.3)  # a request 3x its SLO under 1.3: it needed 3.9, past what the steps show
+    assert margins.limit() == pytest.approx(3.9)
+    assert tight.margin == pytest.approx(1.3 * 1.5)  # one miss raises by at most ``most``, now past the steps' 1.5
+    assert margins.margin(0.100) <= 3.9  # the surge of that miss on another class: capped too
+    clock.now += margins.shown_s + 0.1  # the miss's evidence aged out: back to what the steps show
+    assert margins.limit() == pytest.approx(1.5) and margins.margin(0.050) == pytest.approx(1.5)
     assert tight.margin == pytest.approx(1.5)
-    assert margins.margin(0.100) <= 1.5  # the surge of that miss on another class: capped too
     margins.bound(1.3)  # the slow steps aged out
     assert tight.margin == pytest.approx(1.3) and margins.margin(0.050) == pytest.approx(1.3)
     margins.bound(4.0)  # a ceiling rising again lets new raises through, not old ones back

@@ -7,7 +7,7 @@ import pytest
 
 from common.engine.block_pool import BlockPool
 from common.engine.request import Request
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.slo.cost_models import PrefillModel
 from common.slo.forward_budget import TightestSlo, forward_budget
@@ -56,13 +56,19 @@ def test_the_tightest_slo_is_the_windows_minimum():
     assert tightest.value() is None
 
 
-def _prefill_scheduler(cap: int | None) -> Scheduler:
+def _prefill_scheduler(cap: int | None, keeps=None) -> Scheduler:
+    """A prefill worker's scheduler under a TTFT guard whose forward budget is ``cap`` (None: the
+    configured one) and whose forward test is ``keeps`` (None: every forward keeps its deadline)."""
+    from types import SimpleNamespace
+
+    from common.engine.step_policy import SloGuarded
+
     config = SchedulerConfig(max_batch_size=8, max_num_tokens=1000, block_size=4, max_model_len=2048,
                              memory_policy="guaranteed_no_evict", eos_token_ids=(0,), policy="scorpio")
-    scheduler = Scheduler(config, BlockPool(512))
-    if cap is not None:
-        scheduler.prefill_cap = lambda: cap
-    return scheduler
+    engine = SimpleNamespace(prefill_cap=lambda: 1000 if cap is None else cap,
+                             forward_keeps=keeps or (lambda tokens, work, deadline, share: True),
+                             all_fit=lambda *a: False, stall_keeps=lambda tokens, work: True)
+    return Scheduler(config, BlockPool(512), SloGuarded(engine, ttft_guard=True, tpot_guard=False, conserves_work=False))
 
 
 def _prompt(rid: str, tokens: int, ttft_ms: float) -> Request:
@@ -114,10 +120,9 @@ def test_the_guard_predicts_a_queue_in_forwards_of_the_workers_cut():
 
 
 def test_a_prompt_joins_a_forward_only_if_the_prompts_in_it_still_make_their_deadlines():
-    scheduler = _prefill_scheduler(None)
     seconds_per_token = 0.001
     now = 0.0
-    scheduler.forward_keeps = lambda tokens, work, deadline, share: tokens * seconds_per_token <= share * (deadline - now)
+    scheduler = _prefill_scheduler(None, lambda tokens, work, deadline, share: tokens * seconds_per_token <= share * (deadline - now))
     tight = _prompt("tight", 200, 300.0)  # a 0.2 s forward alone, due at 0.3 s
     loose = _prompt("loose", 200, 1000.0)  # with it: 0.4 s, past tight's deadline
     small = _prompt("small", 50, 2000.0)
@@ -130,8 +135,7 @@ def test_a_prompt_joins_a_forward_only_if_the_prompts_in_it_still_make_their_dea
 
 def test_a_joiner_leaves_the_forwards_requests_half_their_time_for_the_first_token():
     def first_forward(tight_tokens: int, joiner_tokens: int) -> list[str]:
-        scheduler = _prefill_scheduler(None)
-        scheduler.forward_keeps = lambda tokens, work, deadline, share: tokens * 0.001 <= share * deadline
+        scheduler = _prefill_scheduler(None, lambda tokens, work, deadline, share: tokens * 0.001 <= share * deadline)
         for request in (_prompt("tight", tight_tokens, 300.0), _prompt("joiner", joiner_tokens, 1000.0)):
             request.arrival_time = 0.0
             scheduler.add(request)
@@ -142,8 +146,7 @@ def test_a_joiner_leaves_the_forwards_requests_half_their_time_for_the_first_tok
 
 
 def test_a_prompt_may_join_the_forward_of_one_already_late():
-    scheduler = _prefill_scheduler(None)
-    scheduler.forward_keeps = lambda tokens, work, deadline, share: tokens * 0.001 <= share * deadline
+    scheduler = _prefill_scheduler(None, lambda tokens, work, deadline, share: tokens * 0.001 <= share * deadline)
     late, loose = _prompt("late", 200, 100.0), _prompt("loose", 200, 1000.0)  # late: 0.2 s for 0.1 s
     for request in (late, loose):
         request.arrival_time = 0.0
@@ -167,8 +170,7 @@ def test_a_joiner_is_weighed_with_the_attention_of_the_prompts_in_the_forward_no
         asked.append((tokens, work))
         return quadratic.predict(tokens, work) <= share * deadline
 
-    scheduler = _prefill_scheduler(None)
-    scheduler.forward_keeps = keeps
+    scheduler = _prefill_scheduler(None, keeps)
     for request in (_prompt("tight", 100, 300.0), _prompt("joiner", 50, 1000.0)):
         request.arrival_time = 0.0
         scheduler.add(request)

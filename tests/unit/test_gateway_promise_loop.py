@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.slo.promise import ClassMargins
 from common.slo.tpot_guard import DecodeView
 from common.slo.ttft_guard import TtftGuard

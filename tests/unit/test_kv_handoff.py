@@ -6,7 +6,7 @@ import torch
 
 from common.engine.config import EngineConfig
 from common.engine.llm_engine import LLMEngine
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from tests.checkpoints import random_prompts
 
 

@@ -10,7 +10,7 @@ from common.engine.config import EngineConfig
 from common.engine.core import EngineCore
 from common.engine.llm_engine import LLMEngine
 from common.engine.prefix_cache import chain_hashes
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.model.location import ensure_model
 from common.slo.calibration import Calibration
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel

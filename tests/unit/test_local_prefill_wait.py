@@ -12,7 +12,7 @@ import pytest
 
 from common.engine.config import EngineConfig
 from common.engine.core import AdmissionError, EngineCore
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 from common.slo.local_prefill import FreshDecodes, Promise, first_token_s, stall_keeps, stall_wait_s, start_wait_s
 

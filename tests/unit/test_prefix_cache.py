@@ -10,7 +10,7 @@ import pytest
 
 from common.engine.block_pool import BlockPool
 from common.engine.prefix_cache import PrefixIndex, chain_hashes, model_salt
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.model.location import ensure_model
 from tests.checkpoints import random_prompts, reference_greedy
 from tests.engine_helpers import checked_engine, run_staggered

@@ -1,8 +1,8 @@
-"""A prefill point that paid a one-off is measured again (``common.slo.profile.remeasure_outliers``)."""
+"""A prefill point that paid a one-off is measured again (``common.worker.profile.remeasure_outliers``)."""
 
 from __future__ import annotations
 
-from common.slo.profile import remeasure_outliers
+from common.worker.profile import remeasure_outliers
 
 
 def test_points_slower_than_larger_ones_are_measured_again_and_the_rest_left_alone():

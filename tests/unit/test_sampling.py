@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from common.engine.batch import ScheduledSeq
+from common.model.batch import ScheduledSeq
 from common.model.sampler import Sampler
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from common.engine.block_pool import BlockPool
 from common.engine.request import Request, RequestStatus
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.engine.scheduler import Scheduler, SchedulerConfig
 
 
@@ -133,7 +133,7 @@ def test_a_fast_forward_of_decode_steps_leaves_what_as_many_single_steps_leave()
     """``advance_decodes`` (the simulator's fast-forward) against real steps, credit batching included."""
     from common.engine.block_pool import BlockPool
     from common.engine.request import Request
-    from common.engine.sampling_params import SamplingParams
+    from common.model.sampling_params import SamplingParams
     from common.engine.scheduler import Scheduler, SchedulerConfig
 
     def scheduler() -> Scheduler:
@@ -166,7 +166,7 @@ def test_under_credit_batching_a_request_waits_a_credit_period_after_its_first_t
     a commit) counts: the next one comes 1/TRP steps later, not in the very next step."""
     from common.engine.block_pool import BlockPool
     from common.engine.request import Request
-    from common.engine.sampling_params import SamplingParams
+    from common.model.sampling_params import SamplingParams
     from common.engine.scheduler import Scheduler, SchedulerConfig
 
     s = Scheduler(SchedulerConfig(8, 512, 16, 4096, "guaranteed_no_evict", (), "scorpio"), BlockPool(256))

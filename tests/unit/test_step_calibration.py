@@ -8,7 +8,7 @@ import pytest
 
 from common.engine.config import EngineConfig
 from common.engine.core import EngineCore
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 
 BETWEEN_STEPS_S = 0.02

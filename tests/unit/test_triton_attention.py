@@ -164,7 +164,7 @@ def test_prefill_kernel_with_gqa_groups_of_three_and_an_odd_head_dim():
 def test_engine_with_the_triton_backend_matches_the_torch_backend():
     from common.engine.config import EngineConfig
     from common.engine.llm_engine import LLMEngine
-    from common.engine.sampling_params import SamplingParams
+    from common.model.sampling_params import SamplingParams
 
     prompts = [[1, 2, 3], list(range(20, 45))]
     params = SamplingParams(max_tokens=4, ignore_eos=True)

@@ -380,5 +380,7 @@ def test_one_slow_call_cannot_shut_an_idle_prefill_worker_out():
     assert guard.overhead.value() > 0.1  # the tail: that one call
     assert guard.idle()
     assert best_prefill_s([guard], prompt, clock.now + ttft_s, clock.now, ttft_s) <= ttft_s  # admitted
+    # a waiter at its last useful moment has no slack: it is sent on the whole prediction, tail and all
+    assert best_prefill_s([guard], prompt, clock.now + ttft_s, clock.now, ttft_s, at_boundary=True) > ttft_s
     guard.heard(queued_tokens=0, running=1)  # busy: what past calls showed applies
     assert best_prefill_s([guard], prompt, clock.now + ttft_s, clock.now, ttft_s) > ttft_s

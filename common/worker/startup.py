@@ -24,7 +24,8 @@ from common import env
 from common.engine.llm_engine import LLMEngine
 from common.model.packed_linear import PackedLinear
 from common.slo.cost_models import CostModels
-from common.slo.profile import profile_checked
+from common.slo.policy import Policy
+from common.worker.profile import profile_checked
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def cost_models_at_start(engine: LLMEngine, path: str = "", cache: str = "") -> 
     ``cache``: the cache directory ("" = under the pdserve cache, "off" = never)."""
     if path:
         return CostModels.load(Path(path))
-    if engine.config.policy == "fcfs":
+    if engine.config.policy == Policy.FCFS:
         return None
     folder = None if cache == "off" else Path(cache) if cache else env.cache_dir() / "cost-models"
     entry = folder / f"{cache_key(engine)}.json" if folder else None

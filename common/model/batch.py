@@ -5,8 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.slo.cost_models import attention_work
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    """How many blocks of ``block_size`` tokens hold ``tokens`` tokens (the last one partly filled)."""
+    return -(-tokens // block_size)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from common.engine.block_pool import blocks_for
+from common.model.batch import blocks_for
 from common.engine.llm_engine import LLMEngine
-from common.engine.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 
 # Up to a whole forward's budget: the TTFT guard predicts forwards of up to max_num_tokens, and a
