@@ -70,7 +70,8 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
                                 trailing_metadata=((REFUSED_BY, "kv"),))
         self.hub.bind(request.request_id, request.stream_id)
         return worker_pb2.ReserveResponse(block_ids=lease.block_ids, lease_id=lease.lease_id,
-                                          lease_ms=self.engine.leases.lease_s * 1000, cached_blocks=lease.cached)
+                                          lease_ms=self.engine.leases.lease_s * 1000, cached_blocks=lease.cached,
+                                          admitted_alone=lease.alone)
 
     async def Commit(self, request: worker_pb2.CommitRequest,
                      context: grpc.aio.ServicerContext) -> worker_pb2.CommitResponse:

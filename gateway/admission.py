@@ -21,7 +21,8 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from common.slo.admission_round import AdmissionRound, Demand, queues_behind
+from common.slo.admission_pump import AdmissionPump
+from common.slo.admission_round import Demand
 from common.slo.guard_reading import Readings
 
 TURN_TIMEOUT_S = 15.0  # a turn is reported within one Reserve call (10 s timeout) or the waiter leaves
@@ -57,17 +58,16 @@ class Waiter:
 class AdmissionQueue:
     def __init__(self, tick_s: float = 0.025) -> None:
         self.tick_s = tick_s
-        self._waiters: list[Waiter] = []
+        self._pump: AdmissionPump[Waiter] = AdmissionPump(lambda w: w.demand)
         self._wake = asyncio.Event()
-        self._pump: asyncio.Task[None] | None = None
+        self._rounds: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
-        return len(self._waiters)
+        return len(self._pump)
 
     def holds_one_no_harder(self, demand: Demand) -> bool:
-        """A waiter no harder to admit than a request of ``demand`` is waiting: the request queues
-        behind it without trying first (``common.slo.admission_round.queues_behind``)."""
-        return queues_behind(demand, (w.demand for w in self._waiters))
+        """A waiter no harder to admit than a request of ``demand`` is waiting (``AdmissionPump``)."""
+        return self._pump.holds_one_no_harder(demand)
 
     def notify(self) -> None:
         """Capacity may have come free on some decode worker: run a round soon."""
@@ -76,25 +76,25 @@ class AdmissionQueue:
     @contextlib.asynccontextmanager
     async def waiting(self, deadline: Callable[..., float], demand: Demand) -> AsyncIterator[Waiter]:
         waiter = Waiter(deadline, demand)
-        self._waiters.append(waiter)
-        self._ensure_pump()
+        self._pump.join(waiter)
+        self._ensure_rounds()
         try:
             yield waiter
         finally:
-            self._waiters.remove(waiter)
+            self._pump.leave(waiter)
             waiter.report(None)  # a turn it held (cancelled mid-call) must not stall the round
 
     async def close(self) -> None:
-        if self._pump is not None:
-            self._pump.cancel()
-            await asyncio.gather(self._pump, return_exceptions=True)
+        if self._rounds is not None:
+            self._rounds.cancel()
+            await asyncio.gather(self._rounds, return_exceptions=True)
 
-    def _ensure_pump(self) -> None:
-        if self._pump is None or self._pump.done():
-            self._pump = asyncio.get_running_loop().create_task(self._run())
+    def _ensure_rounds(self) -> None:
+        if self._rounds is None or self._rounds.done():
+            self._rounds = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
-        while self._waiters:
+        while len(self._pump):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.tick_s)
             self._wake.clear()
@@ -102,9 +102,11 @@ class AdmissionQueue:
 
     async def _round(self) -> None:
         readings: Readings = {}  # each prefill worker read once for the order of every waiter
-        turns = AdmissionRound(self._waiters, lambda w: w.deadline(readings), lambda w: w.demand)
-        while (waiter := turns.next(lambda w: w in self._waiters)) is not None:
-            turns.report(waiter, await self._give_turn(waiter))
+        if not self._pump.begin(lambda w: w.deadline(readings)):
+            return
+        while (waiter := self._pump.turn()) is not None:
+            self._pump.report(waiter, await self._give_turn(waiter))
+        self._pump.owed()  # one task runs the rounds: a wake during this one already asks for the next
 
     async def _give_turn(self, waiter: Waiter) -> bool | None:
         waiter._outcome = asyncio.get_running_loop().create_future()

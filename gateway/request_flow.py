@@ -152,7 +152,8 @@ class RequestFlow:
         decode, reservation = await self.reservations.reserve(req, p.prompt_blocks(req.prompt_token_ids),
                                                               _deadline(req, p), avoid)
         p.reserved(decode, reservation.lease_id)
-        p.decode_epsilon = decode.view.epsilons.margin(req.tpot_ms / 1000)
+        # the margin that admitted it: none when the idle rule did (its outcome then says nothing of ε)
+        p.decode_epsilon = 1.0 if reservation.admitted_alone else decode.view.epsilons.margin(req.tpot_ms / 1000)
         p.decode_cached_tokens = reservation.cached_blocks * decode.descriptor.block_size
         try:
             self._check_ttft(req, p, decode)  # the wait, or the reservation itself, may have used up the slack

@@ -1,10 +1,8 @@
-"""The gateway's admission queue on the virtual clock (``gateway.admission`` in the cluster):
-requests no decode worker admits wait for capacity while their TTFT deadline allows a prefill.
-
-Rounds run on a notification (capacity may have come free) and at every tick, in the order of the
-cluster's own ``AdmissionRound``; a waiter is refused once its last useful moment has passed. A
-request arriving while a waiter no harder to admit is waiting joins without trying first
-(``queues_behind``, asked by the simulated gateway)."""
+"""The gateway's admission queue on the virtual clock (``gateway.admission`` in the cluster): the
+same ``AdmissionPump`` (who waits, who queues behind them, the rounds and their turns), driven by
+simulated time: rounds run on a notification (capacity may have come free) and at every tick, and
+a waiter is refused once its last useful moment has passed (the gateway's waiter decides that
+itself, on its own timer; here the tick and the turn do, at the same moments)."""
 
 from __future__ import annotations
 
@@ -12,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from common.engine.leases import Lease
-from common.slo.admission_round import AdmissionRound, Demand, queues_behind
+from common.slo.admission_pump import AdmissionPump
+from common.slo.admission_round import Demand
 from common.slo.guard_reading import Readings
 from simulator.events import Simulation
 from simulator.flight import Flight, Waiter
@@ -28,24 +27,25 @@ class SimAdmissionQueue:
     refuse: Callable[[Flight], None]  # a waiter whose last useful moment passed
     reserve: Callable[[Flight, Reserved], None]  # one reservation attempt, its outcome to the callback
     reserved: Callable[[Flight, SimDecodeWorker, Lease], None]  # a waiter admitted on its turn
-    waiters: list[Waiter] = field(default_factory=list)
-    _rounds_running: bool = False
-    _round_again: bool = False
+    pump: AdmissionPump[Waiter] = field(default_factory=lambda: AdmissionPump(lambda w: w.demand))
     _ticking: bool = False
 
+    @property
+    def waiters(self) -> list[Waiter]:
+        return self.pump.waiters
+
     def holds_one_no_harder(self, demand: Demand) -> bool:
-        """A waiter no harder to admit than a request of ``demand`` is waiting."""
-        return queues_behind(demand, (w.demand for w in self.waiters))
+        return self.pump.holds_one_no_harder(demand)
 
     def wait(self, flight: Flight, last_useful: Callable[..., float]) -> None:
-        self.waiters.append(Waiter(flight, last_useful))
+        self.pump.join(Waiter(flight, last_useful))
         if not self._ticking:
             self._ticking = True
             self.sim.after(self.tick_s, self._tick)
 
     def notify(self) -> None:
         """Decode capacity may have come free: a round soon."""
-        if self.waiters:
+        if self.pump.waiters:
             self.sim.after(0.0, self._round)
 
     def _tick(self) -> None:
@@ -56,7 +56,7 @@ class SimAdmissionQueue:
         readings: Readings = {}
         last = {id(w): w.last_useful(readings) for w in self.waiters if not w.trying}
         for waiter in [w for w in self.waiters if not w.trying and last[id(w)] <= now]:
-            self.waiters.remove(waiter)
+            self.pump.leave(waiter)
             self.refuse(waiter.flight)
         self._round(last)
         self._ticking = bool(self.waiters)
@@ -65,41 +65,31 @@ class SimAdmissionQueue:
 
     def _round(self, last_useful: dict[int, float] | None = None) -> None:
         """``last_useful``: the waiters' last useful moments, by ``id``, where the caller just read them."""
-        if self._rounds_running:
-            self._round_again = True
-            return
-        if not self.waiters:
-            return
-        self._rounds_running = True
         known = last_useful or {}
         readings: Readings = {}
-        turns = AdmissionRound(list(self.waiters),
-                               lambda w: known[id(w)] if id(w) in known else w.last_useful(readings),
-                               lambda w: w.demand)
-        self._next_turn(turns)
+        if self.pump.begin(lambda w: known[id(w)] if id(w) in known else w.last_useful(readings)):
+            self._next_turn()
 
-    def _next_turn(self, turns: AdmissionRound[Waiter]) -> None:
-        waiter = turns.next(lambda w: w in self.waiters)
+    def _next_turn(self) -> None:
+        waiter = self.pump.turn()
         if waiter is None:
-            self._rounds_running = False
-            if self._round_again:
-                self._round_again = False
+            if self.pump.owed():
                 self._round()
             return
         if waiter.last_useful() <= self.sim.now:
-            self.waiters.remove(waiter)
+            self.pump.leave(waiter)
             self.refuse(waiter.flight)
-            turns.report(waiter, None)
-            self._next_turn(turns)
+            self.pump.report(waiter, None)
+            self._next_turn()
             return
 
         def turn(flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
             waiter.trying = False
-            turns.report(waiter, worker is not None)
+            self.pump.report(waiter, worker is not None)
             if worker is not None and lease is not None:
-                self.waiters.remove(waiter)
+                self.pump.leave(waiter)
                 self.reserved(flight, worker, lease)
-            self._next_turn(turns)
+            self._next_turn()
 
         waiter.trying = True
         self.reserve(waiter.flight, turn)

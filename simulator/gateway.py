@@ -171,7 +171,7 @@ class SimGateway:
                 self.views[worker.worker_id].routed.pop(flight.request_id, None)
                 self._try_decode(flight, candidates, at + 1, then)
             else:
-                flight.epsilon_at = epsilon
+                flight.epsilon_at = 1.0 if lease.alone else epsilon  # the margin that admitted it
                 then(flight, worker, lease)
 
         # counted where it is asked, as the gateway counts it: a burst that arrives together spreads

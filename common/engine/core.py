@@ -122,12 +122,16 @@ class EngineCore:
             margin_alone = self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon / (1 + STEP))  # the probe
             raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here",
                                  margin_alone)
+        alone = bool(tpot_slo_ms) and self.scheduler.config.tpot_guard and not self.scheduler.requests \
+            and not self.leases.leases()  # the idle rule decided, under no margin
         tokens = prompt_len + (max_tokens if self.config.memory_policy == "guaranteed_no_evict" else 1)
         index = self.pool.prefix_index
         cached = index.lookup(list(prefix_hashes)[:prompt_len // self.config.block_size]) if index else []
         lease = self.leases.reserve(request_id, blocks_for(min(tokens, self.max_model_len), self.config.block_size),
                                     now=self.clock(), tpot_slo_ms=tpot_slo_ms, prompt_len=prompt_len,
                                     max_tokens=max_tokens, cached_blocks=cached, lease_id=lease_id)
+        if lease is not None:
+            lease.alone = alone
         self.load = self._measure()
         return lease
 

@@ -52,6 +52,8 @@ class Lease:
     # Leading blocks shared from the prefix cache: they hold the prompt's KV already, are
     # read-only to writers (``reserved_blocks`` leaves them out) and owned by others too.
     cached: int = 0
+    # admitted by the TPOT guard's idle rule (one request's step alone, under no margin)
+    alone: bool = False
 
 
 class LeaseError(ValueError):

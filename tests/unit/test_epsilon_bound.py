@@ -136,3 +136,11 @@ def test_class_margins_are_bounded_by_the_steps_and_for_a_while_by_what_a_miss_n
     assert tight.margin == pytest.approx(1.3) and margins.margin(0.050) == pytest.approx(1.3)
     margins.bound(4.0)  # a ceiling rising again lets new raises through, not old ones back
     assert tight.margin == pytest.approx(1.3)
+
+
+def test_a_reservation_says_whether_the_idle_rule_admitted_it_under_no_margin():
+    core = _core(Clock())
+    first = core.reserve("a", 256, 64, tpot_slo_ms=STEP_S * 1000 * 3)
+    second = core.reserve("b", 256, 64, tpot_slo_ms=STEP_S * 1000 * 3)
+    assert first is not None and first.alone  # nothing here: its outcome says nothing of ε
+    assert second is not None and not second.alone

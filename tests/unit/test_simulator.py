@@ -240,7 +240,7 @@ def test_the_gateway_loop_flag_reaches_the_simulated_cluster_and_refuses_nonsens
             parser.parse_args(["--gateway-loop-ms", bad])
 
 
-POLICY_CODE = ("ttft_refusal", "last_useful_admission", "AdmissionRound", "queues_behind", "outcome", "decoding_late",
+POLICY_CODE = ("ttft_refusal", "last_useful_admission", "AdmissionPump", "holds_one_no_harder", "outcome", "decoding_late",
                "prefills_locally", "router_for", "prefill_candidates", "decode_candidates")
 
 

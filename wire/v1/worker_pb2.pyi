@@ -254,16 +254,18 @@ class ReserveRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stream_id: _Optional[str] = ..., tpot_ms: _Optional[int] = ..., tpot_margin: _Optional[float] = ..., prefix_hashes: _Optional[_Iterable[int]] = ..., tpot_us: _Optional[int] = ..., lease_id: _Optional[str] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
-    __slots__ = ("block_ids", "lease_id", "lease_ms", "cached_blocks")
+    __slots__ = ("block_ids", "lease_id", "lease_ms", "cached_blocks", "admitted_alone")
     BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
     CACHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_ALONE_FIELD_NUMBER: _ClassVar[int]
     block_ids: _containers.RepeatedScalarFieldContainer[int]
     lease_id: str
     lease_ms: float
     cached_blocks: int
-    def __init__(self, block_ids: _Optional[_Iterable[int]] = ..., lease_id: _Optional[str] = ..., lease_ms: _Optional[float] = ..., cached_blocks: _Optional[int] = ...) -> None: ...
+    admitted_alone: bool
+    def __init__(self, block_ids: _Optional[_Iterable[int]] = ..., lease_id: _Optional[str] = ..., lease_ms: _Optional[float] = ..., cached_blocks: _Optional[int] = ..., admitted_alone: _Optional[bool] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("request_id", "lease_id", "prompt_token_ids", "first_token", "sampling", "slo")
