@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import grpc
 
-from common.rpc.convert import prefill_model_from_proto
+from common.rpc.convert import load_from_proto, prefill_model_from_proto
 from common.rpc.server import channel
 from common.kv_transfer.pairing import TRANSPORTS, KvLayout, PoolLocation, TransportMismatch, layout_mismatch, pair_transport
+from common.slo.load_report import LoadReport
 from common.slo.promise import DEFAULT_TARGET
 from common.slo.tpot_guard import DecodeView, tpot_epsilons
 from common.slo.ttft_guard import TtftGuard, new_guard
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True, eq=False)
 class WorkerRecord:
     descriptor: worker_pb2.WorkerDescriptor
-    load: worker_pb2.WorkerLoad
+    load: LoadReport  # its latest heartbeat's
     last_seen: float
     heard_at: float  # LoopLag.clock() at last_seen: silence is measured on it
     channel: grpc.aio.Channel
@@ -110,7 +111,8 @@ class WorkerRegistry:
         stub_cls = worker_pb2_grpc.DecodeWorkerStub if descriptor.role == "decode" else worker_pb2_grpc.PrefillWorkerStub
         now = time.monotonic()
         heard_at = self.loop_lag.clock(now)
-        record = WorkerRecord(descriptor, load, now, heard_at, ch, stub_cls(ch), ready=descriptor.role == "prefill",
+        record = WorkerRecord(descriptor, load_from_proto(load), now, heard_at, ch, stub_cls(ch),
+                              ready=descriptor.role == "prefill",
                               progress_at=heard_at)
         if descriptor.role == "decode":
             record.decode_view = DecodeView(tpot_epsilons(self.slo_target))
@@ -137,7 +139,7 @@ class WorkerRegistry:
         record.heard_at = self.loop_lag.clock(record.last_seen)
         if load.steps != record.load.steps or not (load.running or load.waiting):
             record.progress_at = record.heard_at
-        record.load = load
+        record.load = load_from_proto(load)
         _bound_epsilons(record)
         if record.ttft is not None:
             record.ttft.heard(load.queued_tokens, load.running)

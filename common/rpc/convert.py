@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from common.model.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, PrefillModel
+from common.slo.load_report import LoadReport
 from wire.v1 import gateway_pb2, worker_pb2
 
 DEFAULT_MAX_TOKENS = 16
@@ -51,3 +52,13 @@ def prefill_model_from_proto(cost: worker_pb2.CostModel) -> PrefillModel | None:
         return None
     return PrefillModel(cost.prefill_threshold, cost.prefill_base_s, cost.prefill_per_token_s,
                         per_token2_s=cost.prefill_per_token2_s, max_tokens=cost.prefill_max_tokens)
+
+
+def load_from_proto(load: worker_pb2.WorkerLoad) -> LoadReport:
+    """A heartbeat's load as plain fields (its prefix digest is applied on its own)."""
+    return LoadReport(free_blocks=load.free_blocks, running=load.running, waiting=load.waiting,
+                      queued_tokens=load.queued_tokens, draining=load.draining, vbs=load.vbs, mean_len=load.mean_len,
+                      tightest_tpot_ms=load.tightest_tpot_ms, reserved=load.reserved,
+                      earliest_ttft_deadline_ms=load.earliest_ttft_deadline_ms, steps=load.steps,
+                      tpot_alone_ms=load.tpot_alone_ms, tpot_margin_ceiling=load.tpot_margin_ceiling,
+                      tpot_margin_start=load.tpot_margin_start)

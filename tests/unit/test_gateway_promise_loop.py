@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from common.slo.load_report import LoadReport
 from common.model.sampling_params import SamplingParams
 from common.slo.promise import ClassMargins
 from common.slo.tpot_guard import DecodeView
@@ -22,7 +23,7 @@ from wire.v1 import worker_pb2
 
 def _record(role: str, worker_id: str, **kw: object) -> WorkerRecord:
     descriptor = worker_pb2.WorkerDescriptor(worker_id=worker_id, role=role)
-    return WorkerRecord(descriptor, worker_pb2.WorkerLoad(), 0.0, 0.0, None, None, **kw)  # type: ignore[arg-type]
+    return WorkerRecord(descriptor, LoadReport(), 0.0, 0.0, None, None, **kw)  # type: ignore[arg-type]
 
 
 def _request(ttft_ms: int = 1000, tpot_ms: int = 20, max_tokens: int = 20) -> ValidatedRequest:

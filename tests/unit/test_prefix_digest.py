@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from common.slo.load_report import LoadReport
 from common.engine.block_pool import BlockPool
 from common.engine.prefix_cache import PrefixIndex, chain_hashes
 from common.worker.prefix_digest import DigestPublisher
@@ -71,7 +72,7 @@ def _prefill_record(worker_id: str, cached: list[int]):  # type: ignore[no-untyp
     cost = worker_pb2.CostModel(present=True, prefill_threshold=0, prefill_base_s=0.010, prefill_per_token_s=1e-4)
     descriptor = worker_pb2.WorkerDescriptor(worker_id=worker_id, role="prefill", cost_model=cost, block_size=B,
                                              prefix_salt=SALT)
-    record = WorkerRecord(descriptor, worker_pb2.WorkerLoad(), 0.0, 0.0, None, None, ready=True,  # type: ignore[arg-type]
+    record = WorkerRecord(descriptor, LoadReport(), 0.0, 0.0, None, None, ready=True,  # type: ignore[arg-type]
                           ttft=TtftGuard(prefill_model_from_proto(cost), 0, headrooms=ClassMargins(1.0)),
                           prefix=PrefixView(B, SALT))
     record.prefix.apply(worker_pb2.PrefixDigest(seq=1, snapshot=True, stored=cached))
@@ -110,7 +111,7 @@ def test_least_loaded_routing_counts_no_answered_call_a_heartbeat_still_reports(
     fcfs = router_for(False)
     # the previous turn, 163 tokens, was queued on the warm worker when it last heartbeat
     warm.guard.sent("turn-1", float("inf"), 163)
-    warm.load = worker_pb2.WorkerLoad(queued_tokens=163, running=1)
+    warm.load = LoadReport(queued_tokens=163, running=1)
     warm.guard.heard(163, 1)
     assert [w.worker_id for w in fcfs.prefill_candidates(registry, prompt)] == ["p0", "p1"], "163 + 3 queued behind it"
     warm.guard.answered("turn-1", 0.02, 0.02, 0.015)  # its answer came: the report now speaks of nothing queued
@@ -129,7 +130,7 @@ def test_a_decode_worker_holding_the_conversation_wins_where_load_ties():
     registry = WorkerRegistry(1.5)
     for worker_id, free, cached in (("d0", 100, []), ("d1", 95, chain_hashes(history, B, SALT))):
         descriptor = worker_pb2.WorkerDescriptor(worker_id=worker_id, role="decode", block_size=B, prefix_salt=SALT)
-        record = WorkerRecord(descriptor, worker_pb2.WorkerLoad(free_blocks=free), 0.0, 0.0, None, None,  # type: ignore[arg-type]
+        record = WorkerRecord(descriptor, LoadReport(free_blocks=free), 0.0, 0.0, None, None,  # type: ignore[arg-type]
                               ready=True, decode_view=DecodeView(), prefix=PrefixView(B, SALT))
         record.prefix.apply(worker_pb2.PrefixDigest(seq=1, snapshot=True, stored=cached))
         registry.workers[worker_id] = record

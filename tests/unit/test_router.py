@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from common.slo.load_report import LoadReport
 from common.slo.promise import ClassMargins
 from common.slo.ttft_guard import TtftGuard
 from common.rpc.convert import prefill_model_from_proto
@@ -16,7 +17,7 @@ def _worker(queued: dict[str, tuple[float, int]], reported_tokens: int = 0, test
     """A prefill worker with a fitted model; ``tested``: one call observed, exactly as predicted."""
     cost = worker_pb2.CostModel(present=True, prefill_threshold=100, prefill_base_s=0.010, prefill_per_token_s=1e-4)
     descriptor = worker_pb2.WorkerDescriptor(cost_model=cost)
-    load = worker_pb2.WorkerLoad(queued_tokens=reported_tokens)
+    load = LoadReport(queued_tokens=reported_tokens)
     record = WorkerRecord(descriptor, load, 0.0, 0.0, None, None,  # type: ignore[arg-type]
                           ttft=TtftGuard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
                                          headrooms=ClassMargins(1.0)))  # predictions exactly as the fit
