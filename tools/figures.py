@@ -141,7 +141,7 @@ SPREAD = {
     "http-overhead": "one run; rounds interleaved",
     "prefix": "one run",
     "slo": "one run per workload",
-    "slo-recovery": "tight TPOT, overload over load: 0.58–1.94× across phases, fronts and hosts",
+    "slo-recovery": "one run each; the host's unloaded TPOT moved 15.7–20.0 ms between runs, and the tight class's least phase 73–97%",
     "vs-vllm": "one run",
 }
 

@@ -100,13 +100,14 @@ class Calibration:
 
 class WindowQuantile:
     """A quantile of the values observed over the last ``window_s`` seconds (the newest
-    ``min_samples`` kept whatever their age); 0 before any."""
+    ``min_samples`` kept whatever their age, up to ``max_age_s``); 0 before any."""
 
     def __init__(self, window_s: float = 2.0, quantile: float = 0.9, min_samples: int = 16,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        if window_s <= 0 or not 0 < quantile <= 1 or min_samples < 1:
-            raise ValueError("window_s must be > 0, quantile in (0, 1], min_samples ≥ 1")
+                 clock: Callable[[], float] = time.monotonic, max_age_s: float = math.inf) -> None:
+        if window_s <= 0 or not 0 < quantile <= 1 or min_samples < 1 or max_age_s < window_s:
+            raise ValueError("window_s must be > 0, quantile in (0, 1], min_samples ≥ 1, max_age_s ≥ window_s")
         self.window_s, self.quantile, self.min_samples, self._clock = window_s, quantile, min_samples, clock
+        self.max_age_s = max_age_s
         self._samples = OrderedWindow()
 
     def observe(self, value: float) -> None:
@@ -123,6 +124,8 @@ class WindowQuantile:
         return self._samples.quantile(quantile)
 
     def _forget_old(self) -> None:
-        horizon = self._clock() - self.window_s
-        while len(self._samples) > self.min_samples and self._samples.oldest_time() < horizon:
+        now = self._clock()
+        horizon, oldest_kept = now - self.window_s, now - self.max_age_s
+        while self._samples and (self._samples.oldest_time() < oldest_kept or (
+                len(self._samples) > self.min_samples and self._samples.oldest_time() < horizon)):
             self._samples.drop_oldest()

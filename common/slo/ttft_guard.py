@@ -38,15 +38,12 @@ class's headroom: a tight class's prediction is mostly its own forward, and chec
 under the boundary margin refuses requests that their own headroom admits in time. (Chosen by
 measurement: docs/decisions.md, 'TTFT guard: the boundary margin covers the queue ahead'.)
 
-An idle worker (nothing queued from this gateway, nothing queued or running by its own account)
-predicts a prompt at its calibrated model plus the median of what calls added, under no margin
-and without the overhead's tail (``idle``): the tail and the margins are what past calls showed,
-and one slow call at a bad moment (another process on the cores) raises both; with every request
-then refused no call could teach them otherwise, and an idle worker would refuse, for good, what
-it serves in a fraction of its SLO. Its next call teaches the calibration again. Not for a request
-at its boundary (a waiter's last useful moment): one sent with no slack left misses on any tail
-the prediction leaves out, and the prefill worker of a cluster bound by its decode workers is
-idle most of the time.
+The overhead's tail forgets a call after ``OVERHEAD_MAX_AGE_S`` even when fewer calls than its
+window's minimum have come since: one slow call at a bad moment (another process on the cores)
+raises the tail far above what calls take, and with every request then refused no later call
+could push it out, so an idle worker would refuse, for good, what it serves in a fraction of its
+SLO. (Admitting an idle worker's requests without the tail instead removed it from most arrivals of
+a light load, whose tight classes then missed on it.)
 
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
 reads the clock it is given), so a simulator can drive it on a virtual clock.
@@ -66,6 +63,7 @@ from common.slo.guard_reading import GuardReading, Queued
 from common.slo.promise import DEFAULT_TARGET, ClassMargins, MarginController
 
 TTFT_HEADROOM = 1.0  # where the closed loop starts the margin on predicted prefill calls: on the safe side
+OVERHEAD_MAX_AGE_S = 30.0  # the longest a call's overhead counts in the tail, however few calls came since
 
 
 def prefill_calibration(clock: Callable[[], float] = time.monotonic) -> Calibration:
@@ -92,7 +90,7 @@ def overhead_quantile(target: float = DEFAULT_TARGET) -> float:
 
 
 def call_overhead(target: float = DEFAULT_TARGET, clock: Callable[[], float] = time.monotonic) -> WindowQuantile:
-    return WindowQuantile(quantile=overhead_quantile(target), clock=clock)
+    return WindowQuantile(quantile=overhead_quantile(target), clock=clock, max_age_s=OVERHEAD_MAX_AGE_S)
 
 
 def new_guard(model: PrefillModel | None, forward_tokens: int, target: float = DEFAULT_TARGET,
@@ -334,9 +332,6 @@ class TtftGuard:
         if self._pushes(prompt_tokens, deadline, now, state):
             return True, None
         mine, cut = state.mine, state.cut
-        if self.idle() and not at_boundary:  # a request with no slack left is sent on the whole prediction
-            return False, self._predict_tokens(0, prompt_tokens, scale=(state.ratio, self.overhead.at(0.5), 1.0),
-                                               cut=cut, queued_len=state.per_token)
         ahead = self._ahead(mine, *_around(mine, deadline), deadline, cut)
         headroom = self.headrooms.margin(ttft_s)
         if at_boundary:
@@ -380,12 +375,6 @@ class TtftGuard:
                 if now + self._predict_tokens(ahead, scale=scale, cut=cut, queued_len=per_token) <= queued_deadline:
                     return True
         return False
-
-    def idle(self) -> bool:
-        """A prefill worker with nothing to do: no call of this gateway's awaited there, nothing
-        queued or running by its own account (not a decode worker's own prefills: those are the
-        exception, admitted on their decode worker's own check)."""
-        return self.probe_first and not self.queued and self.reported_tokens == 0 and self.reported_running == 0
 
     def idle_and_untested(self) -> bool:
         """Nothing to do and no call observed yet: its model alone must not refuse a request."""
