@@ -141,7 +141,7 @@ SPREAD = {
     "http-overhead": "one run; rounds interleaved",
     "prefix": "one run",
     "slo": "one run per workload",
-    "slo-recovery": "one run each; the host's unloaded TPOT moved 15.7–20.0 ms between runs, and the tight class's least phase 73–97%",
+    "slo-recovery": "one run each; this host's unloaded TPOT moved 15.7–20.0 ms between runs",
     "vs-vllm": "one run",
 }
 
