@@ -30,7 +30,8 @@ from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.engine.step_costs import StepCosts
 from common.slo import epsilon_bound, tpot_guard
 from common.slo.calibration import Calibration
-from common.slo.promise import STEP, slo_class_ms
+from common.slo.promise import STEP
+from common.slo.class_margins import slo_class_ms
 from common.slo.ratio_histogram import RatioHistogram
 from common.slo.forward_budget import TightestSlo, forward_budget
 from common.slo.cost_models import CostModels, attention_work

@@ -10,9 +10,9 @@ everything with an idle worker. So ε is bounded by what this worker's steps sho
 
 ε may rise past the margin it starts at as far as the worker's steps have recently outrun
 their calibrated predictions (made before each step), or, for a while, as far as a request that
-missed shows it needed (the gateway's own evidence: ``common.slo.promise.ClassMargins.limit``). As those steps age out of the window the
-ceiling comes back down, and ε with it: on steps the worker runs, whether or not a request
-finishes. (Requests admitted alone run steps whatever ε is: see ``alone_s``.)
+missed shows it needed (the gateway's own evidence: ``common.slo.class_margins.ClassMargins.limit``).
+As those steps age out of the window the ceiling comes back down, and ε with it: on steps the
+worker runs, whether or not a request finishes. (Requests admitted alone run steps whatever ε is: see ``alone_s``.)
 
 The same evidence says where ε starts, and returns to on time after the loop raised it
 (``ClassMargins.bound``'s rest)::

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 
 from common.slo.cost_models import DecodeModel
 from common.slo.credit import virtual_batch_size
-from common.slo.promise import DEFAULT_TARGET, ClassMargins
+from common.slo.promise import DEFAULT_TARGET
+from common.slo.class_margins import ClassMargins
 
 TPOT_MARGIN = 1.3  # ε where the closed loop starts: a step predicted this much slower still meets the SLO
 # ... at most; a raised ε returns toward where the worker's steps say it starts, halving its distance in this

@@ -60,7 +60,8 @@ from common.slo.calibration import Calibration, WindowQuantile
 from common.slo.cost_models import PrefillModel
 from common.slo.forward_budget import TightestSlo, forward_budget
 from common.slo.guard_reading import GuardReading, Queued
-from common.slo.promise import DEFAULT_TARGET, ClassMargins, MarginController
+from common.slo.promise import DEFAULT_TARGET, MarginController
+from common.slo.class_margins import ClassMargins
 
 TTFT_HEADROOM = 1.0  # where the closed loop starts the margin on predicted prefill calls: on the safe side
 OVERHEAD_MAX_AGE_S = 30.0  # the longest a call's overhead counts in the tail, however few calls came since

@@ -10,7 +10,7 @@ from common.engine.config import EngineConfig
 from common.engine.core import AdmissionError, EngineCore
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 from common.slo.epsilon_bound import ALONE_FRESH_S, EVIDENCE_WINDOW_S, StepEvidence
-from common.slo.promise import ClassMargins
+from common.slo.class_margins import ClassMargins
 from common.slo.tpot_guard import TPOT_MARGIN, never_met, never_met_anywhere
 
 STEP_S = 0.035  # one request's step alone, as a real default-model decode worker measures it

@@ -11,7 +11,7 @@ import pytest
 
 from common.slo.load_report import LoadReport
 from common.model.sampling_params import SamplingParams
-from common.slo.promise import ClassMargins
+from common.slo.class_margins import ClassMargins
 from common.slo.tpot_guard import DecodeView
 from common.slo.ttft_guard import TtftGuard
 from gateway.promise_loop import PromiseLoop

@@ -14,7 +14,7 @@ PROJECT_PACKAGES = ("common", "gateway", "prefill_worker", "decode_worker", "cli
 FORBIDDEN = ("grpc", "threading", "_thread", "asyncio", "concurrent", "multiprocessing")
 GUARDS = ("common.slo.ttft_guard", "common.slo.tpot_guard", "common.slo.credit", "common.slo.calibration",
           "common.slo.cost_models", "common.engine.core", "common.slo.promise", "common.slo.routing",
-          "common.slo.admission_round")
+          "common.slo.admission_round", "common.slo.class_margins", "common.slo.admission_pump", "common.slo.policy")
 
 
 def _module_file(module: str) -> Path | None:

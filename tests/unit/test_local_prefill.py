@@ -15,7 +15,7 @@ from common.model.location import ensure_model
 from common.slo.calibration import Calibration
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 from common.slo.local_prefill import prefills_locally
-from common.slo.promise import ClassMargins
+from common.slo.class_margins import ClassMargins
 from common.slo.ttft_guard import TtftGuard
 from tests.checkpoints import random_prompts, reference_greedy
 

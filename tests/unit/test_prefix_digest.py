@@ -65,7 +65,7 @@ def test_a_prompt_finds_the_leading_run_of_its_blocks_and_never_its_last_token()
 
 def _prefill_record(worker_id: str, cached: list[int]):  # type: ignore[no-untyped-def]
     from common.rpc.convert import prefill_model_from_proto
-    from common.slo.promise import ClassMargins
+    from common.slo.class_margins import ClassMargins
     from common.slo.ttft_guard import TtftGuard
     from gateway.registry import WorkerRecord
 

@@ -227,7 +227,7 @@ def test_a_miss_of_any_class_surges_every_class_for_a_moment_without_compounding
     """The requests in flight at a bad moment miss together, whatever their class: for ``moment_s``
     after a miss every class is admitted with that miss's raise on top (the largest of the
     moment's, not their product), and then with what its own outcomes set."""
-    from common.slo.promise import ClassMargins
+    from common.slo.class_margins import ClassMargins
 
     now = [0.0]
     margins = ClassMargins(1.0, clock=lambda: now[0], moment_s=2.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from common.slo.load_report import LoadReport
-from common.slo.promise import ClassMargins
+from common.slo.class_margins import ClassMargins
 from common.slo.ttft_guard import TtftGuard
 from common.rpc.convert import prefill_model_from_proto
 from gateway.registry import WorkerRecord, WorkerRegistry

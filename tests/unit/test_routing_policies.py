@@ -6,7 +6,7 @@ import pytest
 
 from common.slo.admission_round import AdmissionRound, Demand, queues_behind
 from common.slo.cost_models import PrefillModel
-from common.slo.promise import ClassMargins
+from common.slo.class_margins import ClassMargins
 from common.slo.routing import RoundRobin, decode_order_by_vbs, least_loaded_order, prefill_order
 from common.slo.tpot_guard import DecodeView
 from common.slo.ttft_guard import TtftGuard

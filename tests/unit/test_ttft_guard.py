@@ -6,7 +6,7 @@ import pytest
 
 from common.slo.calibration import Calibration
 from common.slo.cost_models import PrefillModel
-from common.slo.promise import ClassMargins
+from common.slo.class_margins import ClassMargins
 from common.slo.ttft_decision import best_prefill_s, last_useful_admission
 from common.slo.guard_reading import Readings
 from common.slo.ttft_guard import TtftGuard
