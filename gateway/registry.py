@@ -22,6 +22,7 @@ from common.slo.promise import DEFAULT_TARGET
 from common.slo.tpot_guard import DecodeView, tpot_epsilons
 from common.slo.ttft_guard import TtftGuard, new_guard
 from gateway.prefix_view import PrefixView
+from gateway.router import GuardViews
 from gateway.loop_lag import LoopLag
 from wire.v1 import worker_pb2, worker_pb2_grpc
 
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True, eq=False)
-class WorkerRecord:
+class WorkerRecord(GuardViews):
     descriptor: worker_pb2.WorkerDescriptor
     load: LoadReport  # its latest heartbeat's
     last_seen: float
@@ -65,20 +66,6 @@ class WorkerRecord:
     def routable(self) -> bool:
         return self.ready and not self.load.draining and not self.suspect and not self.stalled
 
-    @property
-    def guard(self) -> TtftGuard:
-        """The TTFT guard of a prefill worker (every registered one has one), or of the prompts a
-        decode worker computes itself."""
-        if self.ttft is None:
-            raise ValueError(f"{self.role} worker {self.worker_id} has no TTFT guard")
-        return self.ttft
-
-    @property
-    def view(self) -> DecodeView:
-        """The TPOT guard's view of a decode worker (every registered one has one)."""
-        if self.decode_view is None:
-            raise ValueError(f"{self.role} worker {self.worker_id} has no TPOT guard view")
-        return self.decode_view
 
 
 class WorkerRegistry:

@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from common.slo.tpot_guard import DecodeView
 from common.slo.ttft_guard import TtftGuard
 from gateway.prefix_view import PrefixView
+from gateway.router import GuardViews
 from simulator.workers import SimWorker
 
 
 @dataclass(eq=False)
-class SimWorkerState:
+class SimWorkerState(GuardViews):
     worker: SimWorker
     ttft: TtftGuard | None = None  # prefill: its queue's guard; decode: of the prompts it computes, or None
     decode_view: DecodeView | None = None  # decode: what was routed there, and ε
@@ -22,20 +23,8 @@ class SimWorkerState:
     prefix: PrefixView | None = None  # the simulator models no prefix cache
 
     @property
-    def worker_id(self) -> str:
+    def worker_id(self) -> str:  # type: ignore[override]
         return self.worker.worker_id
-
-    @property
-    def guard(self) -> TtftGuard:
-        if self.ttft is None:
-            raise ValueError(f"worker {self.worker_id} has no TTFT guard")
-        return self.ttft
-
-    @property
-    def view(self) -> DecodeView:
-        if self.decode_view is None:
-            raise ValueError(f"worker {self.worker_id} is no decode worker")
-        return self.decode_view
 
 
 @dataclass
@@ -47,6 +36,3 @@ class SimPool:
 
     def routable(self, role: str) -> list[SimWorkerState]:
         return list(self.prefill if role == "prefill" else self.decode)
-
-    def of(self, worker: SimWorker) -> SimWorkerState:
-        return next(s for s in (*self.prefill, *self.decode) if s.worker is worker)

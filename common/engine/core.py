@@ -15,23 +15,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from common.model.batch import ScheduledBatch
 from common.engine.block_pool import BlockPool
-from common.model.batch import blocks_for
 from common.engine.config import EngineConfig
 from common.engine.leases import Lease, LeaseTable
 from common.engine.load import EngineLoad, measure
 from common.engine.local_prompts import LocalPrompts
 from common.engine.prefix_cache import PrefixIndex, model_salt
 from common.engine.request import Request, RequestOutput
-from common.model.sampling_params import SamplingParams
-from common.engine.step_policy import SloGuarded
 from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.engine.step_costs import StepCosts
+from common.engine.step_policy import SloGuarded
+from common.model.batch import ScheduledBatch, blocks_for
+from common.model.sampling_params import SamplingParams
 from common.slo import epsilon_bound, tpot_guard
 from common.slo.calibration import Calibration
-from common.slo.promise import STEP
 from common.slo.class_margins import slo_class_ms
+from common.slo.promise import STEP
 from common.slo.ratio_histogram import RatioHistogram
 from common.slo.forward_budget import TightestSlo, forward_budget
 from common.slo.cost_models import CostModels, attention_work
@@ -209,17 +208,16 @@ class EngineCore:
     def tpot_margin(self, slo_s: float) -> float:
         """ε for a request with this TPOT SLO: its class's latest (``TPOT_MARGIN`` before any), as
         the gateway bounded it (``ClassMargins.limit``), at most ``epsilon_bound.MOST``."""
-        return min(self.tpot_margins.get(slo_class_ms(slo_s), tpot_guard.TPOT_MARGIN), epsilon_bound.MOST)
+        return self.tpot_margins.get(slo_class_ms(slo_s), tpot_guard.TPOT_MARGIN)
 
     def decodings(self, margins: Mapping[float, float] | None = None) -> list[tpot_guard.Decoding]:
         """What the TPOT guard projects: every request here (decoding or about to) and every
         reservation, with its SLO, its output tokens still to come at most, its length, and its
         class's ε (``margins``, by ``slo_class_ms``, in place of the stored ones where given)."""
-        margins = {**self.tpot_margins, **(margins or {})}
-        ceiling = epsilon_bound.MOST  # each class's as its latest reservation brought it
+        margins = {**self.tpot_margins, **(margins or {})}  # each class's as its latest reservation brought it
 
         def margin(slo_ms: float) -> float:
-            return min(margins.get(slo_class_ms(slo_ms / 1000), tpot_guard.TPOT_MARGIN), ceiling)
+            return margins.get(slo_class_ms(slo_ms / 1000), tpot_guard.TPOT_MARGIN)
 
         here = [tpot_guard.Decoding(r.tpot_slo_ms / 1000, r.params.max_tokens - len(r.output_token_ids), r.num_tokens,
                                     margin(r.tpot_slo_ms)) for r in self.scheduler.requests.values()]

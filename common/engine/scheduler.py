@@ -21,15 +21,14 @@ from collections import deque
 from dataclasses import dataclass
 
 from common.engine import prefix_sharing
-from common.model.batch import ScheduledBatch, ScheduledSeq, prompt_attention_work
 from common.engine.block_pool import BlockPool
-from common.model.batch import blocks_for
 from common.engine.request import FINISH_REASONS, Request, RequestOutput, RequestStatus
 from common.engine.step_policy import FirstComeFirstServed, StepPolicy
+from common.model.batch import ScheduledBatch, ScheduledSeq, blocks_for, prompt_attention_work
 from common.slo.cost_models import attention_work
 from common.slo.credit import CreditBatcher
-from common.slo.policy import policy
 from common.slo.forward_budget import FORWARD_SHARE
+from common.slo.policy import policy
 
 MEMORY_POLICIES = ("guaranteed_no_evict", "max_utilization")
 

@@ -118,11 +118,6 @@ class WindowQuantile:
         self._forget_old()
         return self._samples.quantile(self.quantile)
 
-    def at(self, quantile: float) -> float:
-        """Another quantile of the same values (0 before any)."""
-        self._forget_old()
-        return self._samples.quantile(quantile)
-
     def _forget_old(self) -> None:
         now = self._clock()
         horizon, oldest_kept = now - self.window_s, now - self.max_age_s

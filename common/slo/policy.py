@@ -32,11 +32,13 @@ class Policy(str, Enum):
 
 
 POLICIES = tuple(p.value for p in Policy)
+_BY_NAME = {p.value: p for p in Policy}
 
 
 def policy(name: str) -> Policy:
-    """The policy of that name; ValueError naming the choices otherwise."""
-    try:
-        return Policy(name)
-    except ValueError:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {name!r}") from None
+    """The policy of that name (read every scheduler step: a plain lookup); ValueError naming the
+    choices otherwise."""
+    found = _BY_NAME.get(name)
+    if found is None:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {name!r}")
+    return found
