@@ -148,6 +148,11 @@ class EngineCore:
         return self.step_costs.evidence.alone_s(self.unloaded_step_s)
 
     @property
+    def tpot_alone_now_s(self) -> float | None:
+        """One request's decode step here now, what the idle rule admits by (``StepEvidence.alone_now_s``)."""
+        return self.step_costs.evidence.alone_now_s(self.unloaded_step_s)
+
+    @property
     def epsilon_ceiling(self) -> float:
         """The most ε this worker's steps have shown it needs (``StepEvidence.ceiling``), as its
         heartbeats report it: the gateway bounds ε by it, lifted for a while by the misses it saw
@@ -171,9 +176,8 @@ class EngineCore:
         present = self.decodings({slo_class_ms(tpot_slo_ms / 1000): epsilon})
         # the newcomer needs a place once its KV is committed: at least a prefill forward's fixed cost away
         soonest_commit_s = max(0.0, self.cost_models.prefill.base_s)
-        return tpot_guard.admits_request(new, present, self.cost_models.decode,
-                                         self.step_costs.evidence.alone_now_s(self.unloaded_step_s),
-                                         epsilon, self.step_costs.calibration.scale, self.config.max_batch_size,
+        return tpot_guard.admits_request(new, present, self.cost_models.decode, self.tpot_alone_now_s, epsilon,
+                                         self.step_costs.calibration.scale, self.config.max_batch_size,
                                          soonest_commit_s)
 
     def prefill_cap(self) -> int:
@@ -375,7 +379,7 @@ class EngineCore:
         return measure(self.scheduler, self.pool, self.leases, self.steps_completed,
                        self.step_costs.calibration.ratio, self.step_costs.prediction_error, self.step_costs.refits,
                        self.forward_calibration.ratio, self.tpot_alone_s, self.epsilon_ceiling,
-                       self.epsilon_start)
+                       self.epsilon_start, self.tpot_alone_now_s)
 
     def _observe_step(self, batch: ScheduledBatch, seconds: float) -> None:
         """Feeds decode-only steps to the calibration of the decode cost model.

@@ -38,6 +38,7 @@ class EngineLoad:
     refits: int = 0  # decode models replaced by a refit from the steps run
     forward_calibration_ratio: float = 1.0  # median prefill forward observed / the model's prediction
     tpot_alone_s: float | None = None  # one request's decode step alone here: the least TPOT it gives
+    tpot_alone_now_s: float | None = None  # ... as the idle rule reads it now (``StepEvidence.alone_now_s``)
     epsilon_ceiling: float = 0.0  # the most ε the TPOT guard applies here (``common.slo.epsilon_bound``)
     epsilon_start: float = 0.0  # where ε starts here and returns to on time
 
@@ -49,7 +50,8 @@ class EngineLoad:
 def measure(scheduler: Scheduler, pool: BlockPool, leases: LeaseTable, steps: int,
             step_calibration_ratio: float, step_prediction_error: float, refits: int = 0,
             forward_calibration_ratio: float = 1.0, tpot_alone_s: float | None = None,
-            epsilon_ceiling: float = 0.0, epsilon_start: float = 0.0) -> EngineLoad:
+            epsilon_ceiling: float = 0.0, epsilon_start: float = 0.0,
+            tpot_alone_now_s: float | None = None) -> EngineLoad:
     """The snapshot of an engine's parts; called on the thread that owns them."""
     running, waiting, reserved = scheduler.running, scheduler.waiting, leases.num_reserved()
     deadlines = [r.ttft_deadline for r in waiting if r.ttft_slo_ms]
@@ -63,5 +65,5 @@ def measure(scheduler: Scheduler, pool: BlockPool, leases: LeaseTable, steps: in
         mean_len=sum(r.num_tokens for r in running) / len(running) if running else 0.0,
         step_calibration_ratio=step_calibration_ratio, step_prediction_error=step_prediction_error, refits=refits,
         forward_calibration_ratio=forward_calibration_ratio, tpot_alone_s=tpot_alone_s,
-        epsilon_ceiling=epsilon_ceiling, epsilon_start=epsilon_start,
+        epsilon_ceiling=epsilon_ceiling, epsilon_start=epsilon_start, tpot_alone_now_s=tpot_alone_now_s,
     )

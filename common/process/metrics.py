@@ -173,8 +173,9 @@ class Metrics:
         Gauge("pdserve:tpot_margin_ceiling", "The most ε this decode worker's TPOT guard applies: where the closed "
               "loop starts, or how far its recent steps outran their calibrated predictions", ["role"],
               registry=r).labels(self.role).set_function(ceiling)
-        Gauge("pdserve:tpot_alone_seconds", "One request's decode step alone here: an idle worker admits a TPOT SLO "
-              "at or above it under no margin, and refuses one below it as never attainable", ["role"],
+        Gauge("pdserve:tpot_alone_seconds", "One request's decode step alone here now: an idle worker admits a TPOT "
+              "SLO at or above it under no margin (one below the least it has shown is refused as never attainable)",
+              ["role"],
               registry=r).labels(self.role).set_function(alone_s)
 
     def watch_coefficients(self, model: str, worker: str, terms: dict[str, Callable[[], float]]) -> None:

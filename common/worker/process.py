@@ -98,7 +98,7 @@ class WorkerProcess:
             if self.role == "decode":
                 self.metrics.watch_observed_ratios("decode", self.worker_id, engine.step_costs.ratios)
                 self.metrics.watch_tpot_bounds(lambda: engine.load.epsilon_ceiling,
-                                               lambda: engine.load.tpot_alone_s or 0.0)
+                                               lambda: engine.load.tpot_alone_now_s or 0.0)
                 self.metrics.watch_coefficients("decode", self.worker_id, {
                     term: (lambda t=term: getattr(engine.cost_models.decode, t) if engine.cost_models else 0.0)
                     for term in ("alpha", "beta", "gamma", "delta", "knee")})
