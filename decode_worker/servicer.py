@@ -51,7 +51,8 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
             lease = await self.async_engine.reserve(request.request_id, request.prompt_tokens, request.max_tokens,
                                                     from_wire(request.tpot_ms, request.tpot_us),
                                                     request.tpot_margin or self.engine.epsilon_start,
-                                                    list(request.prefix_hashes), request.lease_id)
+                                                    list(request.prefix_hashes), request.lease_id,
+                                                    request.handoff_us / 1e6)
         except AdmissionError as exc:
             if exc.never:  # no load would let it: the client must loosen its SLO, not wait
                 self.metrics.rejected("tpot_never")

@@ -47,10 +47,12 @@ class TokenInbox:
         self._waiter: asyncio.Future[None] | None = None
         self._holding = False
         self.last_arrival = 0.0  # perf_counter time the newest item was posted
+        self.first_arrival = 0.0  # ... and the first (0: none yet)
 
     def put(self, item: InboxItem) -> None:
         self._items.append(item)
         self.last_arrival = time.perf_counter()
+        self.first_arrival = self.first_arrival or self.last_arrival
         ending = ends_the_stream(item)
         self._ending = self._ending or ending
         if not self._holding or ending:

@@ -12,6 +12,7 @@ from collections import defaultdict
 
 from common.process.metrics import Metrics
 from common.slo.promise import ATTAINMENT_WINDOW_S, Attainment, decoding_late, outcome
+from common.slo.tpot_guard import handoff_extra
 from gateway.request_state import Progress
 from gateway.validation import ValidatedRequest
 
@@ -67,6 +68,7 @@ class PromiseLoop:
                    and p.decode.decode_view is not None and req.tpot_ms else None)
         if tokens <= 1:
             epsilon = None  # it never decoded there
+        self._handoff(p, tokens)
         met = outcome(tpot_s, req.tpot_ms / 1000, epsilon, p.decode_epsilon, warned=p.late_told)
         met = met and (not req.ttft_ms or (ttft_s + req.delivery_s) * 1000 <= req.ttft_ms)
         if not (req.ttft_ms or req.tpot_ms):
@@ -77,6 +79,15 @@ class PromiseLoop:
             self.by_worker[worker].observe(now, met)
         if self.metrics is not None:
             self._export(name, now, p)
+
+    @staticmethod
+    def _handoff(p: Progress, tokens: int) -> None:
+        """What its handoff cost beyond a step, for the decode worker's next reservations."""
+        if p.decode is None or p.decode.decode_view is None or p.inbox is None or not p.first_sent:
+            return
+        extra = handoff_extra(p.first_sent, p.inbox.first_arrival, p.inbox.last_arrival, tokens)
+        if extra is not None:
+            p.decode.view.handoffs.observe(extra)
 
     def _export(self, name: str, now: float, p: Progress) -> None:
         assert self.metrics is not None

@@ -265,7 +265,7 @@ class RequestFlow:
                              text: TextStream) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         merge = not req.stop  # (with stop strings each event stays apart: the ids sent must end at the stop)
         pending: deque[InboxItem] = deque()
-        sent = time.perf_counter()  # when the last message went (the first token's, just now)
+        sent = p.first_sent = time.perf_counter()  # when the last message went (the first token's, just now)
         while True:
             if not pending:
                 hold_s = self.stream_interval.seconds() if merge else 0.0

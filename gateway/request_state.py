@@ -94,6 +94,7 @@ class Progress:
     prefill_headroom: float | None = None  # the TTFT guard's headroom when that call went out
     decode_epsilon: float | None = None  # the decode worker's ε when its reservation came back
     late_told: bool = False  # its TPOT so far was late and the closed loop heard (once a request)
+    first_sent: float = 0.0  # when its first token went to the client, perf_counter (0: not yet, or no decode)
     owner: object = None  # the validated request of the RPC that runs this flow
     inbox: TokenInbox | None = None  # the decode worker's events for it
     prompt: PromptBlocks | None = None  # the prompt's block hashes, worked out once for every worker's cache

@@ -29,7 +29,7 @@ from common.engine.request import RequestOutput, left_on_arrival
 from common.model.sampling_params import SamplingParams
 from common.slo.local_prefill import prefills_locally
 from common.slo.promise import decoding_late, outcome
-from common.slo.tpot_guard import DecodeView, never_met_anywhere, tpot_epsilons
+from common.slo.tpot_guard import DecodeView, handoff_window, never_met_anywhere, tpot_epsilons
 from common.slo.ttft_decision import last_useful_admission, ttft_refusal
 from common.slo.guard_reading import Readings
 from common.slo.ttft_guard import TtftGuard, new_guard
@@ -66,7 +66,7 @@ class SimGateway:
             self.guards[w.worker_id] = new_guard(w.core.cost_models.prefill if w.core.cost_models else None,
                                                  self.config.max_num_tokens, target, self.sim.clock)
         for w in self.decodes:
-            self.views[w.worker_id] = DecodeView(tpot_epsilons(target, self.sim.clock))
+            self.views[w.worker_id] = DecodeView(tpot_epsilons(target, self.sim.clock), handoffs=handoff_window(self.sim.clock))
             if self.config.prefills_locally and w.core.cost_models is not None:
                 self.local_guards[w.worker_id] = new_guard(w.core.cost_models.prefill, self.config.max_num_tokens,
                                                            target, self.sim.clock, probe_first=False)

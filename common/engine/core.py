@@ -107,19 +107,20 @@ class EngineCore:
 
     def reserve(self, request_id: str, prompt_len: int, max_tokens: int, tpot_slo_ms: float = 0.0,
                 epsilon: float = tpot_guard.TPOT_MARGIN, prefix_hashes: Sequence[int] = (),
-                lease_id: str = "") -> Lease | None:
+                lease_id: str = "", handoff_s: float = 0.0) -> Lease | None:
         """Blocks for the prompt's KV (and, under guaranteed_no_evict, all output); None if full.
         The prompt's leading full blocks this engine's prefix cache holds (of ``prefix_hashes``)
         are shared into the lease (``Lease.cached``) rather than written again.
 
-        Raises ``AdmissionError`` when the TPOT guard (margin ``epsilon``) predicts the SLOs
-        could not all be met."""
+        Raises ``AdmissionError`` when the TPOT guard (margin ``epsilon``; the newcomer's
+        ``handoff_s`` ahead, ``tpot_guard.Decoding.lag_s``) predicts the SLOs could not all be met."""
         self._validate(request_id, [0] * prompt_len, SamplingParams(max_tokens=max_tokens))
         self._refuse_if_never(tpot_slo_ms)
         epsilon = min(epsilon, epsilon_bound.MOST)  # the gateway bounds it: by these steps and its outcomes
         self.tpot_margins[slo_class_ms(tpot_slo_ms / 1000)] = epsilon
-        if not self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon):
-            margin_alone = self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon / (1 + STEP))  # the probe
+        if not self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon, handoff_s):
+            margin_alone = self.tpot_admits(tpot_slo_ms, prompt_len, max_tokens, epsilon / (1 + STEP),  # the probe
+                                            handoff_s)
             raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here",
                                  margin_alone)
         alone = bool(tpot_slo_ms) and self.scheduler.config.tpot_guard and not self.scheduler.requests \
@@ -131,7 +132,7 @@ class EngineCore:
                                     now=self.clock(), tpot_slo_ms=tpot_slo_ms, prompt_len=prompt_len,
                                     max_tokens=max_tokens, cached_blocks=cached, lease_id=lease_id)
         if lease is not None:
-            lease.alone = alone
+            lease.alone, lease.handoff_s = alone, handoff_s
         self.load = self._measure()
         return lease
 
@@ -165,14 +166,14 @@ class EngineCore:
         return self.step_costs.evidence.start(tpot_guard.TPOT_MARGIN)
 
     def tpot_admits(self, tpot_slo_ms: float, prompt_len: int, max_tokens: int,
-                    epsilon: float = tpot_guard.TPOT_MARGIN) -> bool:
+                    epsilon: float = tpot_guard.TPOT_MARGIN, handoff_s: float = 0.0) -> bool:
         """The TPOT guard (``common.slo.tpot_guard``) over the decodes of the requests here and
         those reserved (their leases carry their SLOs and budgets), the newcomer's class held to
-        ``epsilon`` (its requests here too); always true under a policy without it, or before the
+        ``epsilon`` (its requests here too), its ``handoff_s`` ahead of it; always true under a policy without it, or before the
         worker has a cost model."""
         if not self.scheduler.config.tpot_guard or self.cost_models is None:
             return True
-        new = tpot_guard.Decoding(tpot_slo_ms / 1000, max_tokens - 1, prompt_len + 1)
+        new = tpot_guard.Decoding(tpot_slo_ms / 1000, max_tokens - 1, prompt_len + 1, lag_s=handoff_s)
         present = self.decodings({slo_class_ms(tpot_slo_ms / 1000): epsilon})
         # the newcomer needs a place once its KV is committed: at least a prefill forward's fixed cost away
         soonest_commit_s = max(0.0, self.cost_models.prefill.base_s)
@@ -226,7 +227,7 @@ class EngineCore:
         here = [tpot_guard.Decoding(r.tpot_slo_ms / 1000, r.params.max_tokens - len(r.output_token_ids), r.num_tokens,
                                     margin(r.tpot_slo_ms)) for r in self.scheduler.requests.values()]
         return here + [tpot_guard.Decoding(lease.tpot_slo_ms / 1000, lease.max_tokens - 1, lease.prompt_len + 1,
-                                           margin(lease.tpot_slo_ms)) for lease in self.leases.leases()]
+                                           margin(lease.tpot_slo_ms), lease.handoff_s) for lease in self.leases.leases()]
 
     def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
                params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:

@@ -54,6 +54,8 @@ class Lease:
     cached: int = 0
     # admitted by the TPOT guard's idle rule (one request's step alone, under no margin)
     alone: bool = False
+    # the handoff its TPOT carries beyond its steps, as its reservation brought it (``tpot_guard.Decoding.lag_s``)
+    handoff_s: float = 0.0
 
 
 class LeaseError(ValueError):

@@ -238,14 +238,15 @@ class AsyncEngine:
 
     async def reserve(self, request_id: str, prompt_len: int, max_tokens: int, tpot_slo_ms: float = 0.0,
                       epsilon: float = TPOT_MARGIN, prefix_hashes: Sequence[int] = (),
-                      lease_id: str = "") -> Lease | None:
+                      lease_id: str = "", handoff_s: float = 0.0) -> Lease | None:
         """A caller cancelled meanwhile (its RPC's deadline passed) never hands the lease id to
         anyone, so nothing can write into the blocks: they are freed as soon as they are
         reserved, not held until the lease runs out."""
         made: list[Lease] = []
 
         def reserve(engine: LLMEngine) -> Lease | None:
-            lease = engine.reserve(request_id, prompt_len, max_tokens, tpot_slo_ms, epsilon, prefix_hashes, lease_id)
+            lease = engine.reserve(request_id, prompt_len, max_tokens, tpot_slo_ms, epsilon, prefix_hashes, lease_id,
+                                   handoff_s)
             if lease is not None:
                 made.append(lease)
             return lease

@@ -11,7 +11,7 @@ batch size ``Σ TRP`` and the mean length, and requests leave when their tokens 
     admitted ⇔ for every request r with a TPOT SLO:  projected TPOT(r) · ε(r) ≤ SLO(r)
                and, if that makes k more present (running, waiting, reserved) than
                max_batch_size, k of them are projected to leave before the newcomer can commit
-    idle (nothing running, nothing reserved) ⇔ alone ≤ SLO(new)
+    idle (nothing running, nothing reserved) ⇔ alone + handoff / remaining(new) ≤ SLO(new)
     never (whatever the load) ⇔ SLO(new) < alone
 
 ε is the margin the gateway's closed loop steers (``common.slo.promise``; it starts at
@@ -21,6 +21,13 @@ refuses on a model's word or a margin alone: ``alone``, one request's step as th
 it now (its fresh batch-1 steps, else the least it has shown: ``StepEvidence.alone_now_s``),
 decides, under no margin, so a margin can never shut a worker out; the steps it then runs correct
 the model (``common.slo.calibration``).
+
+A TPOT as a client measures it runs from the first token to the last, and the first token comes
+from the prefill: between it and the first decode step lies the handoff (the commit's call, the KV
+taken in, the step under way when it lands), a gap no step model sees. Spread over a short
+output it is the difference between meeting a tight SLO and missing it, so a newcomer's projection
+carries it (``Decoding.lag_s``): what the gateway has seen this worker's handoffs cost beyond a
+step (``handoff_extra``, ``DecodeView.handoff_s``), over the tokens it will share it between.
 
 A decision of numbers only: the caller hands over what it holds and its clocks' readings
 (through ``calibration``), so a simulator on a virtual clock drives the same decisions.
@@ -36,6 +43,7 @@ from dataclasses import dataclass, field
 from common.slo.cost_models import DecodeModel
 from common.slo.credit import virtual_batch_size
 from common.slo.promise import DEFAULT_TARGET
+from common.slo.calibration import WindowQuantile
 from common.slo.class_margins import ClassMargins
 
 TPOT_MARGIN = 1.3  # ε where the closed loop starts: a step predicted this much slower still meets the SLO
@@ -56,6 +64,7 @@ class Decoding:
     remaining: int  # output tokens it may still produce
     length: int  # tokens in its context now
     epsilon: float | None = None  # the margin its TPOT is held to; None: the one the check is given
+    lag_s: float = 0.0  # seconds its TPOT still carries besides its steps (a handoff ahead of it)
 
 
 def guarded_slos(running_ms: Mapping[str, float], reserved_ms: Mapping[str, float]) -> dict[str, float]:
@@ -93,7 +102,7 @@ def projected_tpots(requests: Sequence[Decoding], model: DecodeModel,
                 middle = (step + leaves) / 2
                 elapsed += calibration(model.predict(batch, (base + growth * middle) / batch)) * (leaves - step)
                 step = leaves
-            tpots[i] = (spent[i] + elapsed) / requests[i].remaining
+            tpots[i] = (spent[i] + elapsed + requests[i].lag_s) / requests[i].remaining
             left.discard(i)
             batch -= rate[i]
             base -= rate[i] * length[i]
@@ -133,8 +142,8 @@ def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeMode
                    max_running: int | None = None, soonest_commit_s: float = 0.0) -> bool:
     """The guard's answer for ``new`` (no SLO: always admitted) joining the requests ``present``
     (running and reserved); ``unloaded_step_s``: one request's step measured alone (None: not
-    measured, the model decides even when idle), which alone decides on an idle worker, under no
-    margin; ``max_running``: the most requests the engine
+    measured, the model decides even when idle), which with ``new``'s handoff alone decides on an
+    idle worker, under no margin; ``max_running``: the most requests the engine
     runs at once (its ``max_batch_size``; None: no limit); ``soonest_commit_s``: the least time
     before ``new`` can need a place in the batch (its KV committed here, at least one prefill
     forward away).
@@ -150,7 +159,7 @@ def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeMode
     if not new.slo_s:
         return True
     if not present and unloaded_step_s is not None:
-        return step_keeps(unloaded_step_s, new.slo_s, 1.0)
+        return step_keeps(unloaded_step_s + new.lag_s / max(new.remaining, 1), new.slo_s, 1.0)
     together = [*present, new]
     past_limit = len(together) - max_running if max_running is not None else 0
     if past_limit > 0 and soonest_commit_s <= 0:
@@ -176,6 +185,26 @@ def never_met_anywhere(slo_s: float, alone_s: Sequence[float | None]) -> bool:
     return bool(alone_s) and all(never_met(slo_s, alone) for alone in alone_s)
 
 
+def handoff_extra(first_sent: float, second_arrived: float, last_arrived: float, tokens: int) -> float | None:
+    """What one request's handoff added to its TPOT's sum beyond a step: the gap from its first
+    token's send to its second token's arrival, less its own mean gap over the rest (so credit
+    batching's slower rates and the step's size cancel out); None under three tokens (no rest to
+    compare with). Its TPOT is its rest's mean gap plus this over ``tokens - 1``."""
+    if tokens < 3:
+        return None
+    return max(0.0, (second_arrived - first_sent) - (last_arrived - second_arrived) / (tokens - 2))
+
+
+# the handoffs a decode view keeps: a high quantile of the last HANDOFF_WINDOW_S (at least the newest
+# HANDOFF_SAMPLES), none older than HANDOFF_MAX_AGE_S, so what an overload's handoffs cost does not
+# hold an idle worker's admission for long after it
+HANDOFF_WINDOW_S, HANDOFF_SAMPLES, HANDOFF_MAX_AGE_S, HANDOFF_QUANTILE = 20.0, 8, 30.0, 0.9
+
+
+def handoff_window(clock: Callable[[], float] = time.monotonic) -> WindowQuantile:
+    return WindowQuantile(HANDOFF_WINDOW_S, HANDOFF_QUANTILE, HANDOFF_SAMPLES, clock, HANDOFF_MAX_AGE_S)
+
+
 def tpot_epsilons(target: float = DEFAULT_TARGET, clock: Callable[[], float] = time.monotonic) -> ClassMargins:
     return ClassMargins(TPOT_MARGIN, target=target, clock=clock, half_life_s=EPSILON_HALF_LIFE_S)
 
@@ -185,10 +214,16 @@ class DecodeView:
     """The gateway's side of the TPOT guard for one decode worker: the TPOT SLOs of the requests
     it routed there and that have not finished (seconds, by request id), and ε, the margin the
     worker's admission applies, one per TPOT SLO class, each steered by the TPOTs its class's
-    requests really got."""
+    requests really got; and what its handoffs have cost beyond a step (``handoff_extra``), which
+    each reservation carries for the newcomer's projection."""
 
     epsilons: ClassMargins = field(default_factory=tpot_epsilons)
     routed: dict[str, float] = field(default_factory=dict)
+    handoffs: WindowQuantile = field(default_factory=handoff_window)
+
+    def handoff_s(self) -> float:
+        """A newcomer's handoff here, as the recent ones went (0 before any)."""
+        return self.handoffs.value()
 
     def vbs_with(self, tpot_s: float) -> float:
         """The virtual batch size of what was routed here, with one more request of ``tpot_s``."""

@@ -73,8 +73,13 @@ def test_an_idle_decode_worker_admits_by_its_unloaded_step_not_by_a_model_50x_to
         assert engine.tpot_admits(tpot_ms, 8, 64)  # idle: the measured step decides
         assert engine.tpot_admits(engine.unloaded_step_s * 1000, 8, 64)  # at it: admitted, under no margin
         assert not engine.tpot_admits(engine.unloaded_step_s * 900, 8, 64)  # below what it measured: refused
-        lease = engine.reserve("r", 8, 64, tpot_slo_ms=tpot_ms)
+        # a handoff ahead of it (the gateway's figure) counts, over its 63 decoded tokens
+        handoff_s = engine.unloaded_step_s * 63 * 0.5
+        assert not engine.tpot_admits(engine.unloaded_step_s * 1000 * 1.49, 8, 64, handoff_s=handoff_s)
+        assert engine.tpot_admits(engine.unloaded_step_s * 1000 * 1.51, 8, 64, handoff_s=handoff_s)
+        lease = engine.reserve("r", 8, 64, tpot_slo_ms=tpot_ms, handoff_s=handoff_s)
         assert lease is not None
+        assert [d.lag_s for d in engine.decodings()] == [handoff_s]  # its projection carries it until it decodes
         assert not engine.tpot_admits(tpot_ms, 8, 64)  # one reserved: no longer idle, the model (uncorrected) decides
         engine.commit("r", lease.lease_id, list(range(1, 9)), 5, SamplingParams(max_tokens=64, ignore_eos=True),
                       tpot_slo_ms=tpot_ms)

@@ -122,3 +122,17 @@ def test_a_ttft_met_with_room_relaxes_the_headroom_only_where_its_prediction_cam
     near.prefill_sent, near.prefill_predicted_s = near.started + 0.3, 0.55  # waited 300 ms, then 550 ms predicted
     loop.first_token(request, near)
     assert prefill.guard.headrooms.margin(1.0) < 1.0  # predicted at 85% of its SLO, met at 60%: room where it counted
+
+
+def test_a_served_request_tells_its_decode_view_what_its_handoff_cost_beyond_a_step():
+    from gateway.coalesce import TokenInbox
+
+    decode = _record("decode", "d0", decode_view=DecodeView(ClassMargins(1.3)))
+    prefill = _record("prefill", "p0", ttft=TtftGuard(None, 512, headrooms=ClassMargins(1.0)))
+    p = _served(decode, prefill, ttft_ms=50, tpot_ms=20, tokens=12)
+    p.inbox = TokenInbox()
+    p.first_sent = 100.0
+    p.inbox.first_arrival, p.inbox.last_arrival = 100.060, 100.260  # 60 ms, then 10 gaps of 20 ms
+    assert decode.view.handoff_s() == 0.0
+    PromiseLoop().served(_request(), p)
+    assert decode.view.handoff_s() == pytest.approx(0.040)

@@ -258,6 +258,44 @@ def test_tpot_guard_admits_an_idle_worker_by_its_unloaded_step_and_a_busy_one_by
     assert admits_request(new(30.0), _same(2, 0.030, remaining=20), model, step, epsilon=0.9)
 
 
+def test_a_handoff_ahead_of_the_newcomer_is_spread_over_its_output_idle_or_busy():
+    """A client's TPOT runs from the prefill's first token, so the gap before the first decode step
+    counts too: over ``remaining`` tokens it adds ``lag / remaining`` to each."""
+    from common.slo.tpot_guard import admits_request
+
+    model = DecodeModel(alpha=0.0, beta=0.010, gamma=0.0, delta=0.0)
+    step = 0.010
+
+    def admitted(slo_ms: float, lag_s: float, present: list[Decoding] | None = None) -> bool:
+        return admits_request(Decoding(slo_ms / 1000, 20, 9, lag_s=lag_s), present or [], model, step, epsilon=1.0)
+
+    # idle: 10 ms a step + 40 ms over 20 tokens = 12 ms a token
+    assert admitted(12.01, 0.0) and admitted(12.01, 0.040) and not admitted(11.99, 0.040)
+    # busy (the model, VBS 2: 20 ms a step, the one present leaving with the newcomer): 20 + 2 = 22 ms
+    present = [Decoding(0.0, 20, 9)]  # no SLO: it runs every step
+    assert admitted(22.01, 0.040, present) and not admitted(21.99, 0.040, present)
+    # a reservation's handoff is its own: the newcomer's projection does not carry it
+    tpots = projected_tpots([Decoding(0.05, 20, 9, lag_s=0.040), Decoding(0.05, 20, 9)], model)
+    assert tpots[0] == pytest.approx(tpots[1] + 0.040 / 20)
+
+
+def test_a_handoff_extra_is_what_makes_a_tpot_differ_from_the_mean_of_its_later_gaps():
+    from common.slo.tpot_guard import handoff_extra
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        tokens = int(rng.integers(3, 80))
+        gaps = rng.uniform(0.01, 0.03, tokens - 1)
+        gaps[0] = rng.uniform(0.03, 0.13)  # the handoff: longer than any later gap
+        times = np.concatenate([[0.0], np.cumsum(gaps)])
+        extra = handoff_extra(times[0], times[1], times[-1], tokens)
+        tpot = (times[-1] - times[0]) / (tokens - 1)  # as a client measures it
+        rest = (times[-1] - times[1]) / (tokens - 2)
+        assert tpot == pytest.approx(rest + extra / (tokens - 1))
+    assert handoff_extra(0.0, 0.001, 0.1, 10) == 0.0  # a first gap shorter than the rest: nothing to add
+    assert handoff_extra(0.0, 0.05, 0.05, 2) is None  # no later gap to compare with
+
+
 def test_tpot_guard_admits_past_the_batch_only_where_places_free_before_the_newcomer_commits():
     """Past ``max_running`` a committed request would wait for a place in the batch with its first
     token out. Worked by hand with 1 ms steps whatever the batch, every SLO alike (so every request

@@ -232,7 +232,7 @@ class WorkerAbortResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ..., writes_done: _Optional[bool] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_tokens", "max_tokens", "stream_id", "tpot_ms", "tpot_margin", "prefix_hashes", "tpot_us", "lease_id")
+    __slots__ = ("request_id", "prompt_tokens", "max_tokens", "stream_id", "tpot_ms", "tpot_margin", "prefix_hashes", "tpot_us", "lease_id", "handoff_us")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -242,6 +242,7 @@ class ReserveRequest(_message.Message):
     PREFIX_HASHES_FIELD_NUMBER: _ClassVar[int]
     TPOT_US_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_US_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_tokens: int
     max_tokens: int
@@ -251,7 +252,8 @@ class ReserveRequest(_message.Message):
     prefix_hashes: _containers.RepeatedScalarFieldContainer[int]
     tpot_us: int
     lease_id: str
-    def __init__(self, request_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stream_id: _Optional[str] = ..., tpot_ms: _Optional[int] = ..., tpot_margin: _Optional[float] = ..., prefix_hashes: _Optional[_Iterable[int]] = ..., tpot_us: _Optional[int] = ..., lease_id: _Optional[str] = ...) -> None: ...
+    handoff_us: int
+    def __init__(self, request_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stream_id: _Optional[str] = ..., tpot_ms: _Optional[int] = ..., tpot_margin: _Optional[float] = ..., prefix_hashes: _Optional[_Iterable[int]] = ..., tpot_us: _Optional[int] = ..., lease_id: _Optional[str] = ..., handoff_us: _Optional[int] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
     __slots__ = ("block_ids", "lease_id", "lease_ms", "cached_blocks", "admitted_alone")
