@@ -248,10 +248,13 @@ def run_workload(workload: Workload, args: argparse.Namespace) -> dict:
     top = max(rates)
     f_top = next(p for p in points if p["policy"] == "fcfs" and p["rate"] == top)
     s_top = next(p for p in points if p["policy"] == "scorpio" and p["rate"] == top)
+    s_knee = next(p for p in points if p["policy"] == "scorpio" and p["rate"] == knee)
     summary = {"rate": top, "goodput_ratio": s_top["goodput"] / max(f_top["goodput"], 1e-9),
+               "scorpio_vs_its_knee": s_top["goodput"] / max(s_knee["goodput"], 1e-9),
                "scorpio_admitted_attainment": s_top["admitted_attainment"]}
     progress(f"[{workload.name}] at twice the knee ({top:g} req/s): scorpio goodput {summary['goodput_ratio']:.1f}x "
-             f"fcfs, {summary['scorpio_admitted_attainment']:.1%} of admitted requests meeting both SLOs")
+             f"fcfs and {summary['scorpio_vs_its_knee']:.2f}x its own at the knee, "
+             f"{summary['scorpio_admitted_attainment']:.1%} of admitted requests meeting both SLOs")
     served_ms, refused_ms = gateway_loop_ms(points)
     progress(f"[{workload.name}] the gateway's event loop: {served_ms:.2f} ms of its thread a served request, "
              f"{refused_ms:.2f} ms a refused one (pdserve simulate --gateway-loop-ms {served_ms:.2f},{refused_ms:.2f})")
