@@ -44,8 +44,10 @@ class LocalPrompts:
         would have its first token: the prompts queued here go with it in one forward beside one
         decode step, once the decodes' slack lets that forward in (``local_prefill.stall_wait_s``,
         under the TPOT guard), and the requests that begin decoding here meanwhile, each with no
-        slack, let it in (``local_prefill.start_wait_s``, at their recent rate). An expected
-        time, not a bound. None when it never would, or without a cost model."""
+        slack, let it in (``local_prefill.start_wait_s``, at their recent rate). The requests
+        reserved here and not yet committed are among those: their first tokens are on the way, so
+        each counts as beginning now, with no slack. An expected time, not a bound. None when it
+        never would, or without a cost model."""
         core = self.core
         if core.cost_models is None:
             return None
@@ -55,22 +57,27 @@ class LocalPrompts:
         forward = core.forward_s(tokens, attention)
         if not core.scheduler.policy.guards_stalls:
             return forward
-        promises, step = self.promises()
+        promises, step = self.promises(reserved=True)
         now = core.clock()
         tightest = self.fresh_decodes.tightest_s(now)
         return local_prefill.first_token_s(promises, now, forward, step, self.fresh_decodes.rate(now), tightest,
                                            core.tpot_margin(tightest))
 
-    def promises(self) -> tuple[list[local_prefill.Promise], float]:
+    def promises(self, reserved: bool = False) -> tuple[list[local_prefill.Promise], float]:
         """The TPOT promises of the requests decoding here (running, or committed and about to:
-        they go before prompts, ``Scheduler._admit_waiting``), and their next step's predicted
-        time (0 without any)."""
+        they go before prompts, ``Scheduler._admit_waiting``), and, with ``reserved``, of those
+        reserved here, as beginning now; and their next step's predicted time (0 without any)."""
         core = self.core
         decoding = [r for r in (*core.scheduler.running, *core.scheduler.waiting)
                     if r.first_token_at is not None and decode_ready(r)]
-        if not decoding or core.cost_models is None:
+        leases = core.leases.leases() if reserved else []
+        if not (decoding or leases) or core.cost_models is None:
             return [], 0.0
-        step = core.step_costs.calibration.scale(core.cost_models.decode.predict(
-            len(decoding), sum(r.num_tokens for r in decoding) / len(decoding)))
+        lengths = [r.num_tokens for r in decoding] + [lease.prompt_len + 1 for lease in leases]
+        step = core.step_costs.calibration.scale(core.cost_models.decode.predict(len(lengths),
+                                                                                 sum(lengths) / len(lengths)))
+        now = core.clock()
         return [local_prefill.Promise(r.first_token_at, r.tpot_slo_ms / 1000, len(r.output_token_ids),  # type: ignore[arg-type]
-                                      core.tpot_margin(r.tpot_slo_ms / 1000)) for r in decoding if r.tpot_slo_ms], step
+                                      core.tpot_margin(r.tpot_slo_ms / 1000)) for r in decoding if r.tpot_slo_ms] + \
+            [local_prefill.Promise(now, lease.tpot_slo_ms / 1000, 1, core.tpot_margin(lease.tpot_slo_ms / 1000))
+             for lease in leases if lease.tpot_slo_ms], step

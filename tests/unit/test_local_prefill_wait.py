@@ -138,6 +138,17 @@ def test_the_decode_engine_predicts_the_wait_its_decodes_impose():
     assert core.local_prompts.first_token_s(400, 400 * 400) * 1000 == pytest.approx(FIRST_TOKEN_MS, rel=1e-6)
 
 
+def test_a_request_reserved_here_and_not_yet_committed_counts_as_a_fresh_decode():
+    """Its first token is on the way: once committed it has no slack, and the prompt waits for it
+    as for one that began decoding now (with no decode running, the forward alone otherwise)."""
+    clock = Clock()
+    core = _core(clock)
+    assert core.reserve("tight", 8, 64, tpot_slo_ms=15) is not None
+    # a fresh 15 ms promise, as in FIRST_TOKEN_MS but without the Poisson term (nothing began lately)
+    assert core.local_prompts.first_token_s(400, 400 * 400) * 1000 == pytest.approx(6 + 30 + 2, rel=1e-6)
+    assert core.local_prompts.stall_keeps(400, 400 * 400)  # the scheduler's rule reads only what decodes
+
+
 def test_a_prompt_whose_first_token_would_be_late_is_refused_and_its_lease_freed():
     clock = Clock()
     core = _core(clock)
