@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 import grpc
 
 from common.engine.llm_engine import AdmissionError
-from common.engine.thread import AsyncEngine, EngineThread
+from common.engine.async_engine import AsyncEngine
+from common.engine.thread import EngineThread
 from common.kv_transfer.base import NoLiveLease, NotOffered
 from common.kv_transfer.select import DecodeReceivers
 from common.engine.leases import LeaseError

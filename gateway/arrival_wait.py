@@ -29,7 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from common.rpc.server import gateway_channel
 from common.slo.calibration import WindowQuantile
 from common.slo.promise import DEFAULT_TARGET
-from common.slo.ttft_guard import overhead_quantile
+from common.slo.ttft_margins import overhead_quantile
 
 log = logging.getLogger(__name__)
 PERIOD_S = 0.1  # between probes: ten calls a second, nothing beside a request's thousands of messages

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from common.slo.calibration import WindowQuantile
 from common.slo.promise import DEFAULT_TARGET
-from common.slo.ttft_guard import overhead_quantile
+from common.slo.ttft_margins import overhead_quantile
 
 FRONTS = ("grpc", "http")
 

@@ -15,7 +15,8 @@ import time
 import grpc
 
 from common.model.batch import blocks_for
-from common.engine.thread import AsyncEngine, EngineThread
+from common.engine.async_engine import AsyncEngine
+from common.engine.thread import EngineThread
 from common.process.logs import request_id_var
 from common.process.metrics import Metrics
 from common.kv_transfer.base import KVSender, LeaseExpiredError, TransferStats, TransferTarget

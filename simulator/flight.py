@@ -24,6 +24,7 @@ class Flight:
     prefill: SimWorker | None = None  # a prefill worker, or its decode worker prefilling it itself
     lease: Lease | None = None
     first_token_at: float = 0.0  # at the gateway
+    second_at: float = 0.0  # its second token at the gateway (0: not yet)
     predicted_s: float | None = None  # the TTFT guard's uncalibrated prediction of its prefill call
     sent_at: float = 0.0  # its prefill call went out
     headroom_at: float | None = None  # the TTFT guard's headroom when it went out

@@ -29,7 +29,7 @@ from common.engine.request import RequestOutput, left_on_arrival
 from common.model.sampling_params import SamplingParams
 from common.slo.local_prefill import prefills_locally
 from common.slo.promise import decoding_late, outcome
-from common.slo.tpot_guard import DecodeView, handoff_window, never_met_anywhere, tpot_epsilons
+from common.slo.tpot_guard import DecodeView, handoff_extra, handoff_window, never_met_anywhere, tpot_epsilons
 from common.slo.ttft_decision import last_useful_admission, ttft_refusal
 from common.slo.guard_reading import Readings
 from common.slo.ttft_guard import TtftGuard, new_guard
@@ -66,7 +66,8 @@ class SimGateway:
             self.guards[w.worker_id] = new_guard(w.core.cost_models.prefill if w.core.cost_models else None,
                                                  self.config.max_num_tokens, target, self.sim.clock)
         for w in self.decodes:
-            self.views[w.worker_id] = DecodeView(tpot_epsilons(target, self.sim.clock), handoffs=handoff_window(self.sim.clock))
+            self.views[w.worker_id] = DecodeView(tpot_epsilons(target, self.sim.clock),
+                                                 handoffs=handoff_window(self.sim.clock))
             if self.config.prefills_locally and w.core.cost_models is not None:
                 self.local_guards[w.worker_id] = new_guard(w.core.cost_models.prefill, self.config.max_num_tokens,
                                                            target, self.sim.clock, probe_first=False)
@@ -159,7 +160,8 @@ class SimGateway:
         def reserve() -> None:
             try:
                 lease = worker.core.reserve(flight.request_id, flight.tokens, flight.planned.output_len,
-                                            flight.tpot_s * 1000, epsilon)
+                                            flight.tpot_s * 1000, epsilon,
+                                            handoff_s=self.views[worker.worker_id].handoff_s())
             except AdmissionError as exc:
                 lease = None
                 if exc.margin_alone:
@@ -383,6 +385,7 @@ class SimGateway:
         self._refuse(flight, reason="ttft_unattainable")
 
     def _decoded(self, flight: Flight, out: RequestOutput) -> None:
+        flight.second_at = flight.second_at or self.sim.now + self.config.hop_s  # when the gateway hears it
         if out.finished:
             self.sim.after(self.config.hop_s, self._last_token, flight)
 
@@ -397,6 +400,9 @@ class SimGateway:
         tokens = flight.planned.output_len
         tpot_s = (now - flight.first_token_at) / (tokens - 1) if tokens > 1 else 0.0
         assert flight.decode is not None
+        extra = handoff_extra(flight.first_token_at, flight.second_at, now, tokens)
+        if extra is not None:  # as the gateway's closed loop hears it (``gateway.promise_loop``)
+            self.views[flight.decode.worker_id].handoffs.observe(extra)
         epsilon = self.views[flight.decode.worker_id].epsilons.of(flight.tpot_s) if tokens > 1 and flight.tpot_s else None
         outcome(tpot_s, flight.tpot_s, epsilon, flight.epsilon_at, warned=flight.late_told)
         self.sim.after(self.config.hop_s, self.done, flight)

@@ -5,11 +5,10 @@ profile itself and calibrates, as a real worker does).
 
 As on a worker's engine thread, calls (RPCs that reached the worker) run between steps: one
 arriving during a step waits for its end. A decode worker whose batch holds only decoding
-requests, none about to finish, runs ahead: it asks the scheduler's own credit batcher which
-requests run in each of the next steps, up to the first step that could finish a request, and
-schedules one event at their end. A call arriving before then cuts the run at the step in
-progress (the credit batcher is rewound to that step) and waits for that step's end; the tokens
-of the steps run are recorded in the engine in bulk (``EngineCore.fast_forward``).
+requests, none about to finish, runs ahead through the engine's ``common.engine.run_ahead``: it
+asks the engine's own credit batcher which requests run in each of the next steps, up to the
+first that could finish one, and schedules one event at their end; a call arriving before then
+cuts the run at the step in progress (the batcher rewound to it) and waits for that step's end.
 
 With a ``HostCpu`` (``SimConfig.host_cores``), a forward, or a run ahead, takes its time × the
 stretch the front end's share of the worker's cores gives at its start.
@@ -184,28 +183,27 @@ class SimDecodeWorker(SimWorker):
             return
         self._busy, self._run = True, run
         if self.host is not None:
-            self.host.busy(self.worker_id, self.sim.now, run[-1].ends, _seconds(run) / self._run_stretch)
+            self.host.busy(self.worker_id, self.sim.now, run[-1].ends, sum(step.seconds for step in run) / self._run_stretch)
         self._run_id += 1
         self.sim.at(run[-1].ends, self._run_done, self._run_id)
 
     def _run_ahead(self) -> list[Step]:
         """The steps to come while the batch holds only decodes and none can finish (empty: the
         next step must be the engine's own)."""
-        scheduler = self.core.scheduler
-        running = scheduler.running
-        if scheduler.waiting or scheduler.has_pending_aborts() or not running or \
-                any(r.num_uncomputed_tokens > 1 for r in running):  # a prompt in chunks
+        core = self.core
+        running = core.steady_decodes()
+        if not running:
             return []
         self._run_stretch = 1.0 if self.host is None else self.host.stretch(self.worker_id, self.sim.now)
         produced = self._produced
         left = {r.request_id: r.params.max_tokens - len(r.output_token_ids) - produced.get(r.request_id, 0)
                 for r in running}
         length = {r.request_id: r.num_tokens + produced.get(r.request_id, 0) for r in running}
-        slos = scheduler.credit_slos(running)  # the set is fixed for the whole run
-        self._run_slos, self._run_credits = slos, scheduler.credit.credits()
+        slos = core.credit_slos(running)  # the set is fixed for the whole run
+        self._run_slos, self._run_credits = slos, core.credit.credits()
         if slos is None:
             return self._all_run_ahead(tuple(left), min(left.values()) - 1, sum(length.values()))
-        ids, credit, predict, noise = tuple(left), scheduler.credit, self.models.decode.predict, self._stretched_noise
+        ids, credit, predict, noise = tuple(left), core.credit, self.models.decode.predict, self._stretched_noise
         now, limit = self.sim.now, self._run_length
         steps: list[Step] = []
         while len(steps) < limit:
@@ -244,7 +242,7 @@ class SimDecodeWorker(SimWorker):
     def decoded_by_now(self) -> dict[str, int]:
         """Tokens after the first each running request has by now, the run ahead's ended steps included."""
         decoded = {r.request_id: len(r.output_token_ids) - 1 + self._produced.get(r.request_id, 0)
-                   for r in self.core.scheduler.running}
+                   for r in self.core.running_requests()}
         now = self.sim.now
         for step in self._run:
             if step.ends > now:
@@ -262,9 +260,9 @@ class SimDecodeWorker(SimWorker):
         if keep < len(run):
             self._run_length = max(1, self._run_length // 2)
             if self.host is not None:
-                self.host.cut(self.worker_id, run[keep - 1].ends, _seconds(run[keep:]) / self._run_stretch)
+                self.host.cut(self.worker_id, run[keep - 1].ends, sum(step.seconds for step in run[keep:]) / self._run_stretch)
             self._run = run[:keep]
-            credit = self.core.scheduler.credit
+            credit = self.core.credit
             credit.restore(self._run_credits)
             if self._run_slos is not None:
                 for _ in range(keep):
@@ -297,7 +295,3 @@ class SimDecodeWorker(SimWorker):
         if self._steps:
             self.core.fast_forward(self._produced, self._steps, self._last_end)
             self._produced, self._steps = {}, 0
-
-
-def _seconds(steps: list[Step]) -> float:
-    return sum(step.seconds for step in steps)

@@ -13,7 +13,7 @@ A step is two halves around the forward::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from common.engine.block_pool import BlockPool
 from common.engine.config import EngineConfig
@@ -25,6 +25,9 @@ from common.engine.request import Request, RequestOutput
 from common.engine.scheduler import Scheduler, SchedulerConfig
 from common.engine.step_costs import StepCosts
 from common.engine.step_policy import SloGuarded
+from common.engine.prompt_timing import PromptTiming
+from common.engine.run_ahead import RunAhead
+from common.engine.tpot_admission import AdmissionError, TpotAdmission
 from common.model.batch import ScheduledBatch, blocks_for
 from common.model.sampling_params import SamplingParams
 from common.slo import epsilon_bound, tpot_guard
@@ -32,25 +35,14 @@ from common.slo.calibration import Calibration
 from common.slo.class_margins import slo_class_ms
 from common.slo.promise import STEP
 from common.slo.ratio_histogram import RatioHistogram
-from common.slo.forward_budget import TightestSlo, forward_budget
-from common.slo.cost_models import CostModels, attention_work
+from common.slo.forward_budget import TightestSlo
+from common.slo.cost_models import CostModels
 
 Clock = Callable[[], float]
+__all__ = ["AdmissionError", "EngineCore"]
 
 
-class AdmissionError(ValueError):
-    """The request's SLO cannot be met here now (the caller answers RESOURCE_EXHAUSTED);
-    ``margin_alone``: it could under its class's ε probed lower (``MarginController.probe``), so
-    the margin, not the work here, refused it; ``never``: not under any load either (its TPOT SLO
-    is below one request's step alone here: the caller answers FAILED_PRECONDITION)."""
-
-    def __init__(self, message: str, margin_alone: bool = False, never: bool = False) -> None:
-        super().__init__(message)
-        self.margin_alone = margin_alone
-        self.never = never
-
-
-class EngineCore:
+class EngineCore(TpotAdmission, PromptTiming, RunAhead):
     def __init__(self, config: EngineConfig, num_blocks: int, max_model_len: int, vocab_size: int,
                  eos_token_ids: tuple[int, ...], clock: Clock = time.monotonic) -> None:
         self.config = config
@@ -136,99 +128,6 @@ class EngineCore:
         self.load = self._measure()
         return lease
 
-    def _refuse_if_never(self, tpot_slo_ms: float) -> None:
-        alone = self.tpot_alone_s
-        if self.scheduler.config.tpot_guard and tpot_guard.never_met(tpot_slo_ms / 1000, alone):
-            assert alone is not None
-            raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms can never be met by this decode worker: one request "
-                                 f"alone takes {alone * 1000:.1f} ms a token here", never=True)
-
-    @property
-    def tpot_alone_s(self) -> float | None:
-        """One request's decode step alone here (``StepEvidence.alone_s``); None: not measured."""
-        return self.step_costs.evidence.alone_s(self.unloaded_step_s)
-
-    @property
-    def tpot_alone_now_s(self) -> float | None:
-        """One request's decode step here now, what the idle rule admits by (``StepEvidence.alone_now_s``)."""
-        return self.step_costs.evidence.alone_now_s(self.unloaded_step_s)
-
-    @property
-    def epsilon_ceiling(self) -> float:
-        """The most ε this worker's steps have shown it needs (``StepEvidence.ceiling``), as its
-        heartbeats report it: the gateway bounds ε by it, lifted for a while by the misses it saw
-        (``ClassMargins.limit``)."""
-        return self.step_costs.evidence.ceiling(tpot_guard.TPOT_MARGIN)
-
-    @property
-    def epsilon_start(self) -> float:
-        """Where ε starts here and returns to on time (``StepEvidence.start``)."""
-        return self.step_costs.evidence.start(tpot_guard.TPOT_MARGIN)
-
-    def tpot_admits(self, tpot_slo_ms: float, prompt_len: int, max_tokens: int,
-                    epsilon: float = tpot_guard.TPOT_MARGIN, handoff_s: float = 0.0) -> bool:
-        """The TPOT guard (``common.slo.tpot_guard``) over the decodes of the requests here and
-        those reserved (their leases carry their SLOs and budgets), the newcomer's class held to
-        ``epsilon`` (its requests here too), its ``handoff_s`` ahead of it; always true under a policy without it, or before the
-        worker has a cost model."""
-        if not self.scheduler.config.tpot_guard or self.cost_models is None:
-            return True
-        new = tpot_guard.Decoding(tpot_slo_ms / 1000, max_tokens - 1, prompt_len + 1, lag_s=handoff_s)
-        present = self.decodings({slo_class_ms(tpot_slo_ms / 1000): epsilon})
-        # the newcomer needs a place once its KV is committed: at least a prefill forward's fixed cost away
-        soonest_commit_s = max(0.0, self.cost_models.prefill.base_s)
-        return tpot_guard.admits_request(new, present, self.cost_models.decode, self.tpot_alone_now_s, epsilon,
-                                         self.step_costs.calibration.scale, self.config.max_batch_size,
-                                         soonest_commit_s)
-
-    def prefill_cap(self) -> int:
-        """Prompt tokens a step may compute now: the configured budget, cut under a TTFT guard so
-        that a forward leaves the tightest recent TTFT SLO time for a request arriving during it
-        (``common.slo.forward_budget``; the gateway predicts queues with the same cut)."""
-        if self.cost_models is None:
-            return self.config.max_num_tokens
-        return forward_budget(self.cost_models.prefill, self.tightest_ttft.value(), self.config.max_num_tokens)
-
-    def forward_keeps(self, tokens: int, attention: int, deadline: float, share: float = 1.0) -> bool:
-        """Whether a forward of ``tokens`` prompt tokens of ``attention`` work
-        (``common.slo.cost_models.attention_work``) begun now is predicted (fitted model × this
-        worker's calibration of its forwards) to end within ``share`` of the time left to
-        ``deadline`` (this engine's clock)."""
-        return self.cost_models is None or self.forward_s(tokens, attention) <= share * (deadline - self.clock())
-
-    def stall_keeps(self, tokens: int, work: int) -> bool:
-        """The stall rule over this engine's decoding requests (``LocalPrompts.stall_keeps``)."""
-        return self.local_prompts.stall_keeps(tokens, work)
-
-    def all_fit(self, batch: int, mean_len: float, tightest_slo_s: float) -> bool:
-        """Credit batching's work-conserving test: a step of every decoding request, as the
-        calibrated model predicts it, keeps the tightest TPOT SLO present with margin ε. Then
-        holding a loose request back saves the tight ones nothing (a GPU's step is nearly flat
-        in batch size) and only keeps the loose one present longer, in a place of the batch."""
-        if self.cost_models is None:
-            return False
-        step = self.step_costs.calibration.scale(self.cost_models.decode.predict(batch, mean_len))
-        return tpot_guard.step_keeps(step, tightest_slo_s, self.tpot_margin(tightest_slo_s))
-
-    def tpot_margin(self, slo_s: float) -> float:
-        """ε for a request with this TPOT SLO: its class's latest (``TPOT_MARGIN`` before any), as
-        the gateway bounded it (``ClassMargins.limit``), at most ``epsilon_bound.MOST``."""
-        return self.tpot_margins.get(slo_class_ms(slo_s), tpot_guard.TPOT_MARGIN)
-
-    def decodings(self, margins: Mapping[float, float] | None = None) -> list[tpot_guard.Decoding]:
-        """What the TPOT guard projects: every request here (decoding or about to) and every
-        reservation, with its SLO, its output tokens still to come at most, its length, and its
-        class's ε (``margins``, by ``slo_class_ms``, in place of the stored ones where given)."""
-        margins = {**self.tpot_margins, **(margins or {})}  # each class's as its latest reservation brought it
-
-        def margin(slo_ms: float) -> float:
-            return margins.get(slo_class_ms(slo_ms / 1000), tpot_guard.TPOT_MARGIN)
-
-        here = [tpot_guard.Decoding(r.tpot_slo_ms / 1000, r.params.max_tokens - len(r.output_token_ids), r.num_tokens,
-                                    margin(r.tpot_slo_ms)) for r in self.scheduler.requests.values()]
-        return here + [tpot_guard.Decoding(lease.tpot_slo_ms / 1000, lease.max_tokens - 1, lease.prompt_len + 1,
-                                           margin(lease.tpot_slo_ms), lease.handoff_s) for lease in self.leases.leases()]
-
     def commit(self, request_id: str, lease_id: str, prompt_token_ids: list[int], first_token: int,
                params: SamplingParams, tpot_slo_ms: float = 0.0) -> None:
         """Starts decoding a request whose prompt KV is in its reserved blocks."""
@@ -275,23 +174,6 @@ class EngineCore:
                                    num_registered=cached, ttft_slo_ms=ttft_slo_ms, ttft_left_ms=ttft_left_ms,
                                    tpot_slo_ms=tpot_slo_ms, cacheable=self.pool.prefix_index is not None))
         self.load = self._measure()
-
-    def _refuse_if_late(self, tokens: int, computed: int, ttft_slo_ms: float, ttft_left_ms: float) -> None:
-        """Raises ``AdmissionError`` when a prompt of ``tokens`` to compute (``computed`` before
-        them) given to this engine now is predicted to have its first token after ``ttft_left_ms``;
-        nothing to check without a budget or a cost model."""
-        if not ttft_left_ms or self.cost_models is None:
-            return
-        first_token_s = self.local_prompts.first_token_s(tokens, attention_work(tokens, computed))
-        if first_token_s is None or first_token_s * 1000 > ttft_left_ms:
-            why = ("would wait for its decodes' slack without end" if first_token_s is None
-                   else f"is predicted in {first_token_s * 1000:.0f} ms, {ttft_left_ms:.0f} ms left")
-            raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms cannot be met by this decode worker: its first token {why}")
-
-    def forward_s(self, tokens: int, attention: int) -> float:
-        """A prefill forward's predicted time: the fitted model × this worker's calibration."""
-        assert self.cost_models is not None
-        return self.forward_calibration.scale(self.cost_models.prefill.predict(tokens, attention))
 
     def renew_reservation(self, request_id: str, lease_id: str) -> bool:
         """``LeaseTable.renew``: the reservation's prefill is still awaited."""
@@ -398,17 +280,6 @@ class EngineCore:
         if self.cost_models is not None and self.cost_models.calibrate:
             self.cost_models = self.step_costs.observe(self.cost_models, batch_size, mean_len, seconds,
                                                        self.config.max_batch_size)
-
-    def fast_forward(self, produced: dict[str, int], steps: int, last_end: float) -> None:
-        """Records ``steps`` decode steps a simulator costed without running them one by one:
-        ``produced[request_id]`` tokens each (``Scheduler.advance_decodes``), none finishing, the
-        last ending at ``last_end``. Leases past their deadline by then are expired, as those
-        steps' ``schedule_step`` would have."""
-        self.leases.expire(last_end)
-        self.scheduler.advance_decodes(produced, 0)
-        self.steps_completed += steps
-        self._last_step_end = last_end if self.has_unfinished_requests() else None
-        self.load = self._measure()
 
     def check_integrity(self) -> None:
         """Pool whole, and every block's reference count equals the requests that hold it."""

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from common.engine import prefix_sharing
 from common.engine.block_pool import BlockPool
 from common.engine.request import FINISH_REASONS, Request, RequestOutput, RequestStatus
+from common.engine.scheduler_blocks import SchedulerBlocks
 from common.engine.step_policy import FirstComeFirstServed, StepPolicy
-from common.model.batch import ScheduledBatch, ScheduledSeq, blocks_for, prompt_attention_work
+from common.model.batch import ScheduledBatch, ScheduledSeq, prompt_attention_work
 from common.slo.cost_models import attention_work
 from common.slo.credit import CreditBatcher
 from common.slo.forward_budget import FORWARD_SHARE
@@ -53,7 +53,7 @@ class SchedulerConfig:
         return policy(self.policy).tpot_guard
 
 
-class Scheduler:
+class Scheduler(SchedulerBlocks):
     def __init__(self, config: SchedulerConfig, pool: BlockPool, policy: StepPolicy | None = None) -> None:
         self.config = config
         self.pool = pool
@@ -167,18 +167,6 @@ class Scheduler:
             return None
         return {r.request_id: r.tpot_slo_ms or tightest for r in decoding}
 
-    def advance_decodes(self, produced: dict[str, int], token: int) -> None:
-        """Records ``produced[request_id]`` decode steps' worth of output for running requests at
-        once, each step's token ``token``: what as many steps' ``update_from_output`` would record
-        for requests that did not finish in them. A simulator's fast-forward over steps it has
-        costed; the caller never advances a request to its last token this way."""
-        for request_id, count in produced.items():
-            request = self.requests[request_id]
-            if len(request.output_token_ids) + count >= request.params.max_tokens:
-                raise ValueError(f"request {request_id} would finish in a fast-forward")
-            request.output_token_ids.extend([token] * count)
-            request.num_computed_tokens += count
-
     def _admit_waiting(self, seqs: list[ScheduledSeq], budget: int, whole_only: bool = False) -> None:
         """Admits waiting requests into this step within ``budget`` tokens; with ``whole_only``, a
         prompt that does not fit whole only as the step's first prompt; under the TTFT guard, a
@@ -229,56 +217,6 @@ class Scheduler:
         if not self.policy.forward_keeps(tokens, work, deadline, 1.0):
             return False  # already late: it holds nobody back
         return not self.policy.forward_keeps(tokens + more, work + more_work, deadline, FORWARD_SHARE)
-
-    def _attach_cached_prefix(self, request: Request) -> int | None:
-        """Shares the cached blocks of the request's longest cached prefix into it; returns how
-        many (None when it is not looked up: no cache, a hand-off, or KV already computed)."""
-        if self.pool.prefix_index is None or not self.match_prefixes or not request.cacheable or request.block_ids:
-            return None
-        return prefix_sharing.attach_cached_prefix(self.pool, self.config.block_size, self.config.prefix_salt, request)
-
-    def register_full_blocks(self, request: Request) -> None:
-        """Names the request's newly full blocks in the prefix index (``prefix_sharing``)."""
-        prefix_sharing.register_full_blocks(self.pool, self.config.block_size, self.config.prefix_salt, request)
-
-    def _drop_blocks(self, request: Request) -> None:
-        """Gives back every block of a request and forgets its computed KV (it starts over)."""
-        self.pool.free(request.block_ids)
-        request.block_ids = []
-        request.num_computed_tokens = request.num_registered = 0
-
-    def _admission_tokens(self, request: Request, n: int) -> int:
-        if self.config.memory_policy == "guaranteed_no_evict":
-            return min(request.max_total_tokens, self.config.max_model_len)
-        return request.num_computed_tokens + n
-
-    def _make_room(self, request: Request, tokens: int) -> int:
-        """Preempts the newest running requests until ``request`` has blocks for ``tokens``."""
-        count = 0
-        while not self._grow_blocks(request, tokens):
-            victim = self.running[-1]
-            self._preempt(victim)
-            count += 1
-            if victim is request:
-                break
-        return count
-
-    def _grow_blocks(self, request: Request, tokens: int) -> bool:
-        missing = blocks_for(tokens, self.config.block_size) - len(request.block_ids)
-        if missing <= 0:
-            return True
-        blocks = self.pool.allocate(missing)
-        if blocks is None:
-            return False
-        request.block_ids.extend(blocks)
-        return True
-
-    def _preempt(self, request: Request) -> None:
-        self.running.remove(request)
-        self._drop_blocks(request)  # named blocks stay parked: its re-admission may find them
-        request.num_preemptions += 1
-        request.status = RequestStatus.PREEMPTED
-        self.waiting.appendleft(request)
 
     def _scheduled(self, request: Request, n: int) -> ScheduledSeq:
         start = request.num_computed_tokens

@@ -25,26 +25,6 @@ would make every later prediction carry the worst such delay. The calibration, a
 learns only from calls sent with nothing ahead (its prediction is then the model of its own
 prompt, not of a queue partly computed already).
 
-A loose class's headroom relaxes on the outcomes it meets with room, which says little of a
-request with no slack left: a queued request a newcomer would push back, and a waiter at its last
-useful moment (``last_useful_admission``), are checked under at least the worker's boundary
-margin (under a relaxed headroom both miss). That margin is steered by how far calls outrun their
-predictions, the pushes of later sends included (``common.slo.boundary``); it starts at, and never
-goes below, ``BOUNDARY_HEADROOM``. What it measures is how far a queue drains slower than
-predicted, so a newcomer's wait for the queue ahead of it is predicted under at least it too: a
-class's headroom hears of a slower worker only a whole TTFT after its admissions, and until then
-newcomers sent straight into a queue after a load step miss together. Its own forward keeps its
-class's headroom: a tight class's prediction is mostly its own forward, and checking all of it
-under the boundary margin refuses requests that their own headroom admits in time. (Chosen by
-measurement: docs/decisions.md, 'TTFT guard: the boundary margin covers the queue ahead'.)
-
-The overhead's tail forgets a call after ``OVERHEAD_MAX_AGE_S`` even when fewer calls than its
-window's minimum have come since: one slow call at a bad moment (another process on the cores)
-raises the tail far above what calls take, and with every request then refused no later call
-could push it out, so an idle worker would refuse, for good, what it serves in a fraction of its
-SLO. (Admitting an idle worker's requests without the tail instead removed it from most arrivals of
-a light load, whose tight classes then missed on it.)
-
 Plain code of time and state: no clock is read here (``now`` is an argument; a calibration
 reads the clock it is given), so a simulator can drive it on a virtual clock.
 """
@@ -60,39 +40,10 @@ from common.slo.calibration import Calibration, WindowQuantile
 from common.slo.cost_models import PrefillModel
 from common.slo.forward_budget import TightestSlo, forward_budget
 from common.slo.guard_reading import GuardReading, Queued
-from common.slo.promise import DEFAULT_TARGET, MarginController
+from common.slo.ttft_margins import call_overhead, prefill_calibration, ttft_headrooms
+from common.slo.ttft_pushes import QueuePushes
+from common.slo.promise import DEFAULT_TARGET
 from common.slo.class_margins import ClassMargins
-
-TTFT_HEADROOM = 1.0  # where the closed loop starts the margin on predicted prefill calls: on the safe side
-OVERHEAD_MAX_AGE_S = 30.0  # the longest a call's overhead counts in the tail, however few calls came since
-
-
-def prefill_calibration(clock: Callable[[], float] = time.monotonic) -> Calibration:
-    """The typical ratio of a worker's own time for a call to the model's prediction: the tail is
-    the overhead's (one call, not a mean over many, decides a TTFT)."""
-    return Calibration(quantile=0.5, clock=clock)
-
-
-def ttft_headrooms(target: float = DEFAULT_TARGET, clock: Callable[[], float] = time.monotonic) -> ClassMargins:
-    return ClassMargins(TTFT_HEADROOM, target=target, clock=clock)
-
-
-def overhead_quantile(target: float = DEFAULT_TARGET) -> float:
-    """The quantile of a call's overhead that predictions add: one minus the TTFT headroom's share
-    of the miss budget (0.995 at a 0.99 target).
-
-    Under load the guard admits right up to the deadline, so many admitted requests have no slack
-    beyond the prediction (a request that waited for a decode place is sent at its last useful
-    moment, with none at all): each of them misses when its call's overhead exceeds the quantile
-    added, so that quantile is the miss rate they are promised (a lower one, such as p90, makes a
-    burst's admissions at the boundary miss at its rate: docs/decisions.md, 'TTFT call overhead
-    quantile')."""
-    return 1 - MarginController(TTFT_HEADROOM, target=target).budget
-
-
-def call_overhead(target: float = DEFAULT_TARGET, clock: Callable[[], float] = time.monotonic) -> WindowQuantile:
-    return WindowQuantile(quantile=overhead_quantile(target), clock=clock, max_age_s=OVERHEAD_MAX_AGE_S)
-
 
 def new_guard(model: PrefillModel | None, forward_tokens: int, target: float = DEFAULT_TARGET,
               clock: Callable[[], float] = time.monotonic, probe_first: bool = True) -> TtftGuard:
@@ -105,7 +56,7 @@ def new_guard(model: PrefillModel | None, forward_tokens: int, target: float = D
 
 
 @dataclass(slots=True, eq=False)
-class TtftGuard:
+class TtftGuard(QueuePushes):
     model: PrefillModel | None  # the worker's fit; None when it has none (no guard asked for one)
     forward_tokens: int = 0  # the worker's max_num_tokens; 0: all in one (``forward_cut``: what it runs now)
     calibration: Calibration = field(default_factory=prefill_calibration)
@@ -304,18 +255,6 @@ class TtftGuard:
         cut = self.forward_cut
         return self._raw(ahead_tokens, prompt_tokens, cut, self._queued_len(cut))
 
-    def pushes_queued_past(self, prompt_tokens: int, deadline: float, now: float) -> bool:
-        """Whether sending a request with this deadline here would make a request already
-        queued, predicted to be on time, late.
-
-        Least slack first puts the newcomer ahead of every queued request with a later deadline,
-        so each of those waits for its tokens too. Admitting it anyway would trade a request that
-        was promised its SLO for one that was not, and make the promises worth less.
-        """
-        if self.model is None:
-            return False
-        return self._pushes(prompt_tokens, deadline, now, self.reading())
-
     def reading(self) -> GuardReading:
         cut = self.forward_cut
         return GuardReading(list(self.queued.values()), cut, self.ratio(), self.overhead.value(), self._queued_len(cut))
@@ -339,43 +278,6 @@ class TtftGuard:
             headroom = max(self.boundary.margin, headroom)
         return False, self._predict_tokens(ahead, prompt_tokens, scale=(state.ratio, state.overhead, headroom), cut=cut,
                                            queued_len=state.per_token, queue_margin=self.boundary.margin)
-
-    def _pushes(self, prompt_tokens: int, deadline: float, now: float, state: GuardReading) -> bool:
-        """``pushes_queued_past`` on the worker's state as read."""
-        mine, cut, ratio, overhead, per_token = state.mine, state.cut, state.ratio, state.overhead, state.per_token
-        by_deadline = sorted(mine, key=lambda q: q[0])
-        total, earlier = sum(tokens for _, tokens, _ in mine), 0
-        # each queued request's own ``queued_ahead`` from running sums in deadline order: one pass,
-        # not one over the queue per request (a gateway with hundreds queued spent its core here)
-        classes: set[float] = set()  # the TTFT SLOs of the requests due at this deadline
-        # each its own class's margin, the promise it was made, and no less than the boundary's
-        # (read once per class: the check is one moment)
-        least = self.boundary.margin
-        class_margin: dict[float, float] = {}
-        for i, (queued_deadline, tokens, ttft_s) in enumerate(by_deadline):
-            earlier += tokens
-            classes.add(ttft_s)
-            if i + 1 < len(by_deadline) and by_deadline[i + 1][0] == queued_deadline:
-                continue  # equal deadlines: all of them are ahead of each
-            due, classes = classes, set()
-            if queued_deadline < deadline or queued_deadline == float("inf"):
-                continue
-            ahead = self._ahead(mine, earlier, total - earlier, queued_deadline, cut)
-            margins: set[float] = set()
-            for t in due:
-                if t not in class_margin:
-                    class_margin[t] = max(least, self.headrooms.margin(t))
-                margins.add(class_margin[t])
-            for margin in margins:
-                scale = ratio, overhead, margin
-                # the newcomer's prediction first: where the queued request is on time even with
-                # it, nothing is pushed and the prediction without it is not needed (most are)
-                with_it = now + self._predict_tokens(ahead, prompt_tokens, scale=scale, cut=cut, queued_len=per_token)
-                if with_it <= queued_deadline:
-                    continue
-                if now + self._predict_tokens(ahead, scale=scale, cut=cut, queued_len=per_token) <= queued_deadline:
-                    return True
-        return False
 
     def idle_and_untested(self) -> bool:
         """Nothing to do and no call observed yet: its model alone must not refuse a request."""

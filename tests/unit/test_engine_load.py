@@ -11,7 +11,8 @@ from common.engine.config import EngineConfig
 from common.engine.leases import LeaseError
 from common.engine.llm_engine import AdmissionError, LLMEngine
 from common.model.sampling_params import SamplingParams
-from common.engine.thread import AsyncEngine, EngineThread
+from common.engine.async_engine import AsyncEngine
+from common.engine.thread import EngineThread
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 
 PARAMS = SamplingParams(max_tokens=3, ignore_eos=True)

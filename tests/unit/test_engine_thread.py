@@ -9,7 +9,8 @@ import pytest
 
 from common.engine.config import EngineConfig
 from common.engine.llm_engine import LLMEngine
-from common.engine.thread import AsyncEngine, EngineDead, EngineThread
+from common.engine.async_engine import AsyncEngine
+from common.engine.thread import EngineDead, EngineThread
 from common.model.sampling_params import SamplingParams
 
 

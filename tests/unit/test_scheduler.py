@@ -133,6 +133,7 @@ def test_a_fast_forward_of_decode_steps_leaves_what_as_many_single_steps_leave()
     """``advance_decodes`` (the simulator's fast-forward) against real steps, credit batching included."""
     from common.engine.block_pool import BlockPool
     from common.engine.request import Request
+    from common.engine.run_ahead import advance_decodes
     from common.model.sampling_params import SamplingParams
     from common.engine.scheduler import Scheduler, SchedulerConfig
 
@@ -152,7 +153,7 @@ def test_a_fast_forward_of_decode_steps_leaves_what_as_many_single_steps_leave()
     for _ in range(12):
         for rid in forwarded.credit_selection(forwarded.running) or ():
             produced[rid] = produced.get(rid, 0) + 1
-    forwarded.advance_decodes(produced, 7)
+    advance_decodes(forwarded, produced, 7)
     for rid in ("a", "b", "c"):
         a, b = stepped.requests[rid], forwarded.requests[rid]
         assert (a.output_token_ids, a.num_computed_tokens) == (b.output_token_ids, b.num_computed_tokens)

@@ -137,7 +137,8 @@ def test_best_prefill_over_workers_skips_those_it_would_make_late():
 def test_the_overhead_a_prediction_adds_is_the_miss_budgets_quantile_of_recent_calls():
     """A request admitted with no slack misses when its call's overhead exceeds what was added:
     at a 0.99 target, with half the misses the TTFT's, a spike in one call of twenty counts."""
-    from common.slo.ttft_guard import new_guard, overhead_quantile
+    from common.slo.ttft_guard import new_guard
+    from common.slo.ttft_margins import overhead_quantile
 
     assert overhead_quantile(0.99) == pytest.approx(0.995)
     assert overhead_quantile(0.9) == pytest.approx(0.95)
@@ -363,7 +364,8 @@ def test_one_slow_call_cannot_shut_an_idle_prefill_worker_out():
     moment) raises the overhead's tail: the next requests are refused on it while it is recent,
     and once it is older than ``OVERHEAD_MAX_AGE_S`` it no longer counts, though no call came since
     to push it out of the window (every request was refused)."""
-    from common.slo.ttft_guard import OVERHEAD_MAX_AGE_S, new_guard
+    from common.slo.ttft_guard import new_guard
+    from common.slo.ttft_margins import OVERHEAD_MAX_AGE_S
 
     clock = Clock()
     guard = new_guard(MODEL, 0, clock=clock)
