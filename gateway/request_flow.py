@@ -75,6 +75,7 @@ class RequestFlow:
         if req.request_id in self.active:
             raise RequestError(grpc.StatusCode.ALREADY_EXISTS, f"request_id {req.request_id!r} is already running")
         progress = self.active[req.request_id] = Progress(owner=req, started=req.received_at or time.perf_counter())
+        progress.promise.arrived = _planned_start(req, progress)
         try:
             async for message in self._stages(req, progress):
                 if message.finish_reason:
@@ -153,7 +154,7 @@ class RequestFlow:
                                                               _deadline(req, p), avoid)
         p.reserved(decode, reservation.lease_id)
         # the margin that admitted it: none when the idle rule did (its outcome then says nothing of ε)
-        p.decode_epsilon = 1.0 if reservation.admitted_alone else decode.view.epsilons.margin(req.tpot_ms / 1000)
+        p.promise.tpot_epsilon = 1.0 if reservation.admitted_alone else decode.view.epsilons.margin(req.tpot_ms / 1000)
         p.decode_cached_tokens = reservation.cached_blocks * decode.descriptor.block_size
         try:
             self._check_ttft(req, p, decode)  # the wait, or the reservation itself, may have used up the slack
@@ -189,11 +190,11 @@ class RequestFlow:
         # what this worker will compute: its guard predicts, queues and calibrates on that
         tokens, guard = prompt.uncached_tokens(worker.prefix), worker.guard
         ahead, raw_s = guard.queued_ahead(deadline), guard.predict_s(tokens, deadline, calibrated=False)
-        p.prefill_predicted_s = guard.predict_s(tokens, deadline, ttft_s=req.ttft_ms / 1000)
-        p.prefill_headroom = guard.headrooms.margin(req.ttft_ms / 1000)
+        predicted_s = guard.predict_s(tokens, deadline, ttft_s=req.ttft_ms / 1000)
         worker.inflight += 1
         guard.sent(req.request_id, deadline, tokens, req.ttft_ms / 1000)
-        sent = p.prefill_sent = time.perf_counter()
+        sent = time.perf_counter()
+        p.promise.prefill_going(sent, predicted_s, guard.headrooms, req.ttft_ms / 1000)
         try:
             if worker is decode:  # it computes the prompt into its own lease: nothing to keep alive
                 reply = await worker.stub.Prefill(request, timeout=call_timeout(req, PREFILL_TIMEOUT_S))
@@ -265,7 +266,7 @@ class RequestFlow:
                              text: TextStream) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         merge = not req.stop  # (with stop strings each event stays apart: the ids sent must end at the stop)
         pending: deque[InboxItem] = deque()
-        sent = p.first_sent = time.perf_counter()  # when the last message went (the first token's, just now)
+        sent = p.promise.first_sent = time.perf_counter()  # when the last message went (the first token's, just now)
         while True:
             if not pending:
                 hold_s = self.stream_interval.seconds() if merge else 0.0

@@ -4,8 +4,8 @@ gateway's own policy code.
     arrive ─▶ TTFT guard (``ttft_refusal``) ─▶ Reserve on decode workers in the router's order
       (refused everywhere, or a waiter no harder to admit waiting: the admission queue's rounds,
       ``simulator.admission_queue``, until the last useful moment) ─▶ TTFT guard again ─▶ Prefill on the router's first prefill worker ─▶ KV copy ─▶
-      first token (TTFT to the closed loop, ``outcome``) ─▶ Commit ─▶ decode (a TPOT late on the way:
-      ``decoding_late``) ─▶ last token (TPOT to the closed loop)
+      first token (TTFT to the closed loop) ─▶ Commit ─▶ decode (a TPOT late on the way) ─▶ last token
+      (TPOT to the closed loop): each told through the request's ``PromiseRecord``, as the gateway tells it
 
 or, with local prefill, when no prefill worker is predicted in time and the decode worker holding
 the reservation is (``prefills_locally``): Prefill on that decode worker (its engine computes the
@@ -28,8 +28,7 @@ from common.engine.leases import Lease, LeaseError
 from common.engine.request import RequestOutput, left_on_arrival
 from common.model.sampling_params import SamplingParams
 from common.slo.local_prefill import prefills_locally
-from common.slo.promise import decoding_late, outcome
-from common.slo.tpot_guard import DecodeView, handoff_extra, handoff_window, never_met_anywhere, tpot_epsilons
+from common.slo.tpot_guard import DecodeView, handoff_window, never_met_anywhere, tpot_epsilons
 from common.slo.ttft_decision import last_useful_admission, ttft_refusal
 from common.slo.guard_reading import Readings
 from common.slo.ttft_guard import TtftGuard, new_guard
@@ -102,7 +101,7 @@ class SimGateway:
     def _reach(self, flight: Flight) -> None:
         """The call reaches the gateway's process; its handler runs when the event loop is free. The
         request is planned from here (its client's stamp, less the hop), not from its handler."""
-        flight.arrived = self.sim.now
+        flight.promise.arrived = self.sim.now
         if self.loop.modelled:
             self.sim.at(self.loop.handler(self.sim.now), self._arrive, flight)
         else:
@@ -173,7 +172,7 @@ class SimGateway:
                 self.views[worker.worker_id].routed.pop(flight.request_id, None)
                 self._try_decode(flight, candidates, at + 1, then)
             else:
-                flight.epsilon_at = 1.0 if lease.alone else epsilon  # the margin that admitted it
+                flight.promise.tpot_epsilon = 1.0 if lease.alone else epsilon  # the margin that admitted it
                 then(flight, worker, lease)
 
         # counted where it is asked, as the gateway counts it: a burst that arrives together spreads
@@ -181,20 +180,18 @@ class SimGateway:
         self.sim.after(self.config.hop_s, worker.call, reserve)
 
     def _hear_tokens(self, worker: SimDecodeWorker) -> None:
-        """The closed loop's look at the requests decoding on ``worker`` (``decoding_late``), brought
+        """The closed loop's look at the requests decoding on ``worker`` (``PromiseRecord.heard``), brought
         up to now before ε is read: the gateway hears every token as it comes, and ε matters only
         when it admits. (Tokens a hop in flight count as heard.)"""
         decoding = self.decoding[worker.worker_id]
         if not decoding:
             return
-        epsilons = self.views[worker.worker_id].epsilons
+        view = self.views[worker.worker_id]
         now = self.sim.now
         for rid, decoded in worker.decoded_by_now().items():
             flight = decoding.get(rid)
-            if flight is not None and not flight.late_told:
-                flight.late_told = decoding_late(decoded, now - flight.first_token_at, flight.tpot_s,
-                                                 epsilons.of(flight.tpot_s) if flight.tpot_s else None,
-                                                 flight.epsilon_at)
+            if flight is not None:
+                flight.promise.heard(decoded + 1, now, flight.tpot_s, view)
 
     def _reserved_or_wait(self, flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
         if worker is not None and lease is not None:
@@ -254,14 +251,12 @@ class SimGateway:
 
     def _send_prefill(self, flight: Flight, worker: SimWorker, guard: TtftGuard) -> None:
         flight.prefill = worker
-        flight.predicted_s = guard.predict_s(flight.tokens, flight.deadline, calibrated=False)
+        flight.prefill_raw_s = guard.predict_s(flight.tokens, flight.deadline, calibrated=False)
         planned = guard.predict_s(flight.tokens, flight.deadline, ttft_s=flight.ttft_s)  # what admitted it
-        flight.planned_ttft_s = None if planned is None else self.sim.now - flight.arrived + planned
+        flight.promise.prefill_going(self.sim.now, planned, guard.headrooms, flight.ttft_s)
         guard.sent(flight.request_id, flight.deadline, flight.tokens, flight.ttft_s)
         self.states[worker.worker_id].inflight += 1
-        flight.sent_at = self.sim.now
         self.loop.served(self.sim.now)
-        flight.headroom_at = guard.headrooms.margin(flight.ttft_s)
         if self.host is not None:  # served from here on: its workers' own threads carry it
             assert flight.decode is not None  # reserved before its prefill (``_reserved``)
             for served in {worker.worker_id: worker, flight.decode.worker_id: flight.decode}:  # once each
@@ -331,13 +326,11 @@ class SimGateway:
         now = self.sim.now
         local = flight.prefill is flight.decode
         guard = (self.local_guards if local else self.guards)[flight.prefill.worker_id]
-        observed = now - flight.sent_at
-        guard.answered(flight.request_id, observed, flight.predicted_s, observed - 2 * self.config.hop_s - overhead_s,
+        observed = now - flight.promise.prefill_sent
+        guard.answered(flight.request_id, observed, flight.prefill_raw_s, observed - 2 * self.config.hop_s - overhead_s,
                        0.0 if local else flight.prefill.core.load.forward_calibration_ratio)
         self.states[flight.prefill.worker_id].inflight -= 1
-        flight.first_token_at = now
-        outcome(now - flight.arrived, flight.ttft_s, guard.headrooms.of(flight.ttft_s), flight.headroom_at,
-                predicted_s=flight.planned_ttft_s)
+        flight.promise.first_token(now, flight.ttft_s, guard.headrooms)
         flight.record.token_times.append(now + self.config.hop_s)
         flight.record.tokens_per_message.append(1)
         if flight.planned.output_len == 1:
@@ -385,7 +378,7 @@ class SimGateway:
         self._refuse(flight, reason="ttft_unattainable")
 
     def _decoded(self, flight: Flight, out: RequestOutput) -> None:
-        flight.second_at = flight.second_at or self.sim.now + self.config.hop_s  # when the gateway hears it
+        flight.promise.second_heard = flight.promise.second_heard or self.sim.now + self.config.hop_s  # heard then
         if out.finished:
             self.sim.after(self.config.hop_s, self._last_token, flight)
 
@@ -397,14 +390,8 @@ class SimGateway:
         self._finished(flight, self.sim.now)
 
     def _finished(self, flight: Flight, now: float) -> None:
-        tokens = flight.planned.output_len
-        tpot_s = (now - flight.first_token_at) / (tokens - 1) if tokens > 1 else 0.0
         assert flight.decode is not None
-        extra = handoff_extra(flight.first_token_at, flight.second_at, now, tokens)
-        if extra is not None:  # as the gateway's closed loop hears it (``gateway.promise_loop``)
-            self.views[flight.decode.worker_id].handoffs.observe(extra)
-        epsilon = self.views[flight.decode.worker_id].epsilons.of(flight.tpot_s) if tokens > 1 and flight.tpot_s else None
-        outcome(tpot_s, flight.tpot_s, epsilon, flight.epsilon_at, warned=flight.late_told)
+        flight.promise.finished(flight.planned.output_len, now, flight.tpot_s, self.views[flight.decode.worker_id])
         self.sim.after(self.config.hop_s, self.done, flight)
 
     # -- heartbeats --
