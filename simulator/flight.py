@@ -11,6 +11,8 @@ from client.bench.workload import PlannedRequest
 from common.engine.leases import Lease
 from common.slo.admission_round import Demand
 from common.slo.promise_record import PromiseRecord
+from gateway.prefix_view import PromptBlocks
+from gateway.request_path import ttft_deadline
 from simulator.workers import SimDecodeWorker, SimWorker
 
 
@@ -26,6 +28,16 @@ class Flight:
     prefill_raw_s: float | None = None  # the TTFT guard's uncalibrated prediction of its prefill call
     # what admitted it and when its latencies count from (at the gateway), for the closed loop
     promise: PromiseRecord = field(default_factory=PromiseRecord)
+
+    blocks_only: bool = True  # every decode worker asked last refused it for want of KV blocks alone
+    _prompt: PromptBlocks | None = None
+
+    @property
+    def prompt(self) -> PromptBlocks:
+        """Its prompt as routing reads it: placeholders, since the simulator models no prefix cache."""
+        if self._prompt is None:
+            self._prompt = PromptBlocks([0] * self.tokens)
+        return self._prompt
 
     @property
     def arrived(self) -> float:
@@ -50,7 +62,7 @@ class Flight:
 
     @property
     def deadline(self) -> float:
-        return self.arrived + self.ttft_s if self.ttft_s else float("inf")
+        return ttft_deadline(self.arrived, self.ttft_s)
 
     @property
     def demand(self) -> Demand:
