@@ -129,7 +129,7 @@ class RequestFlow(WorkerRelease):
         reply = await retries.first_token(req, p, self, self.registry, self.metrics)
         inbox = p.inbox
         first = text.add([reply.first_token])
-        p.completion_tokens, p.ttft_ms = 1, _ms_since(p.started)
+        p.completion_tokens, p.ttft_ms = 1, (time.perf_counter() - p.started) * 1000
         self.promises.first_token(req, p)
         reason = reply.finish_reason or ("stop" if first.stopped else "")
         if not reason and req.params.max_tokens == 1:
@@ -295,7 +295,3 @@ def planned_start(req: ValidatedRequest, started: float) -> float:
     """When the TTFT of a request that arrived at ``started`` is planned to count from: its arrival,
     less what its front is expected to spend delivering the first token (``gateway.delivery``)."""
     return started - req.delivery_s
-
-
-def _ms_since(start: float) -> float:
-    return (time.perf_counter() - start) * 1000

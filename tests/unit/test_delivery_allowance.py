@@ -15,7 +15,6 @@ from gateway.delivery import DeliveryAllowance
 from gateway.front_door import Caller, FrontDoor
 from gateway.request_flow import planned_start
 from gateway.request_path import ttft_deadline
-from gateway.request_state import Progress
 from gateway.validation import ModelLimits, ValidatedRequest
 from wire.v1 import gateway_pb2
 
