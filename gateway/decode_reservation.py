@@ -14,7 +14,6 @@ by a release of the lease it named.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -25,8 +24,8 @@ import grpc
 from common.rpc.metadata import REFUSED_BY
 from common.slo.admission_round import Demand
 from common.slo.guard_reading import Readings
-from common.slo.tpot_guard import never_met_anywhere
 from gateway.admission import AdmissionQueue
+from gateway.request_path import AfterRefusals, after_refusals, blocks_wait_until, never_refusal
 from gateway.prefix_view import PromptBlocks
 from gateway.errors import RequestError, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
@@ -39,7 +38,6 @@ from wire.v1 import worker_pb2
 
 Reservation = tuple[WorkerRecord, worker_pb2.ReserveResponse]
 Bound = Callable[..., float]  # (readings of the round, or none) -> the last useful moment, perf_counter
-KV_WAIT_S = 30.0
 # A Reserve that ended so may still have reserved on the worker: its lease is released by name
 OUTCOME_UNKNOWN = frozenset({grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
                              grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL})
@@ -71,11 +69,13 @@ class DecodeReservations:
         except RequestError as exc:
             if exc.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
                 raise
-            if may_wait:
+            then = after_refusals(self.router.ttft_guard, req.ttft_ms / 1000, exc.reason == "kv_cache_full")
+            if then is AfterRefusals.WAIT_FOR_ADMISSION:
                 return await self._wait_for_admission(req, prompt, avoid, exc,
                                                       self._ttft_bound(req, prompt, ttft_deadline))
-            if exc.reason == "kv_cache_full":  # blocks come back as requests end and quarantines lapse
-                return await self._wait_for_admission(req, prompt, avoid, exc, _kv_bound(req, ttft_deadline))
+            if then is AfterRefusals.WAIT_FOR_BLOCKS:
+                until = blocks_wait_until(time.perf_counter(), ttft_deadline, req.deadline)
+                return await self._wait_for_admission(req, prompt, avoid, exc, lambda readings=None: until)
             raise
 
     def _ttft_bound(self, req: ValidatedRequest, prompt: PromptBlocks, deadline: float) -> Bound:
@@ -87,12 +87,10 @@ class DecodeReservations:
     def _refuse_if_never(self, req: ValidatedRequest) -> None:
         """A TPOT SLO below every decode worker's step for one request alone (as their heartbeats
         report it) is refused at once: no wait, load or margin could meet it."""
-        alone = [w.load.tpot_alone_ms / 1000 or None for w in self.registry.routable("decode")]
-        if never_met_anywhere(req.tpot_ms / 1000, alone):
-            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION,
-                               f"TPOT SLO {req.tpot_ms:g} ms can never be met on this cluster, however idle: one "
-                               f"request alone takes {min(a for a in alone if a) * 1000:.1f} ms a token on its fastest decode worker; "
-                               f"ask for a looser tpot_ms", reason="slo_unattainable")
+        refusal = never_refusal(req.tpot_ms / 1000, [w.load.tpot_alone_ms / 1000 or None
+                                                     for w in self.registry.routable("decode")])
+        if refusal is not None:
+            raise RequestError(grpc.StatusCode[refusal.code], refusal.message, reason=refusal.reason)
 
     async def _wait_for_admission(self, req: ValidatedRequest, prompt: PromptBlocks, avoid: set[str],
                                   refusal: RequestError, last_useful: Bound) -> Reservation:
@@ -197,14 +195,6 @@ def _may_have_reserved(exc: BaseException | None) -> bool:
 
 def _client_gone(req: ValidatedRequest) -> bool:
     return req.deadline is not None and time.perf_counter() >= req.deadline - 0.01
-
-
-def _kv_bound(req: ValidatedRequest, ttft_deadline: float) -> Bound:
-    """How long a request refused for want of KV blocks alone waits for them: to its TTFT deadline,
-    else its client's, else ``KV_WAIT_S`` (longer than a quarantine: a retry after a lost prefill
-    worker waits out the blocks its first attempt left quarantined)."""
-    until = min(ttft_deadline, req.deadline or math.inf, time.perf_counter() + KV_WAIT_S)
-    return lambda readings=None: until
 
 
 def _demand(req: ValidatedRequest) -> Demand:

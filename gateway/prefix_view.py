@@ -15,10 +15,20 @@ since is counted as a hit, which only makes that worker look a little cheaper th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from common.engine.prefix_cache import chain_hashes
-from wire.v1 import worker_pb2
+
+
+class Digest(Protocol):
+    """A worker's report of its prefix cache (``worker_pb2.PrefixDigest``), as the view reads it."""
+
+    snapshot: bool
+    seq: int
+    stored: Iterable[int]
+    removed: Iterable[int]
 
 
 @dataclass(slots=True)
@@ -29,7 +39,7 @@ class PrefixView:
     seq: int = 0
     in_step: bool = False  # a snapshot arrived and no digest has been missed since
 
-    def apply(self, digest: worker_pb2.PrefixDigest) -> None:
+    def apply(self, digest: Digest) -> None:
         if digest.snapshot:
             self.hashes = set(digest.stored)
             self.seq, self.in_step = digest.seq, True

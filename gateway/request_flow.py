@@ -7,9 +7,10 @@ or, with local prefill on, when no prefill worker is predicted to return the fir
 and the decode worker is (``common.slo.local_prefill``): reserve → Prefill on the decode worker
 itself (it computes the prompt into the reservation) → first token → token events.
 
-The request's stages and what an early end leaves to clean up: ``gateway.request_state``;
-retries before the first token: ``gateway.retries``; the wait for a decode worker to admit it:
-``gateway.decode_reservation``.
+Its decisions (where to reserve, wait, refuse, prefill): ``gateway.request_path``, which the
+simulator runs too; its stages and what an early end leaves to clean up: ``gateway.request_state``
+and ``gateway.worker_release``; retries before the first token: ``gateway.retries``; the wait for
+a decode worker to admit it: ``gateway.decode_reservation``.
 
 Whatever ends the flow early (client cancel or deadline, Abort, a worker lost) aborts the
 request on every worker still holding it, so no KV block outlives its request: a reservation
@@ -22,7 +23,6 @@ client's where it set one, else a bound of its own.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -31,7 +31,6 @@ import grpc
 
 from common.kv_transfer.pairing import TransportMismatch
 from common.rpc.convert import sampling_to_proto
-from common.slo.local_prefill import prefills_locally
 from common.process.metrics import Metrics
 from gateway import retries
 from gateway.admission import AdmissionQueue
@@ -39,23 +38,25 @@ from gateway.coalesce import InboxItem, TokenInbox, next_message
 from gateway.decode_reservation import DecodeReservations
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import ABORTED, RequestError, unavailable
+from gateway.final_message import final_message
 from gateway.lease_keepalive import lease_kept_alive
 from gateway.promise_loop import PromiseLoop
 from gateway.registry import WorkerRecord, WorkerRegistry, transport_between
-from gateway.request_state import EXIT_CLEAN_UP, Progress, Stage
+from gateway.request_path import admitted_margin, prefill_choice, ttft_deadline
+from gateway.request_state import Progress, Stage
+from gateway.worker_release import WorkerRelease
 from gateway.router import Router
 from gateway.stream_interval import StreamInterval
 from gateway.text_stream import TextStream
 from gateway.ttft_guard import check_ttft
 from gateway.validation import ValidatedRequest
-from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, PREFILL_TIMEOUT_S, call_timeout, quietly
+from gateway.worker_calls import CONTROL_TIMEOUT_S, PREFILL_TIMEOUT_S, call_timeout
 from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2, worker_pb2
 
-log = logging.getLogger(__name__)
 
 
-class RequestFlow:
+class RequestFlow(WorkerRelease):
     def __init__(self, registry: WorkerRegistry, router: Router, streams: DecodeStreams, tokenizer: object,
                  metrics: Metrics | None = None, admission: AdmissionQueue | None = None,
                  stream_interval: StreamInterval | None = None) -> None:
@@ -75,6 +76,7 @@ class RequestFlow:
         if req.request_id in self.active:
             raise RequestError(grpc.StatusCode.ALREADY_EXISTS, f"request_id {req.request_id!r} is already running")
         progress = self.active[req.request_id] = Progress(owner=req, started=req.received_at or time.perf_counter())
+        progress.promise.arrived = planned_start(req, progress.started)
         try:
             async for message in self._stages(req, progress):
                 if message.finish_reason:
@@ -127,14 +129,14 @@ class RequestFlow:
         reply = await retries.first_token(req, p, self, self.registry, self.metrics)
         inbox = p.inbox
         first = text.add([reply.first_token])
-        p.completion_tokens, p.ttft_ms = 1, _ms_since(p.started)
+        p.completion_tokens, p.ttft_ms = 1, (time.perf_counter() - p.started) * 1000
         self.promises.first_token(req, p)
         reason = reply.finish_reason or ("stop" if first.stopped else "")
         if not reason and req.params.max_tokens == 1:
             reason = "length"
         if reason:
             await self._release(req.request_id, p, writer_may_still_write=False)
-            yield self._final(req, p, [reply.first_token], first.text + text.finish().text, reason)
+            yield final_message(req, p, [reply.first_token], first.text + text.finish().text, reason)
             return
         local = p.prefill is p.decode  # it decodes there already: no Commit
         if local:
@@ -150,10 +152,9 @@ class RequestFlow:
 
     async def reserve(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
         decode, reservation = await self.reservations.reserve(req, p.prompt_blocks(req.prompt_token_ids),
-                                                              _deadline(req, p), avoid)
+                                                              ttft_deadline(p.promise.arrived, req.ttft_ms / 1000), avoid)
         p.reserved(decode, reservation.lease_id)
-        # the margin that admitted it: none when the idle rule did (its outcome then says nothing of ε)
-        p.decode_epsilon = 1.0 if reservation.admitted_alone else decode.view.epsilons.margin(req.tpot_ms / 1000)
+        p.promise.tpot_epsilon = admitted_margin(reservation.admitted_alone, decode.view.epsilons.margin(req.tpot_ms / 1000))
         p.decode_cached_tokens = reservation.cached_blocks * decode.descriptor.block_size
         try:
             self._check_ttft(req, p, decode)  # the wait, or the reservation itself, may have used up the slack
@@ -166,17 +167,16 @@ class RequestFlow:
 
     async def prefill(self, req: ValidatedRequest, p: Progress, reservation: worker_pb2.ReserveResponse,
                       avoid: set[str]) -> worker_pb2.PrefillResponse:
-        deadline = _deadline(req, p)
+        deadline = ttft_deadline(p.promise.arrived, req.ttft_ms / 1000)
         assert p.decode is not None
         decode = p.decode
         prompt = p.prompt_blocks(req.prompt_token_ids)
-        candidates = [(w, transport) for w in self.router.prefill_candidates(self.registry, prompt, deadline, req.ttft_ms / 1000)
-                      if w.worker_id not in avoid and (transport := _transport(w, decode))]
-        if self._prefills_locally(req, p, [w for w, _ in candidates], deadline, avoid):
-            candidates.insert(0, (decode, "local"))
-        if not candidates:
+        choice = prefill_choice(self.router, self.registry, prompt, deadline, req.ttft_ms / 1000, decode,
+                                p.decode_cached_tokens, time.perf_counter(), avoid, lambda w: bool(_transport(w, decode)))
+        if choice is None:
             raise unavailable("no prefill worker is available")
-        worker, transport = candidates[0]
+        worker, local = choice
+        transport = "local" if local else _transport(worker, decode)
         p.prefilling(worker)
         destination = worker_pb2.KVDestination(
             decode_worker_id=decode.worker_id, address=decode.descriptor.address, transport=transport,
@@ -189,11 +189,11 @@ class RequestFlow:
         # what this worker will compute: its guard predicts, queues and calibrates on that
         tokens, guard = prompt.uncached_tokens(worker.prefix), worker.guard
         ahead, raw_s = guard.queued_ahead(deadline), guard.predict_s(tokens, deadline, calibrated=False)
-        p.prefill_predicted_s = guard.predict_s(tokens, deadline, ttft_s=req.ttft_ms / 1000)
-        p.prefill_headroom = guard.headrooms.margin(req.ttft_ms / 1000)
+        predicted_s = guard.predict_s(tokens, deadline, ttft_s=req.ttft_ms / 1000)
         worker.inflight += 1
         guard.sent(req.request_id, deadline, tokens, req.ttft_ms / 1000)
-        sent = p.prefill_sent = time.perf_counter()
+        sent = time.perf_counter()
+        p.promise.prefill_going(sent, predicted_s, guard.headrooms, req.ttft_ms / 1000)
         try:
             if worker is decode:  # it computes the prompt into its own lease: nothing to keep alive
                 reply = await worker.stub.Prefill(request, timeout=call_timeout(req, PREFILL_TIMEOUT_S))
@@ -231,21 +231,8 @@ class RequestFlow:
 
     def _check_ttft(self, req: ValidatedRequest, p: Progress, decode: WorkerRecord | None = None) -> None:
         if self.router.ttft_guard and req.ttft_ms:
-            check_ttft(self.registry, p.prompt_blocks(req.prompt_token_ids), req.ttft_ms, _planned_start(req, p),
+            check_ttft(self.registry, p.prompt_blocks(req.prompt_token_ids), req.ttft_ms, p.promise.arrived,
                        decode)
-
-    def _prefills_locally(self, req: ValidatedRequest, p: Progress, prefill: list[WorkerRecord],
-                          deadline: float, avoid: set[str]) -> bool:
-        """Whether the decode worker holding the reservation computes the prompt itself
-        (``common.slo.local_prefill``): with local prefill on, for a request with a TTFT SLO,
-        unless that worker failed an earlier attempt's prefill (``avoid``)."""
-        decode = p.decode
-        if decode is None or decode.ttft is None or not req.ttft_ms or decode.worker_id in avoid:
-            return False
-        prompt = p.prompt_blocks(req.prompt_token_ids)
-        return prefills_locally([w.guard for w in prefill], [prompt.uncached_tokens(w.prefix) for w in prefill],
-                                decode.guard, len(req.prompt_token_ids) - p.decode_cached_tokens, deadline,
-                                time.perf_counter(), req.ttft_ms / 1000)
 
     # -- after the first token --
 
@@ -265,7 +252,7 @@ class RequestFlow:
                              text: TextStream) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         merge = not req.stop  # (with stop strings each event stays apart: the ids sent must end at the stop)
         pending: deque[InboxItem] = deque()
-        sent = p.first_sent = time.perf_counter()  # when the last message went (the first token's, just now)
+        sent = p.promise.first_sent = time.perf_counter()  # when the last message went (the first token's, just now)
         while True:
             if not pending:
                 hold_s = self.stream_interval.seconds() if merge else 0.0
@@ -274,7 +261,7 @@ class RequestFlow:
             event = next_message(pending, merge)
             if event is ABORTED:
                 self._spawn(self._abort_decode(req.request_id, p))
-                yield self._final(req, p, [], text.finish().text, "abort")
+                yield final_message(req, p, [], text.finish().text, "abort")
                 return
             if isinstance(event, RequestError):
                 raise event
@@ -284,74 +271,13 @@ class RequestFlow:
             delta = text.add(event.token_ids)
             if delta.stopped or event.finish_reason:
                 reason = "stop" if delta.stopped else event.finish_reason
-                yield self._final(req, p, list(event.token_ids), delta.text + text.finish().text, reason)
+                yield final_message(req, p, list(event.token_ids), delta.text + text.finish().text, reason)
                 if delta.stopped and not event.finish_reason:
                     self._spawn(self._abort_decode(req.request_id, p))
                 return
             self.promises.decoding(req, p, arrived)
             yield gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=event.token_ids, text=delta.text)
             sent = time.perf_counter()
-
-    def _final(self, req: ValidatedRequest, p: Progress, token_ids: list[int], text: str,
-               reason: str) -> gateway_pb2.GenerateResponse:
-        reply = p.prefill_reply or worker_pb2.PrefillResponse()
-        timings = gateway_pb2.Timings(prefill_ms=reply.prefill_ms, transfer_ms=reply.transfer_ms, ttft_ms=p.ttft_ms,
-                                      e2e_ms=_ms_since(p.started), kv_transport=reply.transport,
-                                      prefill_worker=p.prefill.worker_id if p.prefill else "",
-                                      decode_worker=p.decode.worker_id if p.decode else "",
-                                      kv_transfer_bytes=reply.transfer_bytes, decode_cached_tokens=p.decode_cached_tokens)
-        usage = gateway_pb2.Usage(prompt_tokens=len(req.prompt_token_ids), completion_tokens=p.completion_tokens,
-                                  cached_tokens=reply.cached_tokens)
-        return gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=token_ids, text=text,
-                                            finish_reason=reason, usage=usage, timings=timings)
-
-    # -- giving back what workers hold --
-
-    async def _clean_up(self, request_id: str, p: Progress, ended_in: Stage) -> None:
-        """After an early end: what ``EXIT_CLEAN_UP`` says the stage it ended in still holds."""
-        plan = EXIT_CLEAN_UP[ended_in]
-        writes_done = True
-        if plan.abort_prefill:
-            writes_done = await self._abort_prefill(request_id, p)
-        if plan.release:  # a prefill worker that could not confirm its copy is over: quarantine, not reuse
-            await self._release(request_id, p, writer_may_still_write=not writes_done)
-        if plan.abort_decode:
-            await self._abort_decode(request_id, p)
-
-    async def _release(self, request_id: str, p: Progress, writer_may_still_write: bool) -> None:
-        if p.decode is not None and p.lease_id:
-            await quietly(p.decode.stub.Release(worker_pb2.ReleaseRequest(
-                request_id=request_id, lease_id=p.lease_id, writer_may_still_write=writer_may_still_write),
-                timeout=CLEANUP_TIMEOUT_S))
-            self.admission.notify()
-
-    async def _abort_decode(self, request_id: str, p: Progress) -> None:
-        if p.decode is not None:
-            await quietly(p.decode.stub.Abort(worker_pb2.WorkerAbortRequest(request_id=request_id),
-                                               timeout=CLEANUP_TIMEOUT_S))
-            self.admission.notify()
-
-    async def _abort_prefill(self, request_id: str, p: Progress) -> bool:
-        """Stops the request on its prefill worker; True once that worker confirms that no copy
-        into the reservation runs or will start (it waits for one under way before answering)."""
-        assert p.prefill is not None
-        abort = worker_pb2.WorkerAbortRequest(request_id=request_id, lease_id=p.lease_id)
-        try:
-            reply = await p.prefill.stub.Abort(abort, timeout=CLEANUP_TIMEOUT_S)
-        except grpc.aio.AioRpcError as exc:
-            log.debug("prefill abort failed: %s", exc.code().name)
-            return False
-        return reply.writes_done
-
-    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
-        task = asyncio.get_running_loop().create_task(coro)
-        self._cleanups.add(task)
-        task.add_done_callback(self._cleanups.discard)
-
-    async def drain(self) -> None:
-        await asyncio.gather(*self._cleanups, return_exceptions=True)
-        await self.admission.close()
-
 
 def _slo(req: ValidatedRequest) -> gateway_pb2.SLO:
     return slo_to_proto(req.ttft_ms, req.tpot_ms)
@@ -365,17 +291,7 @@ def _transport(prefill: WorkerRecord, decode: WorkerRecord) -> str:
         return ""
 
 
-def _deadline(req: ValidatedRequest, p: Progress) -> float:
-    """The request's TTFT deadline on the perf_counter clock, its front's delivery allowed for;
-    inf without a TTFT SLO."""
-    return _planned_start(req, p) + req.ttft_ms / 1000 if req.ttft_ms else float("inf")
-
-
-def _planned_start(req: ValidatedRequest, p: Progress) -> float:
-    """When the request's TTFT is planned to count from: its arrival, less what its front is
-    expected to spend delivering the first token (``gateway.delivery``)."""
-    return p.started - req.delivery_s
-
-
-def _ms_since(start: float) -> float:
-    return (time.perf_counter() - start) * 1000
+def planned_start(req: ValidatedRequest, started: float) -> float:
+    """When the TTFT of a request that arrived at ``started`` is planned to count from: its arrival,
+    less what its front is expected to spend delivering the first token (``gateway.delivery``)."""
+    return started - req.delivery_s

@@ -20,6 +20,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from common.slo.promise_record import PromiseRecord
 from gateway.coalesce import TokenInbox
 from gateway.prefix_view import PromptBlocks
 from gateway.registry import WorkerRecord
@@ -88,13 +89,9 @@ class Progress:
     prefill_reply: worker_pb2.PrefillResponse | None = None
     completion_tokens: int = 0
     ttft_ms: float = 0.0
-    prefill_sent: float = 0.0  # when the (last) Prefill call went out, perf_counter
-    prefill_predicted_s: float | None = None  # what the TTFT guard predicted for that call
-    prefill_call_s: float = 0.0  # what it took
-    prefill_headroom: float | None = None  # the TTFT guard's headroom when that call went out
-    decode_epsilon: float | None = None  # the decode worker's ε when its reservation came back
-    late_told: bool = False  # its TPOT so far was late and the closed loop heard (once a request)
-    first_sent: float = 0.0  # when its first token went to the client, perf_counter (0: not yet, or no decode)
+    prefill_call_s: float = 0.0  # what its (last) Prefill call took
+    # what admitted it and when its latencies count from, for the closed loop (perf_counter)
+    promise: PromiseRecord = field(default_factory=PromiseRecord)
     owner: object = None  # the validated request of the RPC that runs this flow
     inbox: TokenInbox | None = None  # the decode worker's events for it
     prompt: PromptBlocks | None = None  # the prompt's block hashes, worked out once for every worker's cache
@@ -137,8 +134,7 @@ class Progress:
         self.to(Stage.RESERVING)
         self.decode, self.lease_id, self.prefill, self.prefill_reply = None, "", None, None
         self.decode_cached_tokens = 0
-        self.prefill_headroom = self.decode_epsilon = None
-        self.late_told = False
+        self.promise = PromiseRecord(arrived=self.promise.arrived)  # the next attempt is admitted anew
 
     def end(self, outcome: Stage) -> Stage | None:
         """Ends the life, once: a request that sent its last message is DONE, any other ends

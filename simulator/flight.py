@@ -4,12 +4,15 @@ request waiting in the admission queue for a decode place."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from client.bench.metrics import RequestRecord
 from client.bench.workload import PlannedRequest
 from common.engine.leases import Lease
 from common.slo.admission_round import Demand
+from common.slo.promise_record import PromiseRecord
+from gateway.prefix_view import PromptBlocks
+from gateway.request_path import ttft_deadline
 from simulator.workers import SimDecodeWorker, SimWorker
 
 
@@ -19,18 +22,27 @@ class Flight:
 
     planned: PlannedRequest
     record: RequestRecord
-    arrived: float = 0.0  # at the gateway
     decode: SimDecodeWorker | None = None
     prefill: SimWorker | None = None  # a prefill worker, or its decode worker prefilling it itself
     lease: Lease | None = None
-    first_token_at: float = 0.0  # at the gateway
-    second_at: float = 0.0  # its second token at the gateway (0: not yet)
-    predicted_s: float | None = None  # the TTFT guard's uncalibrated prediction of its prefill call
-    sent_at: float = 0.0  # its prefill call went out
-    headroom_at: float | None = None  # the TTFT guard's headroom when it went out
-    planned_ttft_s: float | None = None  # its TTFT as predicted under that headroom then
-    epsilon_at: float | None = None  # the decode worker's ε its reservation applied
-    late_told: bool = False  # its TPOT so far was late and the closed loop heard
+    prefill_raw_s: float | None = None  # the TTFT guard's uncalibrated prediction of its prefill call
+    # what admitted it and when its latencies count from (at the gateway), for the closed loop
+    promise: PromiseRecord = field(default_factory=PromiseRecord)
+
+    blocks_only: bool = True  # every decode worker asked last refused it for want of KV blocks alone
+    _prompt: PromptBlocks | None = None
+
+    @property
+    def prompt(self) -> PromptBlocks:
+        """Its prompt as routing reads it: placeholders, since the simulator models no prefix cache."""
+        if self._prompt is None:
+            self._prompt = PromptBlocks([0] * self.tokens)
+        return self._prompt
+
+    @property
+    def arrived(self) -> float:
+        """When it reached the gateway: its TTFT counts from here."""
+        return self.promise.arrived
 
     @property
     def request_id(self) -> str:
@@ -50,7 +62,7 @@ class Flight:
 
     @property
     def deadline(self) -> float:
-        return self.arrived + self.ttft_s if self.ttft_s else float("inf")
+        return ttft_deadline(self.arrived, self.ttft_s)
 
     @property
     def demand(self) -> Demand:

@@ -1,15 +1,16 @@
 """The gateway on the virtual clock: each request's path through the cluster, decided by the
-gateway's own policy code.
+gateway's own policy code (``gateway.request_path``, ``gateway.router``).
 
-    arrive ─▶ TTFT guard (``ttft_refusal``) ─▶ Reserve on decode workers in the router's order
-      (refused everywhere, or a waiter no harder to admit waiting: the admission queue's rounds,
-      ``simulator.admission_queue``, until the last useful moment) ─▶ TTFT guard again ─▶ Prefill on the router's first prefill worker ─▶ KV copy ─▶
-      first token (TTFT to the closed loop, ``outcome``) ─▶ Commit ─▶ decode (a TPOT late on the way:
-      ``decoding_late``) ─▶ last token (TPOT to the closed loop)
+    arrive ─▶ TTFT guard ─▶ Reserve on decode workers in the router's order (refused everywhere,
+      or a waiter no harder to admit waiting: the admission queue's rounds until the last useful
+      moment; ``simulator.decode_admission``) ─▶ TTFT guard again ─▶ Prefill on the router's
+      first prefill worker ─▶ KV copy ─▶ first token (TTFT to the closed loop) ─▶ Commit
+      ─▶ decode (a TPOT late on the way) ─▶ last token (TPOT to the closed loop); each told
+      through the request's ``PromiseRecord``, as the gateway tells it
 
 or, with local prefill, when no prefill worker is predicted in time and the decode worker holding
-the reservation is (``prefills_locally``): Prefill on that decode worker (its engine computes the
-prompt in its own steps) ─▶ first token ─▶ decode, with no KV copy and no Commit.
+the reservation is: Prefill on that decode worker (its engine computes the prompt in its own
+steps) ─▶ first token ─▶ decode, with no KV copy and no Commit.
 
 Every message between processes takes ``hop_s``; prefill workers' loads reach the TTFT guards by
 heartbeat, as in the cluster. With ``gateway_loop_s`` the gateway's event loop is one server in
@@ -24,19 +25,16 @@ from dataclasses import dataclass, field
 
 from client.bench.metrics import REJECTED
 from common.engine.core import AdmissionError
-from common.engine.leases import Lease, LeaseError
+from common.engine.leases import LeaseError
 from common.engine.request import RequestOutput, left_on_arrival
 from common.model.sampling_params import SamplingParams
-from common.slo.local_prefill import prefills_locally
-from common.slo.promise import decoding_late, outcome
-from common.slo.tpot_guard import DecodeView, handoff_extra, handoff_window, never_met_anywhere, tpot_epsilons
-from common.slo.ttft_decision import last_useful_admission, ttft_refusal
-from common.slo.guard_reading import Readings
+from common.slo.tpot_guard import DecodeView, handoff_window, tpot_epsilons
 from common.slo.ttft_guard import TtftGuard, new_guard
-from gateway.prefix_view import PromptBlocks
+from gateway.request_path import never_refusal, prefill_choice, ttft_refusal
 from gateway.router import router_for
-from simulator.admission_queue import Reserved, SimAdmissionQueue
+from simulator.admission_queue import SimAdmissionQueue
 from simulator.config import SimConfig
+from simulator.decode_admission import SimDecodeAdmission
 from simulator.event_loop import EventLoop
 from simulator.events import Simulation
 from simulator.flight import Flight
@@ -46,7 +44,7 @@ from simulator.workers import SimDecodeWorker, SimPrefillWorker, SimWorker
 
 
 @dataclass(eq=False)
-class SimGateway:
+class SimGateway(SimDecodeAdmission):
     sim: Simulation
     config: SimConfig
     prefills: list[SimPrefillWorker]
@@ -102,7 +100,7 @@ class SimGateway:
     def _reach(self, flight: Flight) -> None:
         """The call reaches the gateway's process; its handler runs when the event loop is free. The
         request is planned from here (its client's stamp, less the hop), not from its handler."""
-        flight.arrived = self.sim.now
+        flight.promise.arrived = self.sim.now
         if self.loop.modelled:
             self.sim.at(self.loop.handler(self.sim.now), self._arrive, flight)
         else:
@@ -113,155 +111,47 @@ class SimGateway:
             self._refuse(flight, "INVALID_ARGUMENT", "invalid_argument")
         elif not self._ttft_ok(flight):
             self._refuse(flight, reason="ttft_unattainable")
-        elif never_met_anywhere(flight.tpot_s, [w.core.tpot_alone_s for w in self.decodes]):
-            self._refuse(flight, "FAILED_PRECONDITION", "slo_unattainable")
+        elif (never := never_refusal(flight.tpot_s, [w.core.tpot_alone_s for w in self.decodes])) is not None:
+            self._refuse(flight, never.code, never.reason)
         elif self.config.ttft_guard and flight.ttft_s and self.admission.holds_one_no_harder(flight.demand):
             self._wait(flight)
         else:
             self._reserve(flight, self._reserved_or_wait)
 
     def _ttft_ok(self, flight: Flight, decode: SimDecodeWorker | None = None) -> bool:
-        if not (self.config.ttft_guard and flight.ttft_s):
+        if not self.config.ttft_guard:
             return True
-        return ttft_refusal(self._prefill_guards(decode), flight.tokens, flight.ttft_s, flight.arrived,
-                            self.sim.now) is None
-
-    def _prefill_guards(self, decode: SimDecodeWorker | None = None) -> list[TtftGuard]:
-        """The guards of every worker that may prefill a request: the prefill workers, and with local
-        prefill ``decode`` (holding its reservation) or, before one is made, every decode worker."""
-        if decode is None:
-            return [*self.guards.values(), *self.local_guards.values()]
-        local = self.local_guards.get(decode.worker_id)
-        return [*self.guards.values(), *([local] if local is not None else [])]
+        state = self.states[decode.worker_id] if decode is not None else None
+        return ttft_refusal(self.pool, flight.prompt, flight.ttft_s, flight.arrived, self.sim.now, state) is None
 
     def _refuse(self, flight: Flight, code: str = REJECTED, reason: str = "decode_admission") -> None:
         flight.record.error = code
         self.refusals[reason] = self.refusals.get(reason, 0) + 1
         self.sim.after(self.config.hop_s, self.done, flight)
 
-    # -- a decode reservation --
-
-    def _reserve(self, flight: Flight, then: Reserved) -> None:
-        self._try_decode(flight, self._decode_order(flight), 0, then)
-
-    def _decode_order(self, flight: Flight) -> list[SimDecodeWorker]:
-        return [s.worker for s in self.router.decode_candidates(self.pool, flight.tpot_s)]  # type: ignore[misc]
-
-    def _try_decode(self, flight: Flight, candidates: list[SimDecodeWorker], at: int, then: Reserved) -> None:
-        if at == len(candidates):
-            then(flight, None, None)
-            return
-        worker = candidates[at]
-        self._hear_tokens(worker)
-        self.views[worker.worker_id].epsilons.bound(worker.core.epsilon_ceiling,  # as its heartbeats report them
-                                                    worker.core.epsilon_start)
-        epsilon = self.views[worker.worker_id].epsilons.margin(flight.tpot_s)
-
-        def reserve() -> None:
-            try:
-                lease = worker.core.reserve(flight.request_id, flight.tokens, flight.planned.output_len,
-                                            flight.tpot_s * 1000, epsilon,
-                                            handoff_s=self.views[worker.worker_id].handoff_s())
-            except AdmissionError as exc:
-                lease = None
-                if exc.margin_alone:
-                    self.views[worker.worker_id].epsilons.of(flight.tpot_s).refused()  # its ε alone refused it
-            self.sim.after(self.config.hop_s, replied, lease)
-
-        def replied(lease: Lease | None) -> None:
-            if lease is None:
-                self.views[worker.worker_id].routed.pop(flight.request_id, None)
-                self._try_decode(flight, candidates, at + 1, then)
-            else:
-                flight.epsilon_at = 1.0 if lease.alone else epsilon  # the margin that admitted it
-                then(flight, worker, lease)
-
-        # counted where it is asked, as the gateway counts it: a burst that arrives together spreads
-        self.views[worker.worker_id].routed[flight.request_id] = flight.tpot_s
-        self.sim.after(self.config.hop_s, worker.call, reserve)
-
-    def _hear_tokens(self, worker: SimDecodeWorker) -> None:
-        """The closed loop's look at the requests decoding on ``worker`` (``decoding_late``), brought
-        up to now before ε is read: the gateway hears every token as it comes, and ε matters only
-        when it admits. (Tokens a hop in flight count as heard.)"""
-        decoding = self.decoding[worker.worker_id]
-        if not decoding:
-            return
-        epsilons = self.views[worker.worker_id].epsilons
-        now = self.sim.now
-        for rid, decoded in worker.decoded_by_now().items():
-            flight = decoding.get(rid)
-            if flight is not None and not flight.late_told:
-                flight.late_told = decoding_late(decoded, now - flight.first_token_at, flight.tpot_s,
-                                                 epsilons.of(flight.tpot_s) if flight.tpot_s else None,
-                                                 flight.epsilon_at)
-
-    def _reserved_or_wait(self, flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
-        if worker is not None and lease is not None:
-            self._reserved(flight, worker, lease)
-        elif self.config.ttft_guard and flight.ttft_s:
-            self._wait(flight)
-        else:
-            self._refuse(flight)
-
-    def _reserved(self, flight: Flight, worker: SimDecodeWorker, lease: Lease) -> None:
-        flight.decode, flight.lease = worker, lease
-        self.states[worker.worker_id].inflight += 1
-        self.views[worker.worker_id].routed[flight.request_id] = flight.tpot_s
-        if not self._ttft_ok(flight, worker):  # the wait, or the reservation itself, used up the slack
-            self._give_back(flight)
-            self._refuse(flight, reason="ttft_unattainable")
-            return
-        self._prefill(flight)
-
-    def _give_back(self, flight: Flight) -> None:
-        worker, lease = flight.decode, flight.lease
-        assert worker is not None and lease is not None
-        self._forget_decode(flight)
-        self.sim.after(self.config.hop_s, worker.call,
-                       lambda: worker.core.release_reservation(flight.request_id, lease.lease_id, False))
-        self.admission.notify()  # decode capacity may have come free
-
-    def _forget_decode(self, flight: Flight) -> None:
-        assert flight.decode is not None
-        self.states[flight.decode.worker_id].inflight -= 1
-        self.views[flight.decode.worker_id].routed.pop(flight.request_id, None)
-        self.decoding[flight.decode.worker_id].pop(flight.request_id, None)
-
-    # -- the admission queue (``simulator.admission_queue``) --
-
-    def _wait(self, flight: Flight) -> None:
-        guards = self._prefill_guards()
-
-        def last_useful(readings: Readings | None = None) -> float:
-            return last_useful_admission(guards, flight.tokens, flight.deadline, self.sim.now, flight.ttft_s, readings)
-
-        self.admission.wait(flight, last_useful)
-
     # -- prefill, first token, decode --
 
     def _prefill(self, flight: Flight) -> None:
-        order = self._prefill_order(flight)
+        state = self._prefill_choice(flight)
+        self._send_prefill(flight, state.worker, state.guard)
+
+    def _prefill_choice(self, flight: Flight) -> SimWorkerState:
+        """The prefill worker (or, computing it itself, the decode worker) the gateway would choose."""
         decode = flight.decode
         assert decode is not None  # reserved before its prefill (``_reserved``)
-        local = self.local_guards.get(decode.worker_id)
-        if local is not None and flight.ttft_s and prefills_locally(
-                [self.guards[w.worker_id] for w in order], [flight.tokens] * len(order), local, flight.tokens,
-                flight.deadline, self.sim.now, flight.ttft_s):
-            self._send_prefill(flight, decode, local)
-        else:
-            self._send_prefill(flight, order[0], self.guards[order[0].worker_id])
+        choice = prefill_choice(self.router, self.pool, flight.prompt, flight.deadline, flight.ttft_s,
+                                self.states[decode.worker_id], 0, self.sim.now)
+        assert choice is not None  # every simulated worker pairs with every other
+        return choice[0]
 
     def _send_prefill(self, flight: Flight, worker: SimWorker, guard: TtftGuard) -> None:
         flight.prefill = worker
-        flight.predicted_s = guard.predict_s(flight.tokens, flight.deadline, calibrated=False)
+        flight.prefill_raw_s = guard.predict_s(flight.tokens, flight.deadline, calibrated=False)
         planned = guard.predict_s(flight.tokens, flight.deadline, ttft_s=flight.ttft_s)  # what admitted it
-        flight.planned_ttft_s = None if planned is None else self.sim.now - flight.arrived + planned
+        flight.promise.prefill_going(self.sim.now, planned, guard.headrooms, flight.ttft_s)
         guard.sent(flight.request_id, flight.deadline, flight.tokens, flight.ttft_s)
         self.states[worker.worker_id].inflight += 1
-        flight.sent_at = self.sim.now
         self.loop.served(self.sim.now)
-        flight.headroom_at = guard.headrooms.margin(flight.ttft_s)
         if self.host is not None:  # served from here on: its workers' own threads carry it
             assert flight.decode is not None  # reserved before its prefill (``_reserved``)
             for served in {worker.worker_id: worker, flight.decode.worker_id: flight.decode}:  # once each
@@ -291,11 +181,6 @@ class SimGateway:
                 self.sim.after(self.config.hop_s, ended, flight)
 
         self.sim.after(self.config.hop_s, worker.call, prefill_here if worker is flight.decode else prefill)
-
-    def _prefill_order(self, flight: Flight) -> list[SimPrefillWorker]:
-        prompt = PromptBlocks([0] * flight.tokens)  # no prefix caches here: every token is uncached
-        return [s.worker for s in self.router.prefill_candidates(  # type: ignore[misc]
-            self.pool, prompt, flight.deadline, flight.ttft_s)]
 
     def _prefilled(self, flight: Flight, out: RequestOutput) -> None:
         """On the prefill worker, between steps: the prompt's KV is ready; copy it, then answer."""
@@ -331,13 +216,11 @@ class SimGateway:
         now = self.sim.now
         local = flight.prefill is flight.decode
         guard = (self.local_guards if local else self.guards)[flight.prefill.worker_id]
-        observed = now - flight.sent_at
-        guard.answered(flight.request_id, observed, flight.predicted_s, observed - 2 * self.config.hop_s - overhead_s,
+        observed = now - flight.promise.prefill_sent
+        guard.answered(flight.request_id, observed, flight.prefill_raw_s, observed - 2 * self.config.hop_s - overhead_s,
                        0.0 if local else flight.prefill.core.load.forward_calibration_ratio)
         self.states[flight.prefill.worker_id].inflight -= 1
-        flight.first_token_at = now
-        outcome(now - flight.arrived, flight.ttft_s, guard.headrooms.of(flight.ttft_s), flight.headroom_at,
-                predicted_s=flight.planned_ttft_s)
+        flight.promise.first_token(now, flight.ttft_s, guard.headrooms)
         flight.record.token_times.append(now + self.config.hop_s)
         flight.record.tokens_per_message.append(1)
         if flight.planned.output_len == 1:
@@ -385,7 +268,7 @@ class SimGateway:
         self._refuse(flight, reason="ttft_unattainable")
 
     def _decoded(self, flight: Flight, out: RequestOutput) -> None:
-        flight.second_at = flight.second_at or self.sim.now + self.config.hop_s  # when the gateway hears it
+        flight.promise.second_heard = flight.promise.second_heard or self.sim.now + self.config.hop_s  # heard then
         if out.finished:
             self.sim.after(self.config.hop_s, self._last_token, flight)
 
@@ -397,14 +280,8 @@ class SimGateway:
         self._finished(flight, self.sim.now)
 
     def _finished(self, flight: Flight, now: float) -> None:
-        tokens = flight.planned.output_len
-        tpot_s = (now - flight.first_token_at) / (tokens - 1) if tokens > 1 else 0.0
         assert flight.decode is not None
-        extra = handoff_extra(flight.first_token_at, flight.second_at, now, tokens)
-        if extra is not None:  # as the gateway's closed loop hears it (``gateway.promise_loop``)
-            self.views[flight.decode.worker_id].handoffs.observe(extra)
-        epsilon = self.views[flight.decode.worker_id].epsilons.of(flight.tpot_s) if tokens > 1 and flight.tpot_s else None
-        outcome(tpot_s, flight.tpot_s, epsilon, flight.epsilon_at, warned=flight.late_told)
+        flight.promise.finished(flight.planned.output_len, now, flight.tpot_s, self.views[flight.decode.worker_id])
         self.sim.after(self.config.hop_s, self.done, flight)
 
     # -- heartbeats --

@@ -36,3 +36,7 @@ class SimPool:
 
     def routable(self, role: str) -> list[SimWorkerState]:
         return list(self.prefill if role == "prefill" else self.decode)
+
+    def local_prefills(self, decode: SimWorkerState | None = None) -> list[SimWorkerState]:
+        """The decode workers that may compute a prompt themselves (``WorkerRegistry.local_prefills``)."""
+        return [w for w in ([decode] if decode is not None else self.decode) if w.ttft is not None]

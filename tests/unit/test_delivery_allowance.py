@@ -13,8 +13,8 @@ import pytest
 import gateway.front_door as front_door
 from gateway.delivery import DeliveryAllowance
 from gateway.front_door import Caller, FrontDoor
-from gateway.request_flow import _deadline
-from gateway.request_state import Progress
+from gateway.request_flow import planned_start
+from gateway.request_path import ttft_deadline
 from gateway.validation import ModelLimits, ValidatedRequest
 from wire.v1 import gateway_pb2
 
@@ -95,5 +95,4 @@ def test_the_front_door_measures_each_fronts_delivery_and_plans_the_next_request
 def test_a_requests_ttft_deadline_is_earlier_by_its_fronts_allowance():
     req = ValidatedRequest("r", [1, 2, 3], None, (), ttft_ms=300, tpot_ms=50, tenant="",  # type: ignore[arg-type]
                            received_at=10.0, delivery_s=0.02)
-    p = Progress(owner=req, started=10.0)
-    assert _deadline(req, p) == pytest.approx(10.28)
+    assert ttft_deadline(planned_start(req, 10.0), req.ttft_ms / 1000) == pytest.approx(10.28)

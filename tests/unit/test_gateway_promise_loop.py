@@ -38,9 +38,10 @@ def _served(decode: WorkerRecord, prefill: WorkerRecord, ttft_ms: float, tpot_ms
     request = request or _request()
     p = Progress(started=time.perf_counter() - (ttft_ms + tpot_ms * (tokens - 1)) / 1000)
     p.reserved(decode, "lease")
-    p.decode_epsilon = decode.view.epsilons.margin(request.tpot_ms / 1000)  # as the flow records it
+    p.promise.arrived = p.started  # (no delivery allowance)
+    p.promise.tpot_epsilon = decode.view.epsilons.margin(request.tpot_ms / 1000)  # as the flow records it
     p.prefilling(prefill)
-    p.prefill_headroom = prefill.guard.headrooms.margin(request.ttft_ms / 1000)
+    p.promise.ttft_headroom = prefill.guard.headrooms.margin(request.ttft_ms / 1000)
     p.ttft_ms, p.completion_tokens = ttft_ms, tokens
     return p
 
@@ -72,10 +73,10 @@ def test_a_request_decoding_late_raises_epsilon_once_while_it_still_streams():
     loop = PromiseLoop()
     early = _served(decode, prefill, ttft_ms=50, tpot_ms=30, tokens=8)  # 7 tokens after the first: too few
     loop.decoding(request, early)
-    assert decode.view.epsilons.of(0.020).margin == 1.3 and not early.late_told
+    assert decode.view.epsilons.of(0.020).margin == 1.3 and not early.promise.late_told
     late = _served(decode, prefill, ttft_ms=50, tpot_ms=30, tokens=20)  # 19 tokens at 30 ms against 20 ms
     loop.decoding(request, late)
-    assert late.late_told and decode.view.epsilons.of(0.020).margin == pytest.approx(1.3 * 1.5)  # the largest one raise
+    assert late.promise.late_told and decode.view.epsilons.of(0.020).margin == pytest.approx(1.3 * 1.5)  # the largest one raise
     decode.view.epsilons.of(0.020).margin = 1.3
     loop.decoding(request, late)  # told once
     assert decode.view.epsilons.of(0.020).margin == 1.3
@@ -115,11 +116,11 @@ def test_a_ttft_met_with_room_relaxes_the_headroom_only_where_its_prediction_cam
     request, loop = _request(ttft_ms=1000), PromiseLoop()
     for predicted_s in (0.05, 0.5, 0.75):  # a light load: sent at once, predicted far inside 1 s
         p = _served(decode, prefill, ttft_ms=60, tpot_ms=5, tokens=20)
-        p.prefill_sent, p.prefill_predicted_s = p.started, predicted_s
+        p.promise.prefill_going(p.started, predicted_s, prefill.guard.headrooms, 1.0)
         loop.first_token(request, p)
     assert prefill.guard.headrooms.margin(1.0) == 1.0  # met with room, but the headroom decided none of them
     near = _served(decode, prefill, ttft_ms=600, tpot_ms=5, tokens=20)
-    near.prefill_sent, near.prefill_predicted_s = near.started + 0.3, 0.55  # waited 300 ms, then 550 ms predicted
+    near.promise.prefill_going(near.started + 0.3, 0.55, prefill.guard.headrooms, 1.0)  # waited 300 ms, then 550 ms predicted
     loop.first_token(request, near)
     assert prefill.guard.headrooms.margin(1.0) < 1.0  # predicted at 85% of its SLO, met at 60%: room where it counted
 
@@ -131,7 +132,7 @@ def test_a_served_request_tells_its_decode_view_what_its_handoff_cost_beyond_a_s
     prefill = _record("prefill", "p0", ttft=TtftGuard(None, 512, headrooms=ClassMargins(1.0)))
     p = _served(decode, prefill, ttft_ms=50, tpot_ms=20, tokens=12)
     p.inbox = TokenInbox()
-    p.first_sent = 100.0
+    p.promise.first_sent = 100.0
     p.inbox.first_arrival, p.inbox.last_arrival = 100.060, 100.260  # 60 ms, then 10 gaps of 20 ms
     assert decode.view.handoff_s() == 0.0
     PromiseLoop().served(_request(), p)

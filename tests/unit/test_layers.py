@@ -60,3 +60,11 @@ def test_the_layer_check_sees_a_violation() -> None:
 def test_module_names_are_found_for_nested_packages() -> None:
     assert "gateway.openai.app" in _modules("gateway") and all(not m.endswith("__init__") for m in _modules("gateway"))
     assert Path(REPO / "common" / "slo").is_dir()
+
+
+@pytest.mark.parametrize("module", ["gateway.request_path", "gateway.router", "common.slo.promise_record"])
+def test_the_decisions_the_gateway_and_the_simulator_share_are_plain(module: str) -> None:
+    """What both the gateway's flow and the simulated gateway run: no gRPC, no event loop, no threads."""
+    plain = ("grpc", "asyncio", "threading", "torch", "wire")
+    bad = {name: by for name, by in reached_imports(module).items() if any(name == f or name.startswith(f + ".") for f in plain)}
+    assert not bad, f"{module} reaches {bad}"

@@ -128,7 +128,8 @@ def test_the_simulated_gateway_routes_by_the_gateways_own_router(policy):
     for wid, free in (("d0", 10), ("d1", 10), ("d2", 5)):
         gateway.states[wid].free_blocks = free
     gateway.guards["p0"].queued["q"] = (10.0, 2000, 0.0)
-    flight = SimpleNamespace(tpot_s=0.02, tokens=250, deadline=0.020, ttft_s=0.020)
+    flight = SimpleNamespace(tpot_s=0.02, tokens=250, deadline=0.020, ttft_s=0.020, prompt=PromptBlocks([0] * 250),
+                             decode=decodes[2])
 
     records = {wid: SimpleNamespace(worker_id=wid, inflight=0, free_blocks=s.free_blocks, prefix=None,
                                     guard=s.ttft, view=s.decode_view) for wid, s in gateway.states.items()}
@@ -136,6 +137,7 @@ def test_the_simulated_gateway_routes_by_the_gateways_own_router(policy):
     real = router_for(config.ttft_guard, "round_robin" if policy == "round_robin" else "kv_aware", clock=lambda: 0.0)
     ids = lambda order: [w.worker_id for w in order]  # noqa: E731
     assert ids(gateway._decode_order(flight)) == ids(real.decode_candidates(pool, 0.02))
-    assert ids(gateway._prefill_order(flight)) == ids(real.prefill_candidates(pool, PromptBlocks([0] * 250), 0.020, 0.020))
+    assert gateway._prefill_choice(flight).worker_id == ids(real.prefill_candidates(pool, PromptBlocks([0] * 250), 0.020,
+                                                                                    0.020))[0]
     # VBS headroom first under a TTFT guard; else the fewest routed there
     assert ids(gateway._decode_order(flight)) == (["d2", "d0", "d1"] if config.ttft_guard else ["d2", "d1", "d0"])

@@ -240,8 +240,9 @@ def test_the_gateway_loop_flag_reaches_the_simulated_cluster_and_refuses_nonsens
             parser.parse_args(["--gateway-loop-ms", bad])
 
 
-POLICY_CODE = ("ttft_refusal", "last_useful_admission", "AdmissionPump", "holds_one_no_harder", "outcome", "decoding_late",
-               "prefills_locally", "router_for", "prefill_candidates", "decode_candidates")
+POLICY_CODE = ("ttft_refusal", "never_refusal", "last_useful", "after_refusals", "blocks_wait_until",
+               "admitted_margin", "prefill_choice", "AdmissionPump", "holds_one_no_harder", "prefill_going",
+               "first_token", "heard", "finished", "router_for", "decode_candidates")
 
 
 def _called(package: str) -> set[str]:

@@ -1,0 +1,144 @@
+"""The simulated gateway's decode admission (``simulator.gateway``): a reservation tried on the
+decode workers in the router's order, each worker's answer after a hop, and, refused everywhere,
+what ``gateway.request_path.after_refusals`` says (the admission queue's rounds until the last
+useful moment, or a wait for KV blocks), as ``gateway.decode_reservation`` does over gRPC.
+"""
+
+from __future__ import annotations
+
+from client.bench.metrics import REJECTED
+from common.engine.core import AdmissionError
+from common.engine.leases import Lease
+from common.slo.guard_reading import Readings
+from common.slo.tpot_guard import DecodeView
+from gateway import request_path
+from gateway.request_path import AfterRefusals, admitted_margin, after_refusals, blocks_wait_until
+from gateway.router import Router
+from simulator.admission_queue import Reserved, SimAdmissionQueue
+from simulator.config import SimConfig
+from simulator.events import Simulation
+from simulator.flight import Flight
+from simulator.worker_state import SimPool, SimWorkerState
+from simulator.workers import SimDecodeWorker
+
+
+class SimDecodeAdmission:
+    """What decode admission reads and calls of the simulated gateway (``SimGateway`` has these)."""
+
+    sim: Simulation
+    config: SimConfig
+    views: dict[str, DecodeView]
+    decoding: dict[str, dict[str, Flight]]
+    states: dict[str, SimWorkerState]
+    pool: SimPool
+    router: Router
+    admission: SimAdmissionQueue
+
+    def _refuse(self, flight: Flight, code: str = REJECTED, reason: str = "decode_admission") -> None:
+        raise NotImplementedError
+
+    def _ttft_ok(self, flight: Flight, decode: SimDecodeWorker | None = None) -> bool:
+        raise NotImplementedError
+
+    def _prefill(self, flight: Flight) -> None:
+        raise NotImplementedError
+
+    def _reserve(self, flight: Flight, then: Reserved) -> None:
+        self._try_decode(flight, self._decode_order(flight), 0, then)
+
+    def _decode_order(self, flight: Flight) -> list[SimDecodeWorker]:
+        return [s.worker for s in self.router.decode_candidates(self.pool, flight.tpot_s)]  # type: ignore[misc]
+
+    def _try_decode(self, flight: Flight, candidates: list[SimDecodeWorker], at: int, then: Reserved) -> None:
+        flight.blocks_only = flight.blocks_only if at else True  # every refusal so far for want of blocks
+        if at == len(candidates):
+            then(flight, None, None)
+            return
+        worker = candidates[at]
+        self._hear_tokens(worker)
+        self.views[worker.worker_id].epsilons.bound(worker.core.epsilon_ceiling,  # as its heartbeats report them
+                                                    worker.core.epsilon_start)
+        epsilon = self.views[worker.worker_id].epsilons.margin(flight.tpot_s)
+
+        def reserve() -> None:
+            try:
+                lease = worker.core.reserve(flight.request_id, flight.tokens, flight.planned.output_len,
+                                            flight.tpot_s * 1000, epsilon,
+                                            handoff_s=self.views[worker.worker_id].handoff_s())
+            except AdmissionError as exc:
+                lease, flight.blocks_only = None, False
+                if exc.margin_alone:
+                    self.views[worker.worker_id].epsilons.of(flight.tpot_s).refused()  # its ε alone refused it
+            self.sim.after(self.config.hop_s, replied, lease)
+
+        def replied(lease: Lease | None) -> None:
+            if lease is None:
+                self.views[worker.worker_id].routed.pop(flight.request_id, None)
+                self._try_decode(flight, candidates, at + 1, then)
+            else:
+                flight.promise.tpot_epsilon = admitted_margin(lease.alone, epsilon)
+                then(flight, worker, lease)
+
+        # counted where it is asked, as the gateway counts it: a burst that arrives together spreads
+        self.views[worker.worker_id].routed[flight.request_id] = flight.tpot_s
+        self.sim.after(self.config.hop_s, worker.call, reserve)
+
+    def _hear_tokens(self, worker: SimDecodeWorker) -> None:
+        """The closed loop's look at the requests decoding on ``worker`` (``PromiseRecord.heard``), brought
+        up to now before ε is read: the gateway hears every token as it comes, and ε matters only
+        when it admits. (Tokens a hop in flight count as heard.)"""
+        decoding = self.decoding[worker.worker_id]
+        if not decoding:
+            return
+        view = self.views[worker.worker_id]
+        now = self.sim.now
+        for rid, decoded in worker.decoded_by_now().items():
+            flight = decoding.get(rid)
+            if flight is not None:
+                flight.promise.heard(decoded + 1, now, flight.tpot_s, view)
+
+    def _reserved_or_wait(self, flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
+        if worker is not None and lease is not None:
+            self._reserved(flight, worker, lease)
+            return
+        then = after_refusals(self.config.ttft_guard, flight.ttft_s, flight.blocks_only)
+        if then is AfterRefusals.WAIT_FOR_ADMISSION:
+            self._wait(flight)
+        elif then is AfterRefusals.WAIT_FOR_BLOCKS:
+            until = blocks_wait_until(self.sim.now, flight.deadline, None)
+            self.admission.wait(flight, lambda readings=None: until)
+        else:
+            self._refuse(flight)
+
+    def _reserved(self, flight: Flight, worker: SimDecodeWorker, lease: Lease) -> None:
+        flight.decode, flight.lease = worker, lease
+        self.states[worker.worker_id].inflight += 1
+        self.views[worker.worker_id].routed[flight.request_id] = flight.tpot_s
+        if not self._ttft_ok(flight, worker):  # the wait, or the reservation itself, used up the slack
+            self._give_back(flight)
+            self._refuse(flight, reason="ttft_unattainable")
+            return
+        self._prefill(flight)
+
+    def _give_back(self, flight: Flight) -> None:
+        worker, lease = flight.decode, flight.lease
+        assert worker is not None and lease is not None
+        self._forget_decode(flight)
+        self.sim.after(self.config.hop_s, worker.call,
+                       lambda: worker.core.release_reservation(flight.request_id, lease.lease_id, False))
+        self.admission.notify()  # decode capacity may have come free
+
+    def _forget_decode(self, flight: Flight) -> None:
+        assert flight.decode is not None
+        self.states[flight.decode.worker_id].inflight -= 1
+        self.views[flight.decode.worker_id].routed.pop(flight.request_id, None)
+        self.decoding[flight.decode.worker_id].pop(flight.request_id, None)
+
+    # -- the admission queue (``simulator.admission_queue``) --
+
+    def _wait(self, flight: Flight) -> None:
+        def last_useful(readings: Readings | None = None) -> float:
+            return request_path.last_useful(self.pool, flight.prompt, flight.deadline, self.sim.now, flight.ttft_s,
+                                            readings)
+
+        self.admission.wait(flight, last_useful)
