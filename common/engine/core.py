@@ -115,8 +115,9 @@ class EngineCore(TpotAdmission, PromptTiming, RunAhead):
                                             handoff_s)
             raise AdmissionError(f"TPOT SLO {tpot_slo_ms:g} ms cannot be met with the requests running here",
                                  margin_alone)
-        alone = bool(tpot_slo_ms) and self.scheduler.config.tpot_guard and not self.scheduler.requests \
-            and not self.leases.leases()  # the idle rule decided, under no margin
+        alone = self.scheduler.config.tpot_guard and self.cost_models is not None and tpot_guard.idle_rule_decides(
+            tpot_guard.Decoding(tpot_slo_ms / 1000, max_tokens - 1, prompt_len + 1), self.decodings(),
+            self.tpot_alone_now_s)  # the idle rule decided, under no margin
         tokens = prompt_len + (max_tokens if self.config.memory_policy == "guaranteed_no_evict" else 1)
         index = self.pool.prefix_index
         cached = index.lookup(list(prefix_hashes)[:prompt_len // self.config.block_size]) if index else []

@@ -158,7 +158,7 @@ def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeMode
     are short beside a prefill forward, so places free within one.)"""
     if not new.slo_s:
         return True
-    if not present and unloaded_step_s is not None:
+    if idle_rule_decides(new, present, unloaded_step_s):
         return step_keeps(unloaded_step_s + new.lag_s / max(new.remaining, 1), new.slo_s, 1.0)
     together = [*present, new]
     past_limit = len(together) - max_running if max_running is not None else 0
@@ -171,6 +171,12 @@ def admits_request(new: Decoding, present: Sequence[Decoding], model: DecodeMode
         return True
     departures = sorted(tpot * r.remaining for r, tpot in zip(present, tpots))
     return departures[past_limit - 1] <= soonest_commit_s
+
+
+def idle_rule_decides(new: Decoding, present: Sequence[Decoding], unloaded_step_s: float | None) -> bool:
+    """Whether ``admits_request`` decides ``new`` by the idle rule, under no margin: it has a TPOT
+    SLO, nothing is present, and one request's step alone is measured."""
+    return bool(new.slo_s) and not present and unloaded_step_s is not None
 
 
 def never_met(slo_s: float, alone_s: float | None) -> bool:

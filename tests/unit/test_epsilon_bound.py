@@ -144,3 +144,7 @@ def test_a_reservation_says_whether_the_idle_rule_admitted_it_under_no_margin():
     second = core.reserve("b", 256, 64, tpot_slo_ms=STEP_S * 1000 * 3)
     assert first is not None and first.alone  # nothing here: its outcome says nothing of ε
     assert second is not None and not second.alone
+    unmeasured = _core(Clock())
+    unmeasured.unloaded_step_s = None  # no step alone measured: the model decided, under its margin
+    lease = unmeasured.reserve("c", 256, 64, tpot_slo_ms=STEP_S * 1000 * 3)
+    assert lease is not None and not lease.alone
