@@ -132,7 +132,7 @@ class DecodeReservations:
                                                 tpot_ms=tpot_ms, tpot_us=tpot_us,
                                                 tpot_margin=worker.view.epsilons.margin(req.tpot_ms / 1000),
                                                 prefix_hashes=prompt.cached_hashes(worker.prefix), lease_id=lease_id,
-                                                handoff_us=round(worker.view.handoff_s() * 1e6))
+                                                handoff_us=round(worker.view.handoff_s(worker.load.tpot_alone_ms / 1000) * 1e6))
             # shielded: if the request ends while the reply is on its way, the reservation it
             # brings is released on arrival instead of waiting for its lease to run out
             call = asyncio.ensure_future(worker.stub.Reserve(reserve, timeout=call_timeout(req, CONTROL_TIMEOUT_S)))

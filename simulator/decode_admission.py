@@ -64,7 +64,7 @@ class SimDecodeAdmission:
             try:
                 lease = worker.core.reserve(flight.request_id, flight.tokens, flight.planned.output_len,
                                             flight.tpot_s * 1000, epsilon,
-                                            handoff_s=self.views[worker.worker_id].handoff_s())
+                                            handoff_s=self.views[worker.worker_id].handoff_s(worker.core.tpot_alone_s or 0.0))
             except AdmissionError as exc:
                 lease, flight.blocks_only = None, False
                 if exc.margin_alone:

@@ -118,6 +118,11 @@ class WindowQuantile:
         self._forget_old()
         return self._samples.quantile(self.quantile)
 
+    def __len__(self) -> int:
+        """The values it holds now."""
+        self._forget_old()
+        return len(self._samples)
+
     def _forget_old(self) -> None:
         now = self._clock()
         horizon, oldest_kept = now - self.window_s, now - self.max_age_s

@@ -227,9 +227,10 @@ class DecodeView:
     routed: dict[str, float] = field(default_factory=dict)
     handoffs: WindowQuantile = field(default_factory=handoff_window)
 
-    def handoff_s(self) -> float:
-        """A newcomer's handoff here, as the recent ones went (0 before any)."""
-        return self.handoffs.value()
+    def handoff_s(self, prior_s: float = 0.0) -> float:
+        """A newcomer's handoff here, as the recent ones went; ``prior_s`` while none is known (a
+        worker's first requests, or after a quiet spell): one step alone there is the typical one."""
+        return self.handoffs.value() if len(self.handoffs) else prior_s
 
     def vbs_with(self, tpot_s: float) -> float:
         """The virtual batch size of what was routed here, with one more request of ``tpot_s``."""

@@ -55,8 +55,8 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     # the last useful moment to be admitted is the deadline each test passes in
     monkeypatch.setattr(decode_reservation, "last_useful_moment", lambda registry, prompt, deadline, ttft_s, readings=None: deadline)
     stub = FakeStub()
-    worker = SimpleNamespace(worker_id="decode-0", prefix=None, stub=stub,
-                             view=SimpleNamespace(epsilons=FakeEpsilons(), routed={}, handoff_s=lambda: 0.0))
+    worker = SimpleNamespace(worker_id="decode-0", prefix=None, stub=stub, load=SimpleNamespace(tpot_alone_ms=0.0),
+                             view=SimpleNamespace(epsilons=FakeEpsilons(), routed={}, handoff_s=lambda prior=0.0: prior))
     router = SimpleNamespace(ttft_guard=True, decode_candidates=lambda registry, tpot_s, prompt: [worker])
     queue = AdmissionQueue(tick_s=60)  # rounds only when notified
     reservations = DecodeReservations(SimpleNamespace(routable=lambda role: []), router, "stream", queue, lambda call: None)
@@ -132,8 +132,8 @@ class SilentStub:
 
 async def test_a_reserve_whose_reply_is_lost_to_the_clients_deadline_releases_the_lease_it_named():
     stub = SilentStub()
-    worker = SimpleNamespace(worker_id="decode-0", prefix=None, stub=stub,
-                             view=SimpleNamespace(epsilons=FakeEpsilons(), routed={}, handoff_s=lambda: 0.0))
+    worker = SimpleNamespace(worker_id="decode-0", prefix=None, stub=stub, load=SimpleNamespace(tpot_alone_ms=0.0),
+                             view=SimpleNamespace(epsilons=FakeEpsilons(), routed={}, handoff_s=lambda prior=0.0: prior))
     router = SimpleNamespace(ttft_guard=False, decode_candidates=lambda registry, tpot_s, prompt: [worker])
     spawned: list[asyncio.Task[None]] = []
     reservations = DecodeReservations(SimpleNamespace(routable=lambda role: []), router, "stream",

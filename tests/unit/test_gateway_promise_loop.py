@@ -134,6 +134,6 @@ def test_a_served_request_tells_its_decode_view_what_its_handoff_cost_beyond_a_s
     p.inbox = TokenInbox()
     p.promise.first_sent = 100.0
     p.inbox.first_arrival, p.inbox.last_arrival = 100.060, 100.260  # 60 ms, then 10 gaps of 20 ms
-    assert decode.view.handoff_s() == 0.0
+    assert decode.view.handoff_s() == 0.0 and decode.view.handoff_s(0.030) == 0.030  # none seen: the prior
     PromiseLoop().served(_request(), p)
-    assert decode.view.handoff_s() == pytest.approx(0.040)
+    assert decode.view.handoff_s(0.030) == pytest.approx(0.040)  # seen: what was seen
