@@ -27,8 +27,8 @@ one whose steps are noisy starts where the loop always did. Before the window ho
 batch-1 steps, or the step measured at warm-up when that is less. A TPOT SLO below it can never
 be met here, whatever the load.
 
-``alone_now_s``: what one request alone takes a step now: the median period of the batch-1 steps
-while the latest of them is at most ``ALONE_FRESH_S`` old, else ``alone_s``. An idle worker admits a
+``alone_now_s``: what one request alone takes a step now: the 0.9 quantile of the batch-1 steps'
+periods while the latest of them is at most ``ALONE_FRESH_S`` old, else ``alone_s``. An idle worker admits a
 request whose TPOT SLO covers it, under no margin (``common.slo.tpot_guard.admits_request``). Not
 the least: a machine that ran faster at warm-up than it does under load (other processes on its
 cores, a host that slows) would admit, alone, requests its steps then miss. Not forever either:
@@ -51,6 +51,9 @@ EVIDENCE_QUANTILE = 0.95  # of a step's period over its calibrated prediction
 EVIDENCE_MIN_STEPS = 64  # the newest steps kept whatever their age: an idle worker remembers its machine
 ALONE_MIN_STEPS = 8  # batch-1 steps before their median is trusted over the warm-up's step
 ALONE_FRESH_S = 10.0  # how long the latest batch-1 steps say what one request alone takes now
+# ... and what they say: a high quantile, not the median, since a TPOT admitted alone is a mean over a
+# second or two of steps on a host whose speed moves by more than that mean's own spread
+ALONE_NOW_QUANTILE = 0.9
 MOST = HIGH  # the largest ceiling
 
 
@@ -58,6 +61,7 @@ class StepEvidence:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._excess = WindowQuantile(EVIDENCE_WINDOW_S, EVIDENCE_QUANTILE, EVIDENCE_MIN_STEPS, clock)
         self._alone = WindowQuantile(EVIDENCE_WINDOW_S, 0.5, ALONE_MIN_STEPS, clock)
+        self._alone_tail = WindowQuantile(EVIDENCE_WINDOW_S, ALONE_NOW_QUANTILE, ALONE_MIN_STEPS, clock)
         self._alone_steps = 0
         self._alone_at = -float("inf")  # the clock at the latest batch-1 step
         self._steps = 0
@@ -72,6 +76,7 @@ class StepEvidence:
         self._steps += 1
         if batch_size == 1:
             self._alone.observe(seconds)
+            self._alone_tail.observe(seconds)
             self._alone_steps += 1
             self._alone_at = self._clock()
 
@@ -94,8 +99,8 @@ class StepEvidence:
         return recent if measured_s is None else min(measured_s, recent)
 
     def alone_now_s(self, measured_s: float | None) -> float | None:
-        """One request's step here now: the median of the batch-1 steps while the latest is fresh
-        (``ALONE_FRESH_S``) and there are enough of them, else ``alone_s``."""
+        """One request's step here now: the ``ALONE_NOW_QUANTILE`` of the batch-1 steps while the
+        latest is fresh (``ALONE_FRESH_S``) and there are enough of them, else ``alone_s``."""
         if self._alone_steps >= ALONE_MIN_STEPS and self._clock() - self._alone_at <= ALONE_FRESH_S:
-            return self._alone.value()
+            return self._alone_tail.value()
         return self.alone_s(measured_s)

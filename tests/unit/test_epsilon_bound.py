@@ -148,3 +148,13 @@ def test_a_reservation_says_whether_the_idle_rule_admitted_it_under_no_margin():
     unmeasured.unloaded_step_s = None  # no step alone measured: the model decided, under its margin
     lease = unmeasured.reserve("c", 256, 64, tpot_slo_ms=STEP_S * 1000 * 3)
     assert lease is not None and not lease.alone
+
+
+def test_one_request_alone_now_is_a_high_quantile_of_its_fresh_steps_and_never_is_decided_on_their_median():
+    clock = Clock()
+    evidence = StepEvidence(clock)
+    for i in range(20):  # one step in four slow: a host that moves under a request's decode
+        clock.now += 0.05
+        evidence.observe(1, 0.030, 0.040 if i % 4 == 0 else 0.030)
+    assert evidence.alone_now_s(0.030) == pytest.approx(0.040)  # what an idle worker admits by
+    assert evidence.alone_s(None) == pytest.approx(0.030)  # what no load can beat: the median
