@@ -100,7 +100,8 @@ def _recovery(d: dict[str, Any]) -> Iterator[Row]:
     kind = "tight" if d["tpot_multiple"] < 2 else "loose"
     yield (f"load → 4× overload → load, {d['preset']}, {d['front']}, TPOT {d['tpot_multiple']:g}× unloaded ({kind})",
            f"worse overload phase {s['overload_goodput_ratio']:.2f}×, back at load {s['back_at_load_goodput_ratio']:.2f}× the first "
-           f"load's goodput; ≥{s['least_admitted_attainment']:.0%} of admitted meet both in every phase; "
+           f"load's goodput; {'' if s['least_admitted_attainment'] >= 1 else '≥'}{s['least_admitted_attainment']:.0%} of "
+           "admitted meet both in every phase; "
            f"{s['lone_admitted']}/{s['lone_sent']} lone requests admitted after",
            f"python bench/slo_recovery.py --front {d['front']} --tpot-multiple {d['tpot_multiple']:g}" + _recovery_flags(d))
 
@@ -141,7 +142,7 @@ SPREAD = {
     "http-overhead": "one run; rounds interleaved",
     "prefix": "one run",
     "slo": "one run per workload",
-    "slo-recovery": "one run each; this host's unloaded TPOT moved 15.7–20.0 ms between runs",
+    "slo-recovery": "one run each; this host's unloaded TPOT moved 15.7–31 ms between runs",
     "vs-vllm": "one run",
 }
 
