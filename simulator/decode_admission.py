@@ -6,7 +6,8 @@ useful moment, or a wait for KV blocks), as ``gateway.decode_reservation`` does 
 
 from __future__ import annotations
 
-from client.bench.metrics import REJECTED
+from collections.abc import Callable
+
 from common.engine.core import AdmissionError
 from common.engine.leases import Lease
 from common.slo.guard_reading import Readings
@@ -33,15 +34,10 @@ class SimDecodeAdmission:
     pool: SimPool
     router: Router
     admission: SimAdmissionQueue
-
-    def _refuse(self, flight: Flight, code: str = REJECTED, reason: str = "decode_admission") -> None:
-        raise NotImplementedError
-
-    def _ttft_ok(self, flight: Flight, decode: SimDecodeWorker | None = None) -> bool:
-        raise NotImplementedError
-
-    def _prefill(self, flight: Flight) -> None:
-        raise NotImplementedError
+    # the gateway's steps around admission (``SimGateway``): refuse (code, reason), the TTFT check, the prefill
+    _refuse: Callable[..., None]
+    _ttft_ok: Callable[..., bool]
+    _prefill: Callable[[Flight], None]
 
     def _reserve(self, flight: Flight, then: Reserved) -> None:
         self._try_decode(flight, self._decode_order(flight), 0, then)

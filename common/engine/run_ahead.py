@@ -7,6 +7,8 @@ records them at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from common.engine.leases import LeaseTable
 from common.engine.load import EngineLoad
 from common.engine.request import Request
@@ -22,12 +24,7 @@ class RunAhead:
     steps_completed: int
     _last_step_end: float | None
     load: EngineLoad
-
-    def has_unfinished_requests(self) -> bool:
-        raise NotImplementedError
-
-    def _measure(self) -> EngineLoad:
-        raise NotImplementedError
+    _measure: Callable[[], EngineLoad]  # the engine's load snapshot, taken anew
 
     def running_requests(self) -> list[Request]:
         """The requests in the batch now (decoding, or a prompt part-way)."""
@@ -59,7 +56,7 @@ class RunAhead:
         self.leases.expire(last_end)
         advance_decodes(self.scheduler, produced, 0)
         self.steps_completed += steps
-        self._last_step_end = last_end if self.has_unfinished_requests() else None
+        self._last_step_end = last_end if self.scheduler.has_unfinished() else None
         self.load = self._measure()
 
 
