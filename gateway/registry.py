@@ -8,7 +8,6 @@ refused at registration, not found out request by request."""
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 
@@ -17,38 +16,31 @@ import grpc
 from common.rpc.convert import load_from_proto, prefill_model_from_proto
 from common.rpc.server import channel
 from common.kv_transfer.pairing import TRANSPORTS, KvLayout, PoolLocation, TransportMismatch, layout_mismatch, pair_transport
-from common.slo.load_report import LoadReport
 from common.slo.promise import DEFAULT_TARGET
 from common.slo.tpot_guard import DecodeView, tpot_epsilons
 from common.slo.ttft_guard import TtftGuard, new_guard
 from gateway.prefix_view import PrefixView
-from gateway.router import GuardViews
+from gateway.worker_state import WorkerState
 from gateway.loop_lag import LoopLag
 from wire.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True, eq=False)
-class WorkerRecord(GuardViews):
+@dataclass(slots=True, eq=False, kw_only=True)
+class WorkerRecord(WorkerState):
+    """A registered worker: its plain state (``WorkerState``: load, guards, what is in flight,
+    prefix view) and its connection and liveness. Prefill guard deadlines are on this gateway's
+    perf_counter clock; a decode worker has a TTFT guard only with local prefill on."""
+
     descriptor: worker_pb2.WorkerDescriptor
-    load: LoadReport  # its latest heartbeat's
     last_seen: float
     heard_at: float  # LoopLag.clock() at last_seen: silence is measured on it
     channel: grpc.aio.Channel
     stub: worker_pb2_grpc.PrefillWorkerStub | worker_pb2_grpc.DecodeWorkerStub
     ready: bool = False  # decode: its token stream is open; prefill: at once
-    inflight: int = 0  # prefill calls this gateway has under way here (decode workers count ``view.routed``)
-    # prefill: the TTFT guard's view of its queue (deadlines on this gateway's perf_counter
-    # clock), made at registration; decode: the same of the prompts it computes itself, with
-    # local prefill on (``common.slo.local_prefill``), else None
-    ttft: TtftGuard | None = None
-    # decode: the TPOT guard's view of it (what was routed there, ε for its admission); None for prefill
-    decode_view: DecodeView | None = None
-    suspect: bool = False  # a call to it just failed: out of routing until it heartbeats again
     stalled: bool = False  # has work and finished no step for the stall timeout: out of routing
     progress_at: float = 0.0  # LoopLag.clock() when its step count last moved (or it had no work)
-    prefix: PrefixView | None = None  # with prefix caching: a copy of what its cache holds
 
     @property
     def worker_id(self) -> str:
@@ -57,10 +49,6 @@ class WorkerRecord(GuardViews):
     @property
     def role(self) -> str:
         return self.descriptor.role
-
-    @property
-    def free_blocks(self) -> int:
-        return self.load.free_blocks
 
     @property
     def routable(self) -> bool:
@@ -98,16 +86,14 @@ class WorkerRegistry:
         stub_cls = worker_pb2_grpc.DecodeWorkerStub if descriptor.role == "decode" else worker_pb2_grpc.PrefillWorkerStub
         now = time.monotonic()
         heard_at = self.loop_lag.clock(now)
-        record = WorkerRecord(descriptor, load_from_proto(load), now, heard_at, ch, stub_cls(ch),
-                              ready=descriptor.role == "prefill",
-                              progress_at=heard_at)
+        record = WorkerRecord(descriptor=descriptor, load=load_from_proto(load), last_seen=now, heard_at=heard_at,
+                              channel=ch, stub=stub_cls(ch), ready=descriptor.role == "prefill", progress_at=heard_at)
         if descriptor.role == "decode":
             record.decode_view = DecodeView(tpot_epsilons(self.slo_target))
-            _bound_epsilons(record)
         if descriptor.role == "prefill" or (self.local_prefill and descriptor.cost_model.present):
             record.ttft = new_guard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
                                     self.slo_target, probe_first=descriptor.role == "prefill")
-            record.ttft.heard(load.queued_tokens, load.running)
+        record.heard(record.load)
         if descriptor.prefix_salt:
             record.prefix = PrefixView(descriptor.block_size, descriptor.prefix_salt)
             if load.HasField("prefix"):
@@ -126,13 +112,9 @@ class WorkerRegistry:
         record.heard_at = self.loop_lag.clock(record.last_seen)
         if load.steps != record.load.steps or not (load.running or load.waiting):
             record.progress_at = record.heard_at
-        record.load = load_from_proto(load)
-        _bound_epsilons(record)
-        if record.ttft is not None:
-            record.ttft.heard(load.queued_tokens, load.running)
+        record.heard(load_from_proto(load))
         if record.prefix is not None and load.HasField("prefix"):
             record.prefix.apply(load.prefix)
-        record.suspect = False
         return True
 
     def prefix_out_of_step(self, worker_id: str) -> bool:
@@ -226,12 +208,3 @@ class RegistryServicer(worker_pb2_grpc.RegistryServicer):
                         context: grpc.aio.ServicerContext) -> worker_pb2.HeartbeatResponse:
         known = self.registry.heartbeat(request.worker_id, request.load)
         return worker_pb2.HeartbeatResponse(known=known, prefix_resync=self.registry.prefix_out_of_step(request.worker_id))
-
-
-def _bound_epsilons(record: WorkerRecord) -> None:
-    """A decode worker's ε, every class's, at most what its steps have shown and relaxing on time
-    to where they say it starts (its heartbeat's ``tpot_margin_ceiling`` and ``tpot_margin_start``;
-    none reported: no cap, no return)."""
-    if record.decode_view is not None:
-        load = record.load
-        record.decode_view.epsilons.bound(load.tpot_margin_ceiling or math.inf, load.tpot_margin_start or None)

@@ -63,7 +63,7 @@ class RequestFlow(WorkerRelease):
         self.metrics = metrics
         self.stream_interval = stream_interval or StreamInterval(0.0)  # how long a token message may wait for more
         self.promises = PromiseLoop(metrics)
-        self.admission = admission or AdmissionQueue()
+        self.admission = admission if admission is not None else AdmissionQueue()  # (an empty queue is falsy)
         self.registry = registry
         self.router = router  # also says whether the TTFT guard refuses requests
         self.streams = streams

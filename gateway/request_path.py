@@ -28,6 +28,7 @@ from gateway.prefix_view import PromptBlocks
 from gateway.router import Router, W, WorkerPool
 
 KV_WAIT_S = 30.0  # the longest a request refused for blocks alone waits for them (beyond a quarantine)
+MAX_ATTEMPTS = 3  # reserve + prefill tries before a request that keeps losing workers fails with UNAVAILABLE
 
 
 class PathPool(WorkerPool[W], Protocol):
@@ -95,6 +96,20 @@ def admitted_margin(alone: bool, margin: float) -> float:
     """The ε that admitted a reservation, for its TPOT's outcome: 1 when the idle rule did (no
     margin decided it, so its outcome says nothing of ε), else the margin it carried."""
     return 1.0 if alone else margin
+
+
+def retries_after_loss(attempt: int) -> bool:
+    """Whether a request whose ``attempt``-th try (from 1) lost a worker before its first token
+    existed tries again on other workers: nothing reached its client, so the loss costs it only
+    time, up to ``MAX_ATTEMPTS`` tries."""
+    return attempt < MAX_ATTEMPTS
+
+
+def writer_may_still_write(lost_role: str) -> bool:
+    """Whether the attempt's decode blocks may still be written when a worker of ``lost_role`` was
+    lost: a lost prefill worker's copy may be under way (its blocks are quarantined, not reused);
+    a prefill worker that answered that its decode side failed is no longer writing."""
+    return lost_role == "prefill"
 
 
 class AfterRefusals(enum.Enum):

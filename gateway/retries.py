@@ -18,12 +18,12 @@ from common.process.metrics import Metrics
 from common.rpc.metadata import FAILED_PEER_KEY
 from gateway.errors import ABORTED, RequestError, WorkerLost, unavailable
 from gateway.registry import WorkerRegistry
+from gateway.request_path import MAX_ATTEMPTS, retries_after_loss, writer_may_still_write
 from gateway.request_state import Progress
 from gateway.validation import ValidatedRequest
 from wire.v1 import worker_pb2
 
 log = logging.getLogger(__name__)
-MAX_ATTEMPTS = 3  # reserve + prefill tries before a request fails with UNAVAILABLE
 
 
 class Attempt(Protocol):
@@ -60,10 +60,9 @@ async def first_token(req: ValidatedRequest, p: Progress, attempt: Attempt, regi
         except WorkerLost as lost:
             if p.abort_requested:
                 raise ABORTED from None
-            # a prefill worker that answered (the decode side failed) is no longer writing
-            writer_may_still_write = lost.role == "prefill"
-            if n == MAX_ATTEMPTS:
-                await attempt.forget(req, p, writer_may_still_write)
+            writing = writer_may_still_write(lost.role)
+            if not retries_after_loss(n):
+                await attempt.forget(req, p, writing)
                 raise unavailable(f"{lost} (after {n} attempts)") from None
             log.warning("%s; retrying on other workers (attempt %d)", lost, n + 1)
             if metrics is not None:
@@ -72,7 +71,7 @@ async def first_token(req: ValidatedRequest, p: Progress, attempt: Attempt, regi
             lost_record = registry.workers.get(lost.worker_id)
             if lost_record is not None:  # no new work until it proves alive with a heartbeat
                 lost_record.suspect = True
-            await attempt.forget(req, p, writer_may_still_write)
+            await attempt.forget(req, p, writing)
     raise AssertionError("unreachable")
 
 

@@ -55,31 +55,6 @@ class RoutedWorker(Protocol):
     def prefix(self) -> PrefixView | None: ...  # with prefix caching: what its cache holds
 
 
-class GuardViews:
-    """``guard`` and ``view`` of a ``RoutedWorker`` from its optional ``ttft`` and ``decode_view``
-    (the gateway's registry records and the simulator's worker states both keep these)."""
-
-    __slots__ = ()
-    worker_id: str
-    ttft: TtftGuard | None
-    decode_view: DecodeView | None
-
-    @property
-    def guard(self) -> TtftGuard:
-        """The TTFT guard of a prefill worker (every one has one), or of the prompts a decode
-        worker computes itself."""
-        if self.ttft is None:
-            raise ValueError(f"worker {self.worker_id} has no TTFT guard")
-        return self.ttft
-
-    @property
-    def view(self) -> DecodeView:
-        """The TPOT guard's view of a decode worker (every one has one)."""
-        if self.decode_view is None:
-            raise ValueError(f"worker {self.worker_id} has no TPOT guard view")
-        return self.decode_view
-
-
 W = TypeVar("W", bound=RoutedWorker)
 
 

@@ -1,8 +1,18 @@
-"""The gateway's admission queue on the virtual clock (``gateway.admission`` in the cluster): the
-same ``AdmissionPump`` (who waits, who queues behind them, the rounds and their turns), driven by
-simulated time: rounds run on a notification (capacity may have come free) and at every tick, and
-a waiter is refused once its last useful moment has passed (the gateway's waiter decides that
-itself, on its own timer; here the tick and the turn do, at the same moments)."""
+"""The gateway's admission queue on the virtual clock: the same ``AdmissionPump`` (who waits, who
+queues behind them, the rounds and their turns) and the same moments as ``gateway.admission``
+gives them over asyncio, event for event:
+
+- one loop of rounds runs while anyone waits: it waits for a notification (capacity may have come
+  free) or ``tick_s`` since its last round, whichever is first, then runs a round; a notification
+  during a round makes the next one begin as soon as it ends;
+- a round gives turns one at a time: the waiter tries a reservation, and its outcome is reported
+  before the next turn;
+- each waiter waits for a turn until its last useful moment, read when it joins, after each turn
+  and after each wait: past it, it leaves, refused (``gateway.decode_reservation``).
+
+The simulator has no timers to cancel: a wait superseded before it ends finds a newer number and
+does nothing.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +38,10 @@ class SimAdmissionQueue:
     reserve: Callable[[Flight, Reserved], None]  # one reservation attempt, its outcome to the callback
     reserved: Callable[[Flight, SimDecodeWorker, Lease], None]  # a waiter admitted on its turn
     pump: AdmissionPump[Waiter] = field(default_factory=lambda: AdmissionPump(lambda w: w.demand))
-    _ticking: bool = False
+    _looping: bool = False  # the loop of rounds runs (the gateway's rounds task)
+    _woken: bool = False  # notified since the last round began (the gateway's wake event)
+    _in_round: bool = False
+    _wait: int = 0  # the loop's current wait
 
     @property
     def waiters(self) -> list[Waiter]:
@@ -38,58 +51,78 @@ class SimAdmissionQueue:
         return self.pump.holds_one_no_harder(demand)
 
     def wait(self, flight: Flight, last_useful: Callable[..., float]) -> None:
-        self.pump.join(Waiter(flight, last_useful))
-        if not self._ticking:
-            self._ticking = True
-            self.sim.after(self.tick_s, self._tick)
+        waiter = Waiter(flight, last_useful)
+        self.pump.join(waiter)
+        if not self._looping:
+            self._looping = True
+            self.sim.after(0.0, self._await_wake)  # (the gateway's loop is a task: it starts next)
+        self._wait_for_turn(waiter, last_useful())
 
     def notify(self) -> None:
-        """Decode capacity may have come free: a round soon."""
-        if self.pump.waiters:
-            self.sim.after(0.0, self._round)
+        """Decode capacity may have come free: a round now, or as soon as the one under way ends."""
+        self._woken = True
+        if self._looping and not self._in_round:
+            self._wait += 1
+            self.sim.after(0.0, self._round, self._wait)
 
-    def _tick(self) -> None:
-        now = self.sim.now
-        # each waiter's last useful moment, read once for the tick's refusals and the round's order
-        # (nothing runs between them: the same state, the same answers, at a third of the cost),
-        # on one reading of each prefill worker
-        readings: Readings = {}
-        last = {id(w): w.last_useful(readings) for w in self.waiters if not w.trying}
-        for waiter in [w for w in self.waiters if not w.trying and last[id(w)] <= now]:
-            self.pump.leave(waiter)
-            self.refuse(waiter.flight)
-        self._round(last)
-        self._ticking = bool(self.waiters)
-        if self._ticking:
-            self.sim.after(self.tick_s, self._tick)
+    # -- the loop of rounds --
 
-    def _round(self, last_useful: dict[int, float] | None = None) -> None:
-        """``last_useful``: the waiters' last useful moments, by ``id``, where the caller just read them."""
-        known = last_useful or {}
-        readings: Readings = {}
-        if self.pump.begin(lambda w: known[id(w)] if id(w) in known else w.last_useful(readings)):
+    def _await_wake(self) -> None:
+        if not self.pump.waiters:
+            self._looping = False
+            return
+        self._wait += 1
+        self.sim.after(0.0 if self._woken else self.tick_s, self._round, self._wait)
+
+    def _round(self, wait: int) -> None:
+        if wait != self._wait:
+            return
+        self._woken, self._in_round = False, True
+        readings: Readings = {}  # each prefill worker read once for the order of every waiter
+        if self.pump.begin(lambda w: w.last_useful(readings)):
             self._next_turn()
+        else:
+            self._round_over()
+
+    def _round_over(self) -> None:
+        self.pump.owed()  # (one loop runs the rounds: a notification during this one asked for the next)
+        self._in_round = False
+        self._await_wake()
 
     def _next_turn(self) -> None:
         waiter = self.pump.turn()
         if waiter is None:
-            if self.pump.owed():
-                self._round()
+            self._round_over()
             return
-        if waiter.last_useful() <= self.sim.now:
-            self.pump.leave(waiter)
-            self.refuse(waiter.flight)
-            self.pump.report(waiter, None)
-            self._next_turn()
-            return
+        waiter.waiting += 1  # its wait for a turn is over
+        waiter.trying = True
 
         def turn(flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
             waiter.trying = False
-            self.pump.report(waiter, worker is not None)
             if worker is not None and lease is not None:
                 self.pump.leave(waiter)
+                self.pump.report(waiter, True)
                 self.reserved(flight, worker, lease)
+            else:
+                self.pump.report(waiter, False)
+                self._wait_for_turn(waiter, waiter.last_useful())
             self._next_turn()
 
-        waiter.trying = True
         self.reserve(waiter.flight, turn)
+
+    # -- one waiter --
+
+    def _wait_for_turn(self, waiter: Waiter, until: float) -> None:
+        waiter.waiting += 1
+        self.sim.at(until, self._waited, waiter, waiter.waiting)
+
+    def _waited(self, waiter: Waiter, waiting: int) -> None:
+        """No turn came by the waiter's last useful moment as read last: read again; past it, refused."""
+        if waiting != waiter.waiting or waiter not in self.pump.waiters:
+            return
+        until = waiter.last_useful()
+        if until <= self.sim.now:
+            self.pump.leave(waiter)
+            self.refuse(waiter.flight)
+            return
+        self._wait_for_turn(waiter, until)

@@ -38,12 +38,18 @@ class SimDecodeAdmission:
     _refuse: Callable[..., None]
     _ttft_ok: Callable[..., bool]
     _prefill: Callable[[Flight], None]
+    _fail: Callable[[Flight, str], None]  # ends a request UNAVAILABLE (``simulator.retries``)
 
     def _reserve(self, flight: Flight, then: Reserved) -> None:
-        self._try_decode(flight, self._decode_order(flight), 0, then)
+        candidates = self._decode_order(flight)
+        if not candidates:  # every one lost on an earlier try, or out of routing
+            self._fail(flight, "no decode worker is available")
+            return
+        self._try_decode(flight, candidates, 0, then)
 
     def _decode_order(self, flight: Flight) -> list[SimDecodeWorker]:
-        return [s.worker for s in self.router.decode_candidates(self.pool, flight.tpot_s)]  # type: ignore[misc]
+        return [s.worker for s in self.router.decode_candidates(self.pool, flight.tpot_s)  # type: ignore[misc]
+                if s.worker_id not in flight.avoid["decode"]]
 
     def _try_decode(self, flight: Flight, candidates: list[SimDecodeWorker], at: int, then: Reserved) -> None:
         flight.blocks_only = flight.blocks_only if at else True  # every refusal so far for want of blocks
@@ -52,15 +58,14 @@ class SimDecodeAdmission:
             return
         worker = candidates[at]
         self._hear_tokens(worker)
-        self.views[worker.worker_id].epsilons.bound(worker.core.epsilon_ceiling,  # as its heartbeats report them
-                                                    worker.core.epsilon_start)
+        state = self.states[worker.worker_id]
         epsilon = self.views[worker.worker_id].epsilons.margin(flight.tpot_s)
 
         def reserve() -> None:
             try:
                 lease = worker.core.reserve(flight.request_id, flight.tokens, flight.planned.output_len,
                                             flight.tpot_s * 1000, epsilon,
-                                            handoff_s=self.views[worker.worker_id].handoff_s(worker.core.tpot_alone_s or 0.0))
+                                            handoff_s=self.views[worker.worker_id].handoff_s(state.tpot_alone_s or 0.0))
             except AdmissionError as exc:
                 lease, flight.blocks_only = None, False
                 if exc.margin_alone:
@@ -111,18 +116,32 @@ class SimDecodeAdmission:
         self.states[worker.worker_id].inflight += 1
         self.views[worker.worker_id].routed[flight.request_id] = flight.tpot_s
         if not self._ttft_ok(flight, worker):  # the wait, or the reservation itself, used up the slack
-            self._give_back(flight)
-            self._refuse(flight, reason="ttft_unattainable")
+            self._give_back(flight, then=lambda: self._forgotten_and(flight, self._refuse, reason="ttft_unattainable"))
             return
         self._prefill(flight)
 
-    def _give_back(self, flight: Flight) -> None:
+    def _give_back(self, flight: Flight, writer_may_still_write: bool = False,
+                   then: Callable[[], None] | None = None) -> None:
+        """Releases the flight's lease (``WorkerRelease._release``): once the decode worker
+        answers, decode capacity may have come free (the admission queue hears it), then ``then``."""
         worker, lease = flight.decode, flight.lease
         assert worker is not None and lease is not None
+
+        def answered() -> None:
+            self.admission.notify()
+            if then is not None:
+                then()
+
+        def release() -> None:
+            worker.core.release_reservation(flight.request_id, lease.lease_id, writer_may_still_write)
+            self.sim.after(self.config.hop_s, answered)
+
+        self.sim.after(self.config.hop_s, worker.call, release)
+
+    def _forgotten_and(self, flight: Flight, then: Callable[..., None], *args: object, **kwargs: object) -> None:
+        """The request's decode worker forgets it (the gateway's end of the request), then ``then``."""
         self._forget_decode(flight)
-        self.sim.after(self.config.hop_s, worker.call,
-                       lambda: worker.core.release_reservation(flight.request_id, lease.lease_id, False))
-        self.admission.notify()  # decode capacity may have come free
+        then(flight, *args, **kwargs)
 
     def _forget_decode(self, flight: Flight) -> None:
         assert flight.decode is not None

@@ -29,8 +29,16 @@ class Flight:
     # what admitted it and when its latencies count from (at the gateway), for the closed loop
     promise: PromiseRecord = field(default_factory=PromiseRecord)
 
+    attempt: int = 1  # its try at a first token (a worker lost before it: tried again, ``request_path.retries_after_loss``)
+    avoid: dict[str, set[str]] = field(default_factory=lambda: {"prefill": set(), "decode": set()})  # lost on earlier tries
     blocks_only: bool = True  # every decode worker asked last refused it for want of KV blocks alone
+    refusal: str = ""  # why it was refused, as the gateway counts it (``pdserve:request_rejections``)
     _prompt: PromptBlocks | None = None
+
+    def attempt_forgotten(self) -> None:
+        """The try's lease was given back and its workers dropped, to try others: admitted anew."""
+        self.decode, self.lease, self.prefill, self.prefill_raw_s = None, None, None, None
+        self.promise = PromiseRecord(arrived=self.promise.arrived)
 
     @property
     def prompt(self) -> PromptBlocks:
@@ -75,6 +83,7 @@ class Waiter:
     flight: Flight
     last_useful: Callable[..., float]  # (``Readings`` of a round, or none) -> virtual seconds
     trying: bool = False  # a turn's reservation attempt is under way: it cannot time out meanwhile
+    waiting: int = 0  # its current wait for a turn (a turn, or a later wait, supersedes an earlier one)
 
     @property
     def demand(self) -> Demand:

@@ -28,6 +28,7 @@ from common.engine.core import AdmissionError
 from common.engine.leases import LeaseError
 from common.engine.request import RequestOutput, left_on_arrival
 from common.model.sampling_params import SamplingParams
+from common.slo.load_report import LoadReport
 from common.slo.tpot_guard import DecodeView, handoff_window, tpot_epsilons
 from common.slo.ttft_guard import TtftGuard, new_guard
 from gateway.request_path import never_refusal, prefill_choice, ttft_refusal
@@ -39,12 +40,13 @@ from simulator.event_loop import EventLoop
 from simulator.events import Simulation
 from simulator.flight import Flight
 from simulator.host import HostCpu, RateLaw
+from simulator.early_ends import SimEarlyEnds
 from simulator.worker_state import SimPool, SimWorkerState
 from simulator.workers import SimDecodeWorker, SimPrefillWorker, SimWorker
 
 
 @dataclass(eq=False)
-class SimGateway(SimDecodeAdmission):
+class SimGateway(SimEarlyEnds, SimDecodeAdmission):
     sim: Simulation
     config: SimConfig
     prefills: list[SimPrefillWorker]
@@ -72,10 +74,13 @@ class SimGateway(SimDecodeAdmission):
         self.decoding = {w.worker_id: {} for w in self.decodes}
         # the gateway's router over what this gateway knows of each worker, on the virtual clock;
         # ``round_robin``: fcfs admission with prefill workers taken in turn (decode least loaded)
-        self.pool = SimPool([SimWorkerState(w, self.guards[w.worker_id]) for w in self.prefills],
-                            [SimWorkerState(w, self.local_guards.get(w.worker_id), self.views[w.worker_id],
-                                            free_blocks=w.core.load.free_blocks) for w in self.decodes])
+        self.pool = SimPool([SimWorkerState(worker=w, load=LoadReport(), ttft=self.guards[w.worker_id])
+                             for w in self.prefills],
+                            [SimWorkerState(worker=w, load=LoadReport(), ttft=self.local_guards.get(w.worker_id),
+                                            decode_view=self.views[w.worker_id]) for w in self.decodes])
         self.states = {s.worker_id: s for s in (*self.pool.prefill, *self.pool.decode)}
+        for state in self.states.values():  # what each registers with
+            state.heartbeat(self.config.engine_policy)
         self.router = router_for(self.config.ttft_guard,
                                  "round_robin" if self.config.policy == "round_robin" else "kv_aware",
                                  clock=lambda: self.sim.now)
@@ -111,7 +116,12 @@ class SimGateway(SimDecodeAdmission):
             self._refuse(flight, "INVALID_ARGUMENT", "invalid_argument")
         elif not self._ttft_ok(flight):
             self._refuse(flight, reason="ttft_unattainable")
-        elif (never := never_refusal(flight.tpot_s, [w.core.tpot_alone_s for w in self.decodes])) is not None:
+        else:
+            self._seek_decode(flight)
+
+    def _seek_decode(self, flight: Flight) -> None:
+        """A decode reservation, as ``DecodeReservations.reserve`` seeks one (each try's)."""
+        if (never := never_refusal(flight.tpot_s, [s.tpot_alone_s for s in self.pool.decode])) is not None:
             self._refuse(flight, never.code, never.reason)
         elif self.config.ttft_guard and flight.ttft_s and self.admission.holds_one_no_harder(flight.demand):
             self._wait(flight)
@@ -125,7 +135,7 @@ class SimGateway(SimDecodeAdmission):
         return ttft_refusal(self.pool, flight.prompt, flight.ttft_s, flight.arrived, self.sim.now, state) is None
 
     def _refuse(self, flight: Flight, code: str = REJECTED, reason: str = "decode_admission") -> None:
-        flight.record.error = code
+        flight.record.error, flight.refusal = code, reason
         self.refusals[reason] = self.refusals.get(reason, 0) + 1
         self.sim.after(self.config.hop_s, self.done, flight)
 
@@ -133,16 +143,20 @@ class SimGateway(SimDecodeAdmission):
 
     def _prefill(self, flight: Flight) -> None:
         state = self._prefill_choice(flight)
+        if state is None:  # every one lost on an earlier try: the request ends, its lease given back
+            self._forget_decode(flight)
+            self._give_back(flight)
+            self._fail(flight, "no prefill worker is available")
+            return
         self._send_prefill(flight, state.worker, state.guard)
 
-    def _prefill_choice(self, flight: Flight) -> SimWorkerState:
+    def _prefill_choice(self, flight: Flight) -> SimWorkerState | None:
         """The prefill worker (or, computing it itself, the decode worker) the gateway would choose."""
         decode = flight.decode
         assert decode is not None  # reserved before its prefill (``_reserved``)
         choice = prefill_choice(self.router, self.pool, flight.prompt, flight.deadline, flight.ttft_s,
-                                self.states[decode.worker_id], 0, self.sim.now)
-        assert choice is not None  # every simulated worker pairs with every other
-        return choice[0]
+                                self.states[decode.worker_id], 0, self.sim.now, flight.avoid["prefill"])
+        return None if choice is None else choice[0]
 
     def _send_prefill(self, flight: Flight, worker: SimWorker, guard: TtftGuard) -> None:
         flight.prefill = worker
@@ -180,6 +194,9 @@ class SimGateway(SimDecodeAdmission):
                 ended = self._commit_refused if isinstance(exc, LeaseError) else self._local_refused
                 self.sim.after(self.config.hop_s, ended, flight)
 
+        if flight.request_id in worker.lost_calls:  # the call fails: the worker is lost during it
+            self.sim.after(2 * self.config.hop_s, self._prefill_lost, flight, worker, guard)
+            return
         self.sim.after(self.config.hop_s, worker.call, prefill_here if worker is flight.decode else prefill)
 
     def _prefilled(self, flight: Flight, out: RequestOutput) -> None:
@@ -227,9 +244,9 @@ class SimGateway(SimDecodeAdmission):
             if local:
                 self._forget_decode(flight)
                 self.admission.notify()  # decode capacity may have come free
-            else:
-                self._give_back(flight)
-            self._finished(flight, now)
+                self._finished(flight, now)
+            else:  # the gateway answers once the lease is given back
+                self._give_back(flight, then=lambda: self._forgotten_and(flight, lambda f: self._finished(f, self.sim.now)))
             return
         if local:  # it decodes there already
             if flight.tpot_s:
@@ -251,21 +268,6 @@ class SimGateway(SimDecodeAdmission):
                 self.sim.after(self.config.hop_s, self._commit_refused, flight)
 
         self.sim.after(self.config.hop_s, decode.call, commit)
-
-    def _commit_refused(self, flight: Flight) -> None:
-        """As the gateway ends a request whose decode worker refuses its commit: UNAVAILABLE after
-        its first token (``RequestFlow._commit``)."""
-        self._forget_decode(flight)
-        self.admission.notify()  # decode capacity may have come free
-        flight.record.error = "UNAVAILABLE"
-        self.sim.after(self.config.hop_s, self.done, flight)
-
-    def _local_refused(self, flight: Flight) -> None:
-        """As the gateway ends a request its decode worker refused to prefill in time
-        (RESOURCE_EXHAUSTED, ``retries.prefill_error``): that worker freed the reservation."""
-        self._forget_decode(flight)
-        self.admission.notify()
-        self._refuse(flight, reason="ttft_unattainable")
 
     def _decoded(self, flight: Flight, out: RequestOutput) -> None:
         flight.promise.second_heard = flight.promise.second_heard or self.sim.now + self.config.hop_s  # heard then
@@ -289,9 +291,6 @@ class SimGateway(SimDecodeAdmission):
     def _heartbeats(self) -> None:
         if self.stopped:
             return
-        for worker in self.prefills:
-            load = worker.load()
-            self.guards[worker.worker_id].heard(load.queued_tokens, load.running)
-        for worker in self.decodes:
-            self.states[worker.worker_id].free_blocks = worker.load().free_blocks
+        for state in self.states.values():
+            state.heartbeat(self.config.engine_policy)
         self.sim.after(self.config.heartbeat_s, self._heartbeats)

@@ -20,7 +20,10 @@ file descriptors as usual (a callback from another thread still wakes it).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
+import heapq
+import itertools
 import selectors
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -45,13 +48,39 @@ class _JumpingSelector(selectors.DefaultSelector):
         return ready
 
 
+class _InOrder(asyncio.TimerHandle):
+    """A timer that, due at the same moment as another, runs after those set before it."""
+
+    __slots__ = ("_order",)
+
+    def __init__(self, order: int, *args: Any) -> None:
+        super().__init__(*args)
+        self._order = order
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, _InOrder) and self._when == other._when:
+            return self._order < other._order
+        return super().__lt__(other)
+
+
 class VirtualClockLoop(asyncio.SelectorEventLoop):
     def __init__(self) -> None:
         self.now = 0.0
+        self._set = itertools.count()
         super().__init__(_JumpingSelector(self))
 
     def time(self) -> float:
         return self.now
+
+    def call_at(self, when: float, callback: Callable[..., Any], *args: Any,  # type: ignore[override]
+                context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        """As asyncio's, but timers due at one moment run in the order they were set (asyncio's
+        heap leaves ties in no set order), as in the simulator's event queue."""
+        self._check_closed()  # type: ignore[attr-defined]
+        timer = _InOrder(next(self._set), when, callback, args, self, context)
+        heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
+        timer._scheduled = True
+        return timer
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

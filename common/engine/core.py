@@ -259,6 +259,11 @@ class EngineCore(TpotAdmission, PromptTiming, RunAhead):
         self.load = self._measure()
         return outputs
 
+    def remeasure(self) -> None:
+        """Takes the load snapshot again, after a change made outside any step or call (warm-up's
+        measure of one request's step alone, ``unloaded_step_s``)."""
+        self.load = self._measure()
+
     def _measure(self) -> EngineLoad:
         return measure(self.scheduler, self.pool, self.leases, self.steps_completed,
                        self.step_costs.calibration.ratio, self.step_costs.prediction_error, self.step_costs.refits,

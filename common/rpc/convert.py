@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING
+
 from common.model.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, PrefillModel
+from common.slo.credit import virtual_batch_size
 from common.slo.load_report import LoadReport
+from common.slo.policy import Policy
 from wire.v1 import gateway_pb2, worker_pb2
+
+if TYPE_CHECKING:  # the gateway reads loads; only workers build them
+    from common.engine.load import EngineLoad
 
 DEFAULT_MAX_TOKENS = 16
 
@@ -62,3 +70,23 @@ def load_from_proto(load: worker_pb2.WorkerLoad) -> LoadReport:
                       earliest_ttft_deadline_ms=load.earliest_ttft_deadline_ms, steps=load.steps,
                       tpot_alone_ms=load.tpot_alone_ms, tpot_margin_ceiling=load.tpot_margin_ceiling,
                       tpot_margin_start=load.tpot_margin_start)
+
+
+def load_to_proto(snapshot: EngineLoad, policy: str, draining: bool = False) -> worker_pb2.WorkerLoad:
+    """An engine's load snapshot as its heartbeat carries it (the SLO fields only under an SLO policy)."""
+    load = worker_pb2.WorkerLoad(free_blocks=snapshot.free_blocks, running=snapshot.running,
+                                 waiting=snapshot.waiting, queued_tokens=snapshot.queued_tokens, draining=draining,
+                                 reserved=snapshot.reserved, steps=snapshot.steps)
+    if policy == Policy.FCFS:
+        return load
+    if snapshot.earliest_ttft_deadline is not None:
+        load.earliest_ttft_deadline_ms = (snapshot.earliest_ttft_deadline - time.monotonic()) * 1000
+    if snapshot.tpot_slos:
+        load.vbs = virtual_batch_size(snapshot.tpot_slos)
+        load.tightest_tpot_ms = min(snapshot.tpot_slos.values()) * 1000
+    if snapshot.running:
+        load.mean_len = snapshot.mean_len
+    if snapshot.tpot_alone_s is not None:
+        load.tpot_alone_ms = snapshot.tpot_alone_s * 1000
+    load.tpot_margin_ceiling, load.tpot_margin_start = snapshot.epsilon_ceiling, snapshot.epsilon_start
+    return load

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,11 +11,9 @@ from pathlib import Path
 import torch
 
 from common.engine.llm_engine import LLMEngine
-from common.rpc.convert import cost_models_to_proto
+from common.rpc.convert import cost_models_to_proto, load_to_proto
 from common.worker.prefix_digest import DigestPublisher
 from common.worker.registration import host_id
-from common.slo.credit import virtual_batch_size
-from common.slo.policy import Policy
 from wire.v1 import worker_pb2
 
 log = logging.getLogger(__name__)
@@ -55,25 +52,10 @@ def current_load(engine: LLMEngine, draining: bool, digest: DigestPublisher | No
     """Read from the event loop while the engine thread runs: the engine's latest snapshot
     (``LLMEngine.load``), as of its last step or call; and, from a prefill worker, its prefix
     digest (every load built is sent: the digest's changes are drained)."""
-    snapshot = engine.load
-    load = worker_pb2.WorkerLoad(free_blocks=snapshot.free_blocks, running=snapshot.running,
-                                 waiting=snapshot.waiting, queued_tokens=snapshot.queued_tokens, draining=draining,
-                                 reserved=snapshot.reserved, steps=snapshot.steps)
+    load = load_to_proto(engine.load, engine.config.policy, draining)
     prefix = digest.next() if digest is not None else None
     if prefix is not None:
         load.prefix.CopyFrom(prefix)
-    if engine.config.policy == Policy.FCFS:
-        return load
-    if snapshot.earliest_ttft_deadline is not None:
-        load.earliest_ttft_deadline_ms = (snapshot.earliest_ttft_deadline - time.monotonic()) * 1000
-    if snapshot.tpot_slos:
-        load.vbs = virtual_batch_size(snapshot.tpot_slos)
-        load.tightest_tpot_ms = min(snapshot.tpot_slos.values()) * 1000
-    if snapshot.running:
-        load.mean_len = snapshot.mean_len
-    if snapshot.tpot_alone_s is not None:
-        load.tpot_alone_ms = snapshot.tpot_alone_s * 1000
-    load.tpot_margin_ceiling, load.tpot_margin_start = snapshot.epsilon_ceiling, snapshot.epsilon_start
     return load
 
 

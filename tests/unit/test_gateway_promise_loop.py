@@ -23,7 +23,7 @@ from wire.v1 import worker_pb2
 
 def _record(role: str, worker_id: str, **kw: object) -> WorkerRecord:
     descriptor = worker_pb2.WorkerDescriptor(worker_id=worker_id, role=role)
-    return WorkerRecord(descriptor, LoadReport(), 0.0, 0.0, None, None, **kw)  # type: ignore[arg-type]
+    return WorkerRecord(descriptor=descriptor, load=LoadReport(), last_seen=0.0, heard_at=0.0, channel=None, stub=None, **kw)  # type: ignore[arg-type]
 
 
 def _request(ttft_ms: int = 1000, tpot_ms: int = 20, max_tokens: int = 20) -> ValidatedRequest:

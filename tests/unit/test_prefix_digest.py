@@ -72,7 +72,7 @@ def _prefill_record(worker_id: str, cached: list[int]):  # type: ignore[no-untyp
     cost = worker_pb2.CostModel(present=True, prefill_threshold=0, prefill_base_s=0.010, prefill_per_token_s=1e-4)
     descriptor = worker_pb2.WorkerDescriptor(worker_id=worker_id, role="prefill", cost_model=cost, block_size=B,
                                              prefix_salt=SALT)
-    record = WorkerRecord(descriptor, LoadReport(), 0.0, 0.0, None, None, ready=True,  # type: ignore[arg-type]
+    record = WorkerRecord(descriptor=descriptor, load=LoadReport(), last_seen=0.0, heard_at=0.0, channel=None, stub=None, ready=True,  # type: ignore[arg-type]
                           ttft=TtftGuard(prefill_model_from_proto(cost), 0, headrooms=ClassMargins(1.0)),
                           prefix=PrefixView(B, SALT))
     record.prefix.apply(worker_pb2.PrefixDigest(seq=1, snapshot=True, stored=cached))
@@ -130,7 +130,7 @@ def test_a_decode_worker_holding_the_conversation_wins_where_load_ties():
     registry = WorkerRegistry(1.5)
     for worker_id, free, cached in (("d0", 100, []), ("d1", 95, chain_hashes(history, B, SALT))):
         descriptor = worker_pb2.WorkerDescriptor(worker_id=worker_id, role="decode", block_size=B, prefix_salt=SALT)
-        record = WorkerRecord(descriptor, LoadReport(free_blocks=free), 0.0, 0.0, None, None,  # type: ignore[arg-type]
+        record = WorkerRecord(descriptor=descriptor, load=LoadReport(free_blocks=free), last_seen=0.0, heard_at=0.0, channel=None, stub=None,  # type: ignore[arg-type]
                               ready=True, decode_view=DecodeView(), prefix=PrefixView(B, SALT))
         record.prefix.apply(worker_pb2.PrefixDigest(seq=1, snapshot=True, stored=cached))
         registry.workers[worker_id] = record

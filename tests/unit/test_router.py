@@ -18,7 +18,7 @@ def _worker(queued: dict[str, tuple[float, int]], reported_tokens: int = 0, test
     cost = worker_pb2.CostModel(present=True, prefill_threshold=100, prefill_base_s=0.010, prefill_per_token_s=1e-4)
     descriptor = worker_pb2.WorkerDescriptor(cost_model=cost)
     load = LoadReport(queued_tokens=reported_tokens)
-    record = WorkerRecord(descriptor, load, 0.0, 0.0, None, None,  # type: ignore[arg-type]
+    record = WorkerRecord(descriptor=descriptor, load=load, last_seen=0.0, heard_at=0.0, channel=None, stub=None,  # type: ignore[arg-type]
                           ttft=TtftGuard(prefill_model_from_proto(descriptor.cost_model), descriptor.max_num_tokens,
                                          headrooms=ClassMargins(1.0)))  # predictions exactly as the fit
     record.guard.queued.update({rid: (*q, 0.0) for rid, q in queued.items()})  # sent before the worker's report: it counts them

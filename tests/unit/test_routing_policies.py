@@ -110,6 +110,7 @@ def test_the_simulated_gateway_routes_by_the_gateways_own_router(policy):
     from types import SimpleNamespace
 
     from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
+    from common.slo.load_report import LoadReport
     from gateway.router import router_for
     from simulator.config import SimConfig
     from simulator.events import Simulation
@@ -126,10 +127,10 @@ def test_the_simulated_gateway_routes_by_the_gateways_own_router(policy):
     gateway.views["d0"].routed.update({"a": 0.1, "a2": 0.1, "a3": 0.1})
     gateway.views["d1"].routed.update({"b": 0.02, "c": 0.02})
     for wid, free in (("d0", 10), ("d1", 10), ("d2", 5)):
-        gateway.states[wid].free_blocks = free
+        gateway.states[wid].load = LoadReport(free_blocks=free)
     gateway.guards["p0"].queued["q"] = (10.0, 2000, 0.0)
     flight = SimpleNamespace(tpot_s=0.02, tokens=250, deadline=0.020, ttft_s=0.020, prompt=PromptBlocks([0] * 250),
-                             decode=decodes[2])
+                             decode=decodes[2], avoid={"prefill": set(), "decode": set()})
 
     records = {wid: SimpleNamespace(worker_id=wid, inflight=0, free_blocks=s.free_blocks, prefix=None,
                                     guard=s.ttft, view=s.decode_view) for wid, s in gateway.states.items()}

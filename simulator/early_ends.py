@@ -1,0 +1,74 @@
+"""How the simulated gateway ends a request early, as the gateway does: a commit its decode worker
+refuses, a local prefill refused, and a worker lost before the first token. A lost worker is
+handled as ``gateway.retries`` handles it over gRPC: the try's lease is given back (its blocks quarantined when a prefill worker
+may still be writing into them), the lost worker leaves routing until its next heartbeat, and the
+request tries again on the others, up to ``request_path.MAX_ATTEMPTS`` tries; then it fails with
+UNAVAILABLE. (Losses are scripted: ``SimWorker.lost_calls``.)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from common.slo.ttft_guard import TtftGuard
+from gateway.request_path import retries_after_loss, writer_may_still_write
+from simulator.admission_queue import SimAdmissionQueue
+from simulator.config import SimConfig
+from simulator.events import Simulation
+from simulator.flight import Flight
+from simulator.worker_state import SimWorkerState
+from simulator.workers import SimWorker
+
+
+class SimEarlyEnds:
+    """What the early ends read and call of the simulated gateway (``SimGateway`` has these)."""
+
+    sim: Simulation
+    config: SimConfig
+    states: dict[str, SimWorkerState]
+    admission: SimAdmissionQueue
+    done: Callable[[Flight], None]
+    _forget_decode: Callable[[Flight], None]
+    _seek_decode: Callable[[Flight], None]
+    _refuse: Callable[..., None]
+    _give_back: Callable[..., None]
+
+    def _commit_refused(self, flight: Flight) -> None:
+        """As the gateway ends a request whose decode worker refuses its commit: UNAVAILABLE after
+        its first token (``RequestFlow._commit``)."""
+        self._forget_decode(flight)
+        self.admission.notify()  # decode capacity may have come free
+        self._fail(flight, "the decode worker refused the commit")
+
+    def _local_refused(self, flight: Flight) -> None:
+        """As the gateway ends a request its decode worker refused to prefill in time
+        (RESOURCE_EXHAUSTED, ``retries.prefill_error``): that worker freed the reservation."""
+        self._forget_decode(flight)
+        self.admission.notify()
+        self._refuse(flight, reason="ttft_unattainable")
+
+    def _prefill_lost(self, flight: Flight, worker: SimWorker, guard: TtftGuard) -> None:
+        """The Prefill call to ``worker`` failed as a lost worker's does (``retries.prefill_error``)."""
+        guard.dropped(flight.request_id)
+        self.states[worker.worker_id].inflight -= 1
+        role = "decode" if worker is flight.decode else "prefill"  # a decode worker prefilling itself
+        retry = retries_after_loss(flight.attempt)
+        if retry:
+            flight.avoid[role].add(worker.worker_id)
+            self.states[worker.worker_id].suspect = True  # no new work until it heartbeats again
+
+        def forgotten() -> None:  # the Release answered (``RequestFlow.forget``)
+            self._forget_decode(flight)
+            flight.attempt_forgotten()
+            if retry:
+                flight.attempt += 1
+                self._seek_decode(flight)
+            else:
+                self._fail(flight, f"{role} worker {worker.worker_id} was lost (after {flight.attempt} attempts)")
+
+        self._give_back(flight, writer_may_still_write(role), forgotten)
+
+    def _fail(self, flight: Flight, why: str) -> None:
+        """Ends the request with UNAVAILABLE: the cluster's fault, not the client's (``why`` is
+        what its client would read)."""
+        flight.record.error, flight.refusal = "UNAVAILABLE", "unavailable"
+        self.sim.after(self.config.hop_s, self.done, flight)

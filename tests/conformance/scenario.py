@@ -1,0 +1,85 @@
+"""One scripted run, for the gateway's adapter (``gateway.request_flow`` over fake stubs) and the
+simulator's (``simulator.gateway``) alike: the same workers (the simulator's, an ``EngineCore``
+each, whose forwards take what one cost model says), the same requests at the same moments, the
+same scripted faults; each side records what its workers were asked (``Trace.calls``) and how
+each request ended (``Trace.outcomes``), so the two can be compared call by call.
+
+Arrival times are spread so no two moments tie: the asyncio loop and the simulator's event queue
+break ties by different rules, and the comparison is of decisions, not of tie-breaking.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from client.bench.workload import PlannedRequest, SloClass
+from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
+from simulator.config import SimConfig
+from simulator.workers import SimWorker
+
+# prefill: 4 ms a forward plus 20 µs a token; decode: 6 ms a step plus 0.2 ms a request past 2
+MODELS = CostModels(PrefillModel(0, 0.004, 2e-5), DecodeModel(0.0, 0.0002, 0.0, 0.006, knee=2))
+TIGHT = SloClass("tight", ttft_ms=40.0, tpot_ms=9.0)
+LOOSE = SloClass("loose", ttft_ms=400.0, tpot_ms=60.0)
+HOP_S = 0.0005
+HEARTBEAT_S = 0.05
+RECORDED = ("reserve", "add_request", "prefill_reserved", "commit", "release_reservation", "abort")
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """Calls that fail as a worker lost mid-call fails them (UNAVAILABLE, having done nothing):
+    (request index, worker id) of each ``Prefill`` that does."""
+
+    lost_prefills: frozenset[tuple[int, str]] = frozenset()
+
+
+@dataclass
+class Trace:
+    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (worker, engine call, request)
+    outcomes: dict[str, str] = field(default_factory=dict)  # request -> "ok <finish reason>" or "<code> <reason>"
+
+    def of(self, request_id: str) -> list[tuple[str, str]]:
+        """The calls its workers saw for one request, in order."""
+        return [(worker, call) for worker, call, rid in self.calls if rid == request_id]
+
+
+def plan(n: int = 24, seed: int = 3) -> list[PlannedRequest]:
+    """A burst of mixed requests: prompts of 64-1500 tokens, 2-12 output tokens, the two SLO classes
+    and requests with none, sent in 60 ms at moments that never tie."""
+    rng = random.Random(seed)
+    at = 0.0013
+    requests = []
+    for i in range(n):
+        at += rng.uniform(0.0007, 0.0043)
+        slo = rng.choice([TIGHT, LOOSE, LOOSE, None])
+        requests.append(PlannedRequest(i, [0] * rng.randint(64, 1500), rng.randint(2, 12), slo, round(at, 7)))
+    return requests
+
+
+def config(policy: str) -> SimConfig:
+    """The cluster both sides run: 2 prefill and 2 decode workers, exact forwards, no local prefill
+    (it is tested on its own, ``test_local_prefill``), no KV copy time."""
+    return SimConfig(prefill=2, decode=2, policy=policy, hop_s=HOP_S, transfer_s=0.0, transfer_s_per_token=0.0,
+                     heartbeat_s=HEARTBEAT_S, local_prefill=False, num_kv_blocks=512, max_batch_size=8)
+
+
+def record_calls(worker: SimWorker, trace: Trace) -> None:
+    """Every engine call named in ``RECORDED`` that ``worker`` runs is appended to ``trace.calls``."""
+    core = worker.core
+    for name in RECORDED:
+        original: Callable[..., Any] = getattr(core, name)
+
+        def recorded(request_id: str, *args: Any, _call: Callable[..., Any] = original, _name: str = name,
+                     **kwargs: Any) -> Any:
+            trace.calls.append((worker.worker_id, _name, request_id))
+            return _call(request_id, *args, **kwargs)
+
+        setattr(core, name, recorded)
+
+
+def request_id(index: int) -> str:
+    return f"req-{index}"
