@@ -18,7 +18,7 @@ from common.rpc.server import channel
 from common.kv_transfer.pairing import TRANSPORTS, KvLayout, PoolLocation, TransportMismatch, layout_mismatch, pair_transport
 from common.slo.promise import DEFAULT_TARGET
 from common.slo.tpot_guard import DecodeView, tpot_epsilons
-from common.slo.ttft_guard import TtftGuard, new_guard
+from common.slo.ttft_guard import new_guard
 from gateway.prefix_view import PrefixView
 from gateway.worker_state import WorkerState
 from gateway.loop_lag import LoopLag

@@ -43,7 +43,8 @@ from gateway.lease_keepalive import lease_kept_alive
 from gateway.promise_loop import PromiseLoop
 from gateway.registry import WorkerRecord, WorkerRegistry, transport_between
 from gateway.request_path import admitted_margin, prefill_choice, ttft_deadline
-from gateway.request_state import Progress, Stage
+from gateway.request_stages import Stage
+from gateway.request_state import Progress
 from gateway.worker_release import WorkerRelease
 from gateway.router import Router
 from gateway.stream_interval import StreamInterval

@@ -12,7 +12,8 @@ import logging
 import grpc
 
 from gateway.admission import AdmissionQueue
-from gateway.request_state import EXIT_CLEAN_UP, Progress, Stage
+from gateway.request_stages import EXIT_CLEAN_UP, Stage
+from gateway.request_state import Progress
 from gateway.worker_calls import CLEANUP_TIMEOUT_S, quietly
 from wire.v1 import worker_pb2
 

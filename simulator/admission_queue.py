@@ -58,6 +58,17 @@ class SimAdmissionQueue:
             self.sim.after(0.0, self._await_wake)  # (the gateway's loop is a task: it starts next)
         self._wait_for_turn(waiter, last_useful())
 
+    def leave(self, flight: Flight) -> None:
+        """The flight's request ended while it waited (its client cancelled): it leaves the queue;
+        a turn it held goes on to the next waiter at once, whatever its reservation's answer."""
+        for waiter in [w for w in self.pump.waiters if w.flight is flight]:
+            self.pump.leave(waiter)
+            waiter.waiting += 1
+            if waiter.trying:
+                waiter.trying = False
+                self.pump.report(waiter, None)
+                self.sim.after(0.0, self._next_turn)
+
     def notify(self) -> None:
         """Decode capacity may have come free: a round now, or as soon as the one under way ends."""
         self._woken = True
@@ -98,6 +109,8 @@ class SimAdmissionQueue:
         waiter.trying = True
 
         def turn(flight: Flight, worker: SimDecodeWorker | None, lease: Lease | None) -> None:
+            if flight.ended:  # it left mid-turn (``leave``): the round went on without it
+                return
             waiter.trying = False
             if worker is not None and lease is not None:
                 self.pump.leave(waiter)

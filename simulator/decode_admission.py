@@ -14,6 +14,7 @@ from common.slo.guard_reading import Readings
 from common.slo.tpot_guard import DecodeView
 from gateway import request_path
 from gateway.request_path import AfterRefusals, admitted_margin, after_refusals, blocks_wait_until
+from gateway.request_stages import Stage
 from gateway.router import Router
 from simulator.admission_queue import Reserved, SimAdmissionQueue
 from simulator.config import SimConfig
@@ -73,6 +74,11 @@ class SimDecodeAdmission:
             self.sim.after(self.config.hop_s, replied, lease)
 
         def replied(lease: Lease | None) -> None:
+            if flight.ended:  # cancelled while it asked: a lease it brings is released on arrival
+                if lease is not None:
+                    self.sim.after(self.config.hop_s, worker.call,
+                                   lambda: worker.core.release_reservation(flight.request_id, lease.lease_id, False))
+                return
             if lease is None:
                 self.views[worker.worker_id].routed.pop(flight.request_id, None)
                 self._try_decode(flight, candidates, at + 1, then)
@@ -113,6 +119,7 @@ class SimDecodeAdmission:
 
     def _reserved(self, flight: Flight, worker: SimDecodeWorker, lease: Lease) -> None:
         flight.decode, flight.lease = worker, lease
+        flight.to(Stage.RESERVED)
         self.states[worker.worker_id].inflight += 1
         self.views[worker.worker_id].routed[flight.request_id] = flight.tpot_s
         if not self._ttft_ok(flight, worker):  # the wait, or the reservation itself, used up the slack

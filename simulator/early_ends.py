@@ -70,5 +70,6 @@ class SimEarlyEnds:
     def _fail(self, flight: Flight, why: str) -> None:
         """Ends the request with UNAVAILABLE: the cluster's fault, not the client's (``why`` is
         what its client would read)."""
+        flight.ended = True
         flight.record.error, flight.refusal = "UNAVAILABLE", "unavailable"
         self.sim.after(self.config.hop_s, self.done, flight)

@@ -13,6 +13,7 @@ from common.slo.admission_round import Demand
 from common.slo.promise_record import PromiseRecord
 from gateway.prefix_view import PromptBlocks
 from gateway.request_path import ttft_deadline
+from gateway.request_stages import Stage, next_stage
 from simulator.workers import SimDecodeWorker, SimWorker
 
 
@@ -31,12 +32,20 @@ class Flight:
 
     attempt: int = 1  # its try at a first token (a worker lost before it: tried again, ``request_path.retries_after_loss``)
     avoid: dict[str, set[str]] = field(default_factory=lambda: {"prefill": set(), "decode": set()})  # lost on earlier tries
+    stage: Stage = Stage.RESERVING  # where it is in its life, as the gateway's ``Progress`` says
+    ended: bool = False  # answered, refused or cancelled: what still arrives for it is dropped
     blocks_only: bool = True  # every decode worker asked last refused it for want of KV blocks alone
     refusal: str = ""  # why it was refused, as the gateway counts it (``pdserve:request_rejections``)
     _prompt: PromptBlocks | None = None
 
+    def to(self, stage: Stage) -> None:
+        """Moves it on (``request_stages.NEXT``); one that has ended stays ended."""
+        if not self.ended:
+            self.stage = next_stage(self.stage, stage)
+
     def attempt_forgotten(self) -> None:
         """The try's lease was given back and its workers dropped, to try others: admitted anew."""
+        self.to(Stage.RESERVING)
         self.decode, self.lease, self.prefill, self.prefill_raw_s = None, None, None, None
         self.promise = PromiseRecord(arrived=self.promise.arrived)
 

@@ -24,9 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from client.bench.metrics import REJECTED
-from common.engine.core import AdmissionError
 from common.engine.leases import LeaseError
-from common.engine.request import RequestOutput, left_on_arrival
+from common.engine.request import RequestOutput
 from common.model.sampling_params import SamplingParams
 from common.slo.load_report import LoadReport
 from common.slo.tpot_guard import DecodeView, handoff_window, tpot_epsilons
@@ -34,19 +33,22 @@ from common.slo.ttft_guard import TtftGuard, new_guard
 from gateway.request_path import never_refusal, prefill_choice, ttft_refusal
 from gateway.router import router_for
 from simulator.admission_queue import SimAdmissionQueue
+from simulator.cancels import SimCancels
 from simulator.config import SimConfig
 from simulator.decode_admission import SimDecodeAdmission
 from simulator.event_loop import EventLoop
 from simulator.events import Simulation
+from gateway.request_stages import Stage
 from simulator.flight import Flight
 from simulator.host import HostCpu, RateLaw
 from simulator.early_ends import SimEarlyEnds
+from simulator.prefill_calls import SimPrefillCalls
 from simulator.worker_state import SimPool, SimWorkerState
-from simulator.workers import SimDecodeWorker, SimPrefillWorker, SimWorker
+from simulator.workers import SimDecodeWorker, SimPrefillWorker
 
 
 @dataclass(eq=False)
-class SimGateway(SimEarlyEnds, SimDecodeAdmission):
+class SimGateway(SimCancels, SimPrefillCalls, SimEarlyEnds, SimDecodeAdmission):
     sim: Simulation
     config: SimConfig
     prefills: list[SimPrefillWorker]
@@ -135,6 +137,7 @@ class SimGateway(SimEarlyEnds, SimDecodeAdmission):
         return ttft_refusal(self.pool, flight.prompt, flight.ttft_s, flight.arrived, self.sim.now, state) is None
 
     def _refuse(self, flight: Flight, code: str = REJECTED, reason: str = "decode_admission") -> None:
+        flight.ended = True
         flight.record.error, flight.refusal = code, reason
         self.refusals[reason] = self.refusals.get(reason, 0) + 1
         self.sim.after(self.config.hop_s, self.done, flight)
@@ -158,78 +161,11 @@ class SimGateway(SimEarlyEnds, SimDecodeAdmission):
                                 self.states[decode.worker_id], 0, self.sim.now, flight.avoid["prefill"])
         return None if choice is None else choice[0]
 
-    def _send_prefill(self, flight: Flight, worker: SimWorker, guard: TtftGuard) -> None:
-        flight.prefill = worker
-        flight.prefill_raw_s = guard.predict_s(flight.tokens, flight.deadline, calibrated=False)
-        planned = guard.predict_s(flight.tokens, flight.deadline, ttft_s=flight.ttft_s)  # what admitted it
-        flight.promise.prefill_going(self.sim.now, planned, guard.headrooms, flight.ttft_s)
-        guard.sent(flight.request_id, flight.deadline, flight.tokens, flight.ttft_s)
-        self.states[worker.worker_id].inflight += 1
-        self.loop.served(self.sim.now)
-        if self.host is not None:  # served from here on: its workers' own threads carry it
-            assert flight.decode is not None  # reserved before its prefill (``_reserved``)
-            for served in {worker.worker_id: worker, flight.decode.worker_id: flight.decode}:  # once each
-                self.host.handed(served, self.sim.now)
-        params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
-        left_ms = max(0.001, (flight.deadline - self.sim.now) * 1000) if flight.ttft_s else 0.0
-        received = self.sim.now + self.config.hop_s  # a local prefill's call waits there for the worker's turn
-
-        def prefill() -> None:
-            worker.listeners[flight.request_id] = lambda out: self._prefilled(flight, out)
-            worker.core.add_request(flight.request_id, [0] * flight.tokens, params, prefill_only=True,
-                                    ttft_slo_ms=flight.ttft_s * 1000, ttft_left_ms=left_ms)
-
-        def prefill_here() -> None:  # the decode worker computes it: its first output answers the call
-            lease = flight.lease
-            assert lease is not None
-            worker.listeners[flight.request_id] = lambda out: self._prefilled_here(flight, out)
-            try:
-                worker.core.prefill_reserved(flight.request_id, lease.lease_id, [0] * flight.tokens, params,
-                                             flight.ttft_s * 1000, flight.tpot_s * 1000,
-                                             left_on_arrival(left_ms, received, self.sim.now))
-            except (LeaseError, AdmissionError) as exc:  # the lease ran out; or its first token would be late
-                del worker.listeners[flight.request_id]
-                guard.dropped(flight.request_id)
-                self.states[worker.worker_id].inflight -= 1
-                ended = self._commit_refused if isinstance(exc, LeaseError) else self._local_refused
-                self.sim.after(self.config.hop_s, ended, flight)
-
-        if flight.request_id in worker.lost_calls:  # the call fails: the worker is lost during it
-            self.sim.after(2 * self.config.hop_s, self._prefill_lost, flight, worker, guard)
-            return
-        self.sim.after(self.config.hop_s, worker.call, prefill_here if worker is flight.decode else prefill)
-
-    def _prefilled(self, flight: Flight, out: RequestOutput) -> None:
-        """On the prefill worker, between steps: the prompt's KV is ready; copy it, then answer."""
-        worker = flight.prefill
-        assert worker is not None
-        copy_s = self.config.transfer_s + self.config.transfer_s_per_token * flight.tokens
-
-        def copied() -> None:
-            worker.call(lambda: worker.core.release_held(flight.request_id))
-            self._answer_prefill(flight)
-
-        self.sim.after(copy_s, copied)
-
-    def _prefilled_here(self, flight: Flight, out: RequestOutput) -> None:
-        """On the decode worker that computed the prompt, between steps: its first token answers
-        the call; the outputs after it are its decode's."""
-        decode = flight.decode
-        assert decode is not None
-        if not out.finished:
-            decode.listeners[flight.request_id] = lambda later: self._decoded(flight, later)
-        self._answer_prefill(flight)
-
-    def _answer_prefill(self, flight: Flight) -> None:
-        """The Prefill call's answer reaches the gateway a hop and a drawn call overhead later."""
-        overhead = self._calls.choice(self.config.call_overhead_s) if self.config.call_overhead_s else 0.0
-        if overhead and self._overhead_growth is not None:
-            assert self.host is not None
-            overhead *= self._overhead_growth.at(self.host.rate(self.sim.now))
-        self.sim.after(self.config.hop_s + overhead, self._first_token, flight, overhead)
-
     def _first_token(self, flight: Flight, overhead_s: float = 0.0) -> None:
         assert flight.prefill is not None and flight.decode is not None and flight.lease is not None
+        if flight.ended:
+            return
+        flight.to(Stage.PREFILLED)
         now = self.sim.now
         local = flight.prefill is flight.decode
         guard = (self.local_guards if local else self.guards)[flight.prefill.worker_id]
@@ -249,6 +185,8 @@ class SimGateway(SimEarlyEnds, SimDecodeAdmission):
                 self._give_back(flight, then=lambda: self._forgotten_and(flight, lambda f: self._finished(f, self.sim.now)))
             return
         if local:  # it decodes there already
+            flight.to(Stage.COMMITTING)
+            flight.to(Stage.STREAMING)
             if flight.tpot_s:
                 self.decoding[flight.decode.worker_id][flight.request_id] = flight
             return
@@ -266,15 +204,22 @@ class SimGateway(SimEarlyEnds, SimDecodeAdmission):
             except LeaseError:  # the first token came after the reservation's lease ran out
                 del decode.listeners[flight.request_id]
                 self.sim.after(self.config.hop_s, self._commit_refused, flight)
+                return
+            self.sim.after(self.config.hop_s, flight.to, Stage.STREAMING)  # its answer reaches the gateway
 
+        flight.to(Stage.COMMITTING)
         self.sim.after(self.config.hop_s, decode.call, commit)
 
     def _decoded(self, flight: Flight, out: RequestOutput) -> None:
+        if flight.ended:
+            return
         flight.promise.second_heard = flight.promise.second_heard or self.sim.now + self.config.hop_s  # heard then
         if out.finished:
             self.sim.after(self.config.hop_s, self._last_token, flight)
 
     def _last_token(self, flight: Flight) -> None:
+        if flight.ended:
+            return
         self._forget_decode(flight)
         self.admission.notify()  # decode capacity may have come free
         flight.record.token_times.append(self.sim.now + self.config.hop_s)
@@ -283,6 +228,8 @@ class SimGateway(SimEarlyEnds, SimDecodeAdmission):
 
     def _finished(self, flight: Flight, now: float) -> None:
         assert flight.decode is not None
+        flight.to(Stage.DONE)
+        flight.ended = True
         flight.promise.finished(flight.planned.output_len, now, flight.tpot_s, self.views[flight.decode.worker_id])
         self.sim.after(self.config.hop_s, self.done, flight)
 

@@ -60,9 +60,7 @@ class SimWorker(ABC):
         self.core.unloaded_step_s = self.models.decode.predict(1, 16)  # what a worker's warm-up measures alone
         self.core.remeasure()  # ... and registers with
         self.listeners: dict[str, OutputListener] = {}  # request id -> its outputs, as the engine thread's callbacks
-        # scripted faults: requests whose prefill call to this worker fails as if the worker were
-        # lost during it (UNAVAILABLE, nothing done)
-        self.lost_calls: set[str] = set()
+        self.lost_calls: set[str] = set()  # scripted: requests whose Prefill here fails as if it were lost
         self._busy = False
         self._inbox: list[Callable[[], None]] = []
         rng = random.Random(f"{config.seed}-{worker_id}")

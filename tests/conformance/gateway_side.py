@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -243,13 +243,23 @@ async def _run(plan: list[PlannedRequest], config: SimConfig, faults: Faults) ->
         req = ValidatedRequest(request_id(item.index), list(item.prompt),
                                SamplingParams(max_tokens=item.output_len, ignore_eos=True), (),
                                slo.ttft_ms if slo else 0.0, slo.tpot_ms if slo else 0.0, "", received_at=loop.time())
-        try:
-            async for message in flow.run(req):
-                finish = message.finish_reason
-            trace.outcomes[req.request_id] = f"ok {finish}"
-        except RequestError as exc:
-            trace.outcomes[req.request_id] = f"{exc.code.name} {exc.reason}"
 
+        async def call() -> None:
+            try:
+                async for message in flow.run(req):
+                    finish = message.finish_reason
+                trace.outcomes[req.request_id] = f"ok {finish}"
+            except RequestError as exc:
+                trace.outcomes[req.request_id] = f"{exc.code.name} {exc.reason}"
+            except asyncio.CancelledError:  # its client cancelled; the RPC's end reaches the flow
+                trace.outcomes[req.request_id] = "CANCELLED cancelled"
+
+        task = loop.create_task(call())
+        if item.index in cancels:  # the client cancels; the gateway hears it a hop later
+            loop.call_at(item.send_at + cancels[item.index] + config.hop_s, task.cancel)
+        await asyncio.gather(task, return_exceptions=True)
+
+    cancels = dict(faults.cancels)
     beating = loop.create_task(heartbeats())
     await asyncio.gather(*(send(item) for item in plan))
     beating.cancel()

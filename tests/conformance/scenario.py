@@ -32,9 +32,11 @@ RECORDED = ("reserve", "add_request", "prefill_reserved", "commit", "release_res
 @dataclass(frozen=True, slots=True)
 class Faults:
     """Calls that fail as a worker lost mid-call fails them (UNAVAILABLE, having done nothing):
-    (request index, worker id) of each ``Prefill`` that does."""
+    (request index, worker id) of each ``Prefill`` that does; and clients that cancel: (request
+    index, seconds after it was sent)."""
 
     lost_prefills: frozenset[tuple[int, str]] = frozenset()
+    cancels: frozenset[tuple[int, float]] = frozenset()
 
 
 @dataclass

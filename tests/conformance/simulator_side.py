@@ -32,8 +32,12 @@ def run_simulator(plan: list[PlannedRequest], config: SimConfig, faults: Faults)
             gateway.stopped = True
 
     gateway = SimGateway(sim, config, prefills, decodes, done)
+    cancels = dict(faults.cancels)
     for item in plan:
-        sim.at(item.send_at, gateway.send, Flight(item, _record(item)))
+        flight = Flight(item, _record(item))
+        sim.at(item.send_at, gateway.send, flight)
+        if item.index in cancels:
+            sim.at(item.send_at + cancels[item.index], gateway.cancel, flight)
     sim.run()
     assert len(answered) == len(plan), "the simulation ended with requests unanswered"
     return trace

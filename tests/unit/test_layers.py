@@ -62,7 +62,8 @@ def test_module_names_are_found_for_nested_packages() -> None:
     assert Path(REPO / "common" / "slo").is_dir()
 
 
-@pytest.mark.parametrize("module", ["gateway.request_path", "gateway.router", "common.slo.promise_record"])
+@pytest.mark.parametrize("module", ["gateway.request_path", "gateway.router", "gateway.worker_state", "gateway.request_stages",
+                                    "common.slo.promise_record"])
 def test_the_decisions_the_gateway_and_the_simulator_share_are_plain(module: str) -> None:
     """What both the gateway's flow and the simulated gateway run: no gRPC, no event loop, no threads."""
     plain = ("grpc", "asyncio", "threading", "torch", "wire")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.request_state import EXIT_CLEAN_UP, LIVE, CleanUp, Progress, Stage
+from gateway.request_stages import EXIT_CLEAN_UP, LIVE, CleanUp, Stage
+from gateway.request_state import Progress
 
 
 def test_what_an_early_end_cleans_up_depends_on_the_stage_alone():
