@@ -7,29 +7,17 @@ decode). Scripted: ``Flight.planned``'s request is cancelled when the caller say
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 from common.slo.ttft_guard import TtftGuard
 from gateway.request_stages import EXIT_CLEAN_UP, Stage
-from simulator.admission_queue import SimAdmissionQueue
-from simulator.config import SimConfig
-from simulator.events import Simulation
 from simulator.flight import Flight
-from simulator.worker_state import SimWorkerState
+from simulator.gateway_parts import SimGatewayParts
 
 CANCELLED = "CANCELLED"
 
 
-class SimCancels:
-    """What cancelling reads and calls of the simulated gateway (``SimGateway`` has these)."""
-
-    sim: Simulation
-    config: SimConfig
-    states: dict[str, SimWorkerState]
-    admission: SimAdmissionQueue
-    done: Callable[[Flight], None]
-    _forget_decode: Callable[[Flight], None]
-    _give_back: Callable[..., None]
+class SimCancels(SimGatewayParts):
+    """The simulated gateway's cancels (a part of ``SimGateway``)."""
 
     def cancel(self, flight: Flight) -> None:
         """The client cancels the call now: the gateway hears it a hop later."""

@@ -11,35 +11,17 @@ from collections.abc import Callable
 from common.engine.core import AdmissionError
 from common.engine.leases import Lease
 from common.slo.guard_reading import Readings
-from common.slo.tpot_guard import DecodeView
 from gateway import request_path
 from gateway.request_path import AfterRefusals, admitted_margin, after_refusals, blocks_wait_until
 from gateway.request_stages import Stage
-from gateway.router import Router
-from simulator.admission_queue import Reserved, SimAdmissionQueue
-from simulator.config import SimConfig
-from simulator.events import Simulation
+from simulator.admission_queue import Reserved
 from simulator.flight import Flight
-from simulator.worker_state import SimPool, SimWorkerState
 from simulator.workers import SimDecodeWorker
+from simulator.gateway_parts import SimGatewayParts
 
 
-class SimDecodeAdmission:
-    """What decode admission reads and calls of the simulated gateway (``SimGateway`` has these)."""
-
-    sim: Simulation
-    config: SimConfig
-    views: dict[str, DecodeView]
-    decoding: dict[str, dict[str, Flight]]
-    states: dict[str, SimWorkerState]
-    pool: SimPool
-    router: Router
-    admission: SimAdmissionQueue
-    # the gateway's steps around admission (``SimGateway``): refuse (code, reason), the TTFT check, the prefill
-    _refuse: Callable[..., None]
-    _ttft_ok: Callable[..., bool]
-    _prefill: Callable[[Flight], None]
-    _fail: Callable[[Flight, str], None]  # ends a request UNAVAILABLE (``simulator.retries``)
+class SimDecodeAdmission(SimGatewayParts):
+    """The simulated gateway's decode admission (a part of ``SimGateway``)."""
 
     def _reserve(self, flight: Flight, then: Reserved) -> None:
         candidates = self._decode_order(flight)

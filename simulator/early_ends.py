@@ -7,30 +7,16 @@ UNAVAILABLE. (Losses are scripted: ``SimWorker.lost_calls``.)"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 from common.slo.ttft_guard import TtftGuard
 from gateway.request_path import retries_after_loss, writer_may_still_write
-from simulator.admission_queue import SimAdmissionQueue
-from simulator.config import SimConfig
-from simulator.events import Simulation
 from simulator.flight import Flight
-from simulator.worker_state import SimWorkerState
 from simulator.workers import SimWorker
+from simulator.gateway_parts import SimGatewayParts
 
 
-class SimEarlyEnds:
-    """What the early ends read and call of the simulated gateway (``SimGateway`` has these)."""
-
-    sim: Simulation
-    config: SimConfig
-    states: dict[str, SimWorkerState]
-    admission: SimAdmissionQueue
-    done: Callable[[Flight], None]
-    _forget_decode: Callable[[Flight], None]
-    _seek_decode: Callable[[Flight], None]
-    _refuse: Callable[..., None]
-    _give_back: Callable[..., None]
+class SimEarlyEnds(SimGatewayParts):
+    """The simulated gateway's the early ends (a part of ``SimGateway``)."""
 
     def _commit_refused(self, flight: Flight) -> None:
         """As the gateway ends a request whose decode worker refuses its commit: UNAVAILABLE after

@@ -6,39 +6,20 @@ overhead later. A scripted loss (``SimWorker.lost_calls``) fails the call instea
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
 
 from common.engine.core import AdmissionError
 from common.engine.leases import LeaseError
 from common.engine.request import RequestOutput, left_on_arrival
 from common.model.sampling_params import SamplingParams
 from common.slo.ttft_guard import TtftGuard
-from simulator.config import SimConfig
-from simulator.event_loop import EventLoop
-from simulator.events import Simulation
 from gateway.request_stages import Stage
 from simulator.flight import Flight
-from simulator.host import HostCpu, RateLaw
-from simulator.worker_state import SimWorkerState
 from simulator.workers import SimWorker
+from simulator.gateway_parts import SimGatewayParts
 
 
-class SimPrefillCalls:
-    """What the prefill calls read and call of the simulated gateway (``SimGateway`` has these)."""
-
-    sim: Simulation
-    config: SimConfig
-    host: HostCpu | None
-    states: dict[str, SimWorkerState]
-    loop: EventLoop
-    _calls: random.Random
-    _overhead_growth: RateLaw | None
-    _prefill_lost: Callable[[Flight, SimWorker, TtftGuard], None]
-    _commit_refused: Callable[[Flight], None]
-    _local_refused: Callable[[Flight], None]
-    _decoded: Callable[[Flight, RequestOutput], None]
-    _first_token: Callable[..., None]
+class SimPrefillCalls(SimGatewayParts):
+    """The simulated gateway's the prefill calls (a part of ``SimGateway``)."""
 
     def _send_prefill(self, flight: Flight, worker: SimWorker, guard: TtftGuard) -> None:
         flight.prefill = worker
