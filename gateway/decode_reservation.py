@@ -22,15 +22,13 @@ from typing import Any
 import grpc
 
 from common.rpc.metadata import REFUSED_BY
-from common.slo.admission_round import Demand
-from common.slo.guard_reading import Readings
 from gateway.admission import AdmissionQueue
-from gateway.request_path import AfterRefusals, after_refusals, blocks_wait_until, never_refusal
+from gateway.path_rules import Refusal, all_refused
+from gateway.request_path import Fail, Refuse, RequestPath, Wait
 from gateway.prefix_view import PromptBlocks
 from gateway.errors import RequestError, unavailable
 from gateway.registry import WorkerRecord, WorkerRegistry
 from gateway.router import Router
-from gateway.ttft_guard import last_useful_moment
 from gateway.validation import ValidatedRequest
 from gateway.worker_calls import CLEANUP_TIMEOUT_S, CONTROL_TIMEOUT_S, call_timeout, quietly
 from wire.slo import to_wire
@@ -53,50 +51,32 @@ class DecodeReservations:
         self.admission = admission
         self.spawn = spawn  # runs clean-up calls that outlive the request
 
-    async def reserve(self, req: ValidatedRequest, prompt: PromptBlocks, ttft_deadline: float,
-                      avoid: set[str]) -> Reservation:
-        """``prompt``: the request's prompt, hashed for the workers' prefix caches;
-        ``ttft_deadline``: perf_counter time, inf without a TTFT SLO; ``avoid``: worker ids."""
-        self._refuse_if_never(req)
-        may_wait = self.router.ttft_guard and req.ttft_ms  # in the admission queue
-        if may_wait and self.admission.holds_one_no_harder(_demand(req)):
-            return await self._wait_for_admission(req, prompt, avoid, RequestError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, "no decode worker admits the request: it waited behind requests "
-                "as easy to admit until its prefill could no longer finish in time", reason="decode_admission"),
-                self._ttft_bound(req, prompt, ttft_deadline))
+    async def reserve(self, req: ValidatedRequest, path: RequestPath[WorkerRecord]) -> Reservation:
+        """A lease for ``req`` where its path says (``RequestPath.seek``), waiting in the admission
+        queue when it says so."""
+        then = path.seek(time.perf_counter(), self.admission.holds_one_no_harder(path.demand))
+        if isinstance(then, Refuse):
+            raise refusal_error(then.refusal)
+        if isinstance(then, Fail):
+            raise unavailable(then.message)
+        if isinstance(then, Wait):
+            return await self._wait_for_admission(req, path, refusal_error(then.refusal), then.last_useful)
         try:
-            return await self._reserve_once(req, prompt, avoid)
+            return await self._reserve_once(req, path.prompt, then.candidates)
         except RequestError as exc:
             if exc.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
                 raise
-            then = after_refusals(self.router.ttft_guard, req.ttft_ms / 1000, exc.reason == "kv_cache_full")
-            if then is AfterRefusals.WAIT_FOR_ADMISSION:
-                return await self._wait_for_admission(req, prompt, avoid, exc,
-                                                      self._ttft_bound(req, prompt, ttft_deadline))
-            if then is AfterRefusals.WAIT_FOR_BLOCKS:
-                until = blocks_wait_until(time.perf_counter(), ttft_deadline, req.deadline)
-                return await self._wait_for_admission(req, prompt, avoid, exc, lambda readings=None: until)
-            raise
+            after = path.refused_everywhere(time.perf_counter(), exc.reason == "kv_cache_full",
+                                            Refusal(exc.code.name, exc.reason, exc.message))
+            if isinstance(after, Refuse):
+                raise
+            return await self._wait_for_admission(req, path, exc, after.last_useful)
 
-    def _ttft_bound(self, req: ValidatedRequest, prompt: PromptBlocks, deadline: float) -> Bound:
-        def last_useful(readings: Readings | None = None) -> float:  # admitted later, the prefill cannot finish in time
-            return last_useful_moment(self.registry, prompt, deadline, req.ttft_ms / 1000, readings)
-
-        return last_useful
-
-    def _refuse_if_never(self, req: ValidatedRequest) -> None:
-        """A TPOT SLO below every decode worker's step for one request alone (as their heartbeats
-        report it) is refused at once: no wait, load or margin could meet it."""
-        refusal = never_refusal(req.tpot_ms / 1000, [w.load.tpot_alone_ms / 1000 or None
-                                                     for w in self.registry.routable("decode")])
-        if refusal is not None:
-            raise RequestError(grpc.StatusCode[refusal.code], refusal.message, reason=refusal.reason)
-
-    async def _wait_for_admission(self, req: ValidatedRequest, prompt: PromptBlocks, avoid: set[str],
+    async def _wait_for_admission(self, req: ValidatedRequest, path: RequestPath[WorkerRecord],
                                   refusal: RequestError, last_useful: Bound) -> Reservation:
         """Waits in the admission queue until a decode worker admits the request, or refuses it
         (``refusal``, or the last refusal seen) once ``last_useful()`` has passed."""
-        async with self.admission.waiting(last_useful, _demand(req)) as waiter:
+        async with self.admission.waiting(last_useful, path.demand) as waiter:
             until = last_useful()  # read again after each turn and each wait, and only then
             while True:
                 if not await waiter.next_turn(until - time.perf_counter()):
@@ -104,8 +84,12 @@ class DecodeReservations:
                     if until <= time.perf_counter():
                         raise refusal
                     continue
+                ask = path.reserve()
+                if isinstance(ask, Fail):
+                    waiter.report(None)
+                    raise unavailable(ask.message)
                 try:
-                    reservation = await self._reserve_once(req, prompt, avoid)
+                    reservation = await self._reserve_once(req, path.prompt, ask.candidates)
                 except RequestError as exc:
                     waiter.report(False)
                     if exc.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -116,14 +100,11 @@ class DecodeReservations:
                 waiter.report(True)
                 return reservation
 
-    async def _reserve_once(self, req: ValidatedRequest, prompt: PromptBlocks, avoid: set[str]) -> Reservation:
-        candidates = [w for w in self.router.decode_candidates(self.registry, req.tpot_ms / 1000, prompt)
-                      if w.worker_id not in avoid]
-        if not candidates:
-            raise unavailable("no decode worker is available")
+    async def _reserve_once(self, req: ValidatedRequest, prompt: PromptBlocks,
+                            candidates: list[WorkerRecord]) -> Reservation:
         last: grpc.aio.AioRpcError | None = None
-        never: list[str] = []  # what the workers that can never meet its TPOT SLO said
-        full = 0  # workers that refused it for want of KV blocks alone
+        refused_by: list[str] = []  # what each refusal said of itself (``REFUSED_BY``)
+        never = ""  # what the first worker that can never meet its TPOT SLO said
         tpot_ms, tpot_us = to_wire(req.tpot_ms)
         for worker in candidates:
             lease_id = uuid.uuid4().hex[:16]
@@ -153,24 +134,18 @@ class DecodeReservations:
                 if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and _client_gone(req):
                     raise RequestError(grpc.StatusCode.DEADLINE_EXCEEDED, "the client's deadline passed while a "
                                        "decode worker was being asked for blocks", reason="deadline_exceeded") from None
-                refused_by = dict(exc.trailing_metadata() or ()).get(REFUSED_BY)
-                if refused_by == "floor":
-                    never.append(exc.details() or "")
+                said = str(dict(exc.trailing_metadata() or ()).get(REFUSED_BY) or "")
+                refused_by.append(said)
+                if said == "floor":
+                    never = never or exc.details() or ""
                     continue
                 last = exc
-                full += refused_by == "kv"
-                if req.tpot_ms and refused_by == "margin":
+                if req.tpot_ms and said == "margin":
                     worker.view.epsilons.of(req.tpot_ms / 1000).refused()  # its ε alone refused it
                 continue
             return worker, reply
-        if last is None:  # every candidate is too slow for it, idle or not
-            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION,
-                               f"the TPOT SLO can never be met on this cluster, however idle: {never[0]}; "
-                               f"ask for a looser tpot_ms", reason="slo_unattainable")
-        if last.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"no decode worker admits the request: "
-                               f"{last.details()}", reason="kv_cache_full" if full == len(candidates) else
-                               "decode_admission")
+        if last is None or last.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # refused, each for its reason
+            raise refusal_error(all_refused(refused_by, last.details() if last is not None else never))
         if last.code() == grpc.StatusCode.INVALID_ARGUMENT:  # the request exceeds what the worker can hold
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"decode worker refused the request: {last.details()}")
         # anything else is the cluster's (a worker draining, gone, or out of step), never the client's
@@ -197,5 +172,5 @@ def _client_gone(req: ValidatedRequest) -> bool:
     return req.deadline is not None and time.perf_counter() >= req.deadline - 0.01
 
 
-def _demand(req: ValidatedRequest) -> Demand:
-    return Demand(req.tpot_ms, len(req.prompt_token_ids), req.params.max_tokens)
+def refusal_error(refusal: Refusal) -> RequestError:
+    return RequestError(grpc.StatusCode[refusal.code], refusal.message, reason=refusal.reason)

@@ -30,26 +30,27 @@ from collections.abc import AsyncIterator
 import grpc
 
 from common.kv_transfer.pairing import TransportMismatch
+from common.slo.admission_round import Demand
 from common.rpc.convert import sampling_to_proto
 from common.process.metrics import Metrics
 from gateway import retries
 from gateway.admission import AdmissionQueue
 from gateway.coalesce import InboxItem, TokenInbox, next_message
-from gateway.decode_reservation import DecodeReservations
+from gateway.decode_reservation import DecodeReservations, refusal_error
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import ABORTED, RequestError, unavailable
 from gateway.final_message import final_message
 from gateway.lease_keepalive import lease_kept_alive
 from gateway.promise_loop import PromiseLoop
 from gateway.registry import WorkerRecord, WorkerRegistry, transport_between
-from gateway.request_path import admitted_margin, prefill_choice, ttft_deadline
+from gateway.path_rules import admitted_margin
+from gateway.request_path import Fail, RequestPath
 from gateway.request_stages import Stage
 from gateway.request_state import Progress
 from gateway.worker_release import WorkerRelease
 from gateway.router import Router
 from gateway.stream_interval import StreamInterval
 from gateway.text_stream import TextStream
-from gateway.ttft_guard import check_ttft
 from gateway.validation import ValidatedRequest
 from gateway.worker_calls import CONTROL_TIMEOUT_S, PREFILL_TIMEOUT_S, call_timeout
 from wire.slo import slo_to_proto
@@ -78,6 +79,10 @@ class RequestFlow(WorkerRelease):
             raise RequestError(grpc.StatusCode.ALREADY_EXISTS, f"request_id {req.request_id!r} is already running")
         progress = self.active[req.request_id] = Progress(owner=req, started=req.received_at or time.perf_counter())
         progress.promise.arrived = planned_start(req, progress.started)
+        progress.path = RequestPath(self.router, self.registry, progress.prompt_blocks(req.prompt_token_ids),
+                                    req.ttft_ms / 1000, req.tpot_ms / 1000,
+                                    Demand(req.tpot_ms, len(req.prompt_token_ids), req.params.max_tokens),
+                                    progress.promise.arrived, time.perf_counter, req.deadline)
         try:
             async for message in self._stages(req, progress):
                 if message.finish_reason:
@@ -126,7 +131,8 @@ class RequestFlow(WorkerRelease):
 
     async def _stages(self, req: ValidatedRequest, p: Progress) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         text = TextStream(self.tokenizer, req.stop)
-        self._check_ttft(req, p)
+        if (refused := p.path.on_arrival(time.perf_counter())) is not None:
+            raise refusal_error(refused.refusal)
         reply = await retries.first_token(req, p, self, self.registry, self.metrics)
         inbox = p.inbox
         first = text.add([reply.first_token])
@@ -151,32 +157,29 @@ class RequestFlow(WorkerRelease):
 
     # -- one attempt at the first token (``retries.Attempt``) --
 
-    async def reserve(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
-        decode, reservation = await self.reservations.reserve(req, p.prompt_blocks(req.prompt_token_ids),
-                                                              ttft_deadline(p.promise.arrived, req.ttft_ms / 1000), avoid)
+    async def reserve(self, req: ValidatedRequest, p: Progress) -> worker_pb2.ReserveResponse:
+        decode, reservation = await self.reservations.reserve(req, p.path)
         p.reserved(decode, reservation.lease_id)
         p.promise.tpot_epsilon = admitted_margin(reservation.admitted_alone, decode.view.epsilons.margin(req.tpot_ms / 1000))
         p.decode_cached_tokens = reservation.cached_blocks * decode.descriptor.block_size
-        try:
-            self._check_ttft(req, p, decode)  # the wait, or the reservation itself, may have used up the slack
-        except RequestError:  # nothing was written: the lease can be reused at once
+        if (refused := p.path.reserved(decode, time.perf_counter())) is not None:
+            # the wait, or the reservation itself, used up the slack; nothing was written: the lease can be reused at once
             await self._release(req.request_id, p, writer_may_still_write=False)
             p.lease_given_back()
-            raise
+            raise refusal_error(refused.refusal)
         p.inbox = self.streams.subscribe(req.request_id, decode.worker_id)
         return reservation
 
-    async def prefill(self, req: ValidatedRequest, p: Progress, reservation: worker_pb2.ReserveResponse,
-                      avoid: set[str]) -> worker_pb2.PrefillResponse:
-        deadline = ttft_deadline(p.promise.arrived, req.ttft_ms / 1000)
+    async def prefill(self, req: ValidatedRequest, p: Progress,
+                      reservation: worker_pb2.ReserveResponse) -> worker_pb2.PrefillResponse:
+        deadline = p.path.deadline
         assert p.decode is not None
         decode = p.decode
-        prompt = p.prompt_blocks(req.prompt_token_ids)
-        choice = prefill_choice(self.router, self.registry, prompt, deadline, req.ttft_ms / 1000, decode,
-                                p.decode_cached_tokens, time.perf_counter(), avoid, lambda w: bool(_transport(w, decode)))
-        if choice is None:
-            raise unavailable("no prefill worker is available")
-        worker, local = choice
+        prompt = p.path.prompt
+        choice = p.path.prefill(decode, p.decode_cached_tokens, time.perf_counter(), lambda w: bool(_transport(w, decode)))
+        if isinstance(choice, Fail):
+            raise unavailable(choice.message)
+        worker, local = choice.worker, choice.local
         transport = "local" if local else _transport(worker, decode)
         p.prefilling(worker)
         destination = worker_pb2.KVDestination(
@@ -229,11 +232,6 @@ class RequestFlow(WorkerRelease):
         assert p.decode is not None
         p.decode.view.routed.pop(req.request_id, None)
         p.attempt_forgotten()
-
-    def _check_ttft(self, req: ValidatedRequest, p: Progress, decode: WorkerRecord | None = None) -> None:
-        if self.router.ttft_guard and req.ttft_ms:
-            check_ttft(self.registry, p.prompt_blocks(req.prompt_token_ids), req.ttft_ms, p.promise.arrived,
-                       decode)
 
     # -- after the first token --
 

@@ -1,151 +1,170 @@
-"""The per-request decisions of the gateway, as plain code: the gateway's flow
-(``gateway.request_flow``, over gRPC) and the simulated gateway (``simulator.gateway``, on a
-virtual clock) both ask these, over the worker state each keeps in the router's shape
-(``gateway.router.RoutedWorker``), so the two make one gateway's decisions::
+"""One request's path through the cluster as plain code (no I/O, no clock of its own): a
+``RequestPath`` takes what happened (the request arrived; decode workers were asked; one reserved;
+a worker was lost) and says what to do next, as a command: ``Refuse``, ``Wait`` (in the admission
+queue), ``Reserve`` (ask these decode workers, in this order), ``Prefill`` (on this worker, or on
+the decode worker itself), ``Retry`` or ``Fail``. The gateway's request flow runs its commands over
+gRPC (``gateway.request_flow``, ``gateway.decode_reservation``, ``gateway.retries``); the simulated
+gateway runs them on a virtual clock (``simulator.gateway``); both over worker state in the
+router's shape (``gateway.worker_state``), so the two make one gateway's decisions (checked call by
+call: ``tests/unit/test_conformance.py``)::
 
-    arrive ─▶ ttft_refusal / never_refusal ─▶ reserve on the router's decode order
-      ─▶ refused everywhere: after_refusals (wait for admission, wait for blocks, or refuse)
-      ─▶ reserved: admitted_margin; ttft_refusal again, with its decode worker
-      ─▶ prefill_choice (a prefill worker, or the decode worker itself) ─▶ first token ...
+    arrived ─▶ TTFT guard (Refuse) ─▶ seek: never met anywhere (Refuse) / behind an easier waiter (Wait)
+      / Reserve on the router's decode order ─▶ refused everywhere: Wait for admission or blocks, or Refuse
+      ─▶ reserved: TTFT guard again, with its decode worker (Refuse) ─▶ prefill: Prefill on the router's
+      first prefill worker, or locally; none left (Fail) ─▶ a worker lost before the first token: Retry / Fail
 
-(what each request's outcome tells the guards: ``common.slo.promise_record``). No I/O, no clock:
-every moment is the caller's, on the clock its guards read.
+(what each request's outcome tells the guards: ``common.slo.promise_record``; its stages and clean-up:
+``gateway.request_stages``). Every moment is the caller's, on the clock its guards read.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic
 
+from common.slo.admission_round import Demand
 from common.slo.guard_reading import Readings
-from common.slo.local_prefill import prefills_locally
-from common.slo.tpot_guard import never_met_anywhere
-from common.slo.ttft_decision import last_useful_admission, ttft_refusal as prefill_refusal
-from common.slo.ttft_guard import TtftGuard
+from gateway.path_rules import (AfterRefusals, PathPool, Refusal, after_refusals, blocks_wait_until, last_useful,
+                                never_refusal, prefill_choice, retries_after_loss, ttft_deadline, ttft_refusal,
+                                writer_may_still_write)
 from gateway.prefix_view import PromptBlocks
-from gateway.router import Router, W, WorkerPool
+from gateway.router import Router, W
 
-KV_WAIT_S = 30.0  # the longest a request refused for blocks alone waits for them (beyond a quarantine)
-MAX_ATTEMPTS = 3  # reserve + prefill tries before a request that keeps losing workers fails with UNAVAILABLE
+# -- one request's path, as commands --
 
-
-class PathPool(WorkerPool[W], Protocol):
-    def local_prefills(self, decode: W | None = None) -> list[W]:
-        """The decode workers that may compute a prompt themselves: ``decode`` alone when given,
-        else every routable one; none with local prefill off."""
-        ...
+QUEUED_BEHIND = Refusal("RESOURCE_EXHAUSTED", "decode_admission", "no decode worker admits the request: it waited "
+                        "behind requests as easy to admit until its prefill could no longer finish in time")
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why a request is refused before any work: its gRPC status, the reason the gateway counts
-    (``pdserve:request_rejections``), and what the client is told."""
+class Refuse:
+    refusal: Refusal
 
-    code: str
-    reason: str
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """In the admission queue until a decode worker admits it on a turn, or ``last_useful`` (read
+    with a round's readings, or none) has passed: then refused, with the last refusal seen (at
+    first ``refusal``)."""
+
+    last_useful: Callable[..., float]
+    refusal: Refusal
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve(Generic[W]):
+    candidates: list[W]  # asked in this order; the first that admits it holds its lease
+
+
+@dataclass(frozen=True, slots=True)
+class Prefill(Generic[W]):
+    worker: W
+    local: bool  # the decode worker holding the lease computes the prompt itself
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Give the try's lease back (quarantined when ``writer_may_still_write``), then seek again."""
+
+    writer_may_still_write: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """End the request with UNAVAILABLE: the cluster's fault (its lease given back as ``Retry`` says)."""
+
     message: str
+    writer_may_still_write: bool = False
 
 
-def ttft_deadline(arrived: float, ttft_s: float) -> float:
-    """When a request that arrived at ``arrived`` must have its first token; inf without a TTFT SLO."""
-    return arrived + ttft_s if ttft_s else float("inf")
+@dataclass(eq=False)
+class RequestPath(Generic[W]):
+    router: Router
+    pool: PathPool[W]
+    prompt: PromptBlocks
+    ttft_s: float  # 0: none
+    tpot_s: float
+    demand: Demand
+    arrived: float  # when its TTFT counts from, on the guards' clock
+    clock: Callable[[], float]  # the guards' clock (its deadlines are on it)
+    client_deadline: float | None = None  # when its client stops waiting; None: never
+    attempt: int = 1  # its try at a first token
+    avoid: dict[str, set[str]] = field(default_factory=lambda: {"prefill": set(), "decode": set()})  # lost on earlier tries
 
+    @property
+    def deadline(self) -> float:
+        return ttft_deadline(self.arrived, self.ttft_s)
 
-def _guards_and_tokens(pool: PathPool[W], prompt: PromptBlocks, decode: W | None = None) -> tuple[list[TtftGuard], list[int]]:
-    """The guards of the routable prefill workers and of the decode workers that may prefill the
-    request themselves (``decode`` alone when given), and what each would compute of the prompt
-    (less its cached prefix)."""
-    workers = pool.routable("prefill") + pool.local_prefills(decode)
-    return [w.guard for w in workers], [prompt.uncached_tokens(w.prefix) for w in workers]
+    @property
+    def waits_for_admission(self) -> bool:
+        """Under the TTFT guard a request with a TTFT SLO waits while its deadline allows."""
+        return self.router.ttft_guard and bool(self.ttft_s)
 
+    def on_arrival(self, now: float) -> Refuse | None:
+        """Before any work: refused when no worker is predicted to return its first token in time."""
+        return self._ttft(now)
 
-def ttft_refusal(pool: PathPool[W], prompt: PromptBlocks, ttft_s: float, arrived: float, now: float,
-                 decode: W | None = None) -> Refusal | None:
-    """A refusal when no worker that may prefill the request (the prefill workers; ``decode``,
-    holding its reservation, or before one is made any decode worker, with local prefill on) is
-    predicted to return its first token within ``ttft_s`` of ``arrived``; None: one is, or no SLO."""
-    if not ttft_s:
-        return None
-    reason = prefill_refusal(*_guards_and_tokens(pool, prompt, decode), ttft_s, arrived, now)
-    if reason is None:
-        return None
-    return Refusal("RESOURCE_EXHAUSTED", "ttft_unattainable", f"TTFT SLO of {ttft_s * 1000:g} ms is unattainable: {reason}")
+    def seek(self, now: float, behind_one_no_harder: bool) -> Refuse | Wait | Reserve[W] | Fail:
+        """A decode reservation (each try's): ``behind_one_no_harder``, the admission queue holds a
+        waiter no harder to admit (``AdmissionPump.holds_one_no_harder``)."""
+        never = never_refusal(self.tpot_s, [w.tpot_alone_s for w in self.pool.routable("decode")])
+        if never is not None:
+            return Refuse(never)
+        if self.waits_for_admission and behind_one_no_harder:
+            return Wait(self.last_useful, QUEUED_BEHIND)
+        return self.reserve()
 
+    def reserve(self) -> Reserve[W] | Fail:
+        """The decode workers to ask now (at its seek, and on each turn in the admission queue):
+        the router's order, less those lost on earlier tries."""
+        candidates = [w for w in self.router.decode_candidates(self.pool, self.tpot_s, self.prompt)
+                      if w.worker_id not in self.avoid["decode"]]
+        return Reserve(candidates) if candidates else Fail("no decode worker is available")
 
-def never_refusal(tpot_s: float, alone_s: list[float | None]) -> Refusal | None:
-    """A refusal when a TPOT SLO is below every decode worker's step for one request alone
-    (``alone_s``, as they report it): no wait, load or margin could meet it."""
-    if not never_met_anywhere(tpot_s, alone_s):
-        return None
-    fastest = min(a for a in alone_s if a)
-    return Refusal("FAILED_PRECONDITION", "slo_unattainable",
-                   f"TPOT SLO {tpot_s * 1000:g} ms can never be met on this cluster, however idle: one request alone "
-                   f"takes {fastest * 1000:.1f} ms a token on its fastest decode worker; ask for a looser tpot_ms")
+    def refused_everywhere(self, now: float, blocks_only: bool, refusal: Refusal) -> Wait | Refuse:
+        """Every candidate refused it (``refusal``, as the gateway words it; ``blocks_only``: for
+        want of KV blocks alone)."""
+        then = after_refusals(self.router.ttft_guard, self.ttft_s, blocks_only)
+        if then is AfterRefusals.WAIT_FOR_ADMISSION:
+            return Wait(self.last_useful, refusal)
+        if then is AfterRefusals.WAIT_FOR_BLOCKS:
+            until = blocks_wait_until(now, self.deadline, self.client_deadline)
+            return Wait(lambda readings=None: until, refusal)
+        return Refuse(refusal)
 
+    def reserved(self, decode: W, now: float) -> Refuse | None:
+        """It holds a lease on ``decode``: refused (its lease given back) when the wait, or the
+        reservation itself, used up its slack."""
+        return self._ttft(now, decode)
 
-def last_useful(pool: PathPool[W], prompt: PromptBlocks, deadline: float, now: float, ttft_s: float,
-                readings: Readings | None = None) -> float:
-    """The last moment a decode admission still lets the request's prefill finish by ``deadline``
-    (``last_useful_admission`` over the workers that may prefill it)."""
-    return last_useful_admission(*_guards_and_tokens(pool, prompt), deadline, now, ttft_s, readings)
+    def prefill(self, decode: W, decode_cached_tokens: int, now: float,
+                pairs: Callable[[W], bool] = lambda w: True) -> Prefill[W] | Fail:
+        """Where its prompt is computed (``prefill_choice``, avoiding workers lost on earlier tries)."""
+        choice = prefill_choice(self.router, self.pool, self.prompt, self.deadline, self.ttft_s, decode,
+                                decode_cached_tokens, now, self.avoid["prefill"], pairs)
+        return Fail("no prefill worker is available") if choice is None else Prefill(*choice)
 
+    def lost(self, role: str, worker: W | None, why: str) -> Retry | Fail:
+        """A worker of ``role`` was lost before its first token (``worker``: its state, still
+        registered, or None): tried again on the others while tries are left, the lost worker out
+        of routing until its next heartbeat."""
+        writing = writer_may_still_write(role)
+        if not retries_after_loss(self.attempt):
+            return Fail(f"{why} (after {self.attempt} attempts)", writing)
+        if worker is not None:
+            self.avoid[role].add(worker.worker_id)
+            worker.suspect = True
+        self.attempt += 1
+        return Retry(writing)
 
-def admitted_margin(alone: bool, margin: float) -> float:
-    """The ε that admitted a reservation, for its TPOT's outcome: 1 when the idle rule did (no
-    margin decided it, so its outcome says nothing of ε), else the margin it carried."""
-    return 1.0 if alone else margin
+    def last_useful(self, readings: Readings | None = None, now: float | None = None) -> float:
+        """The last moment a decode admission still lets its prefill finish by its deadline."""
+        return last_useful(self.pool, self.prompt, self.deadline, self.clock() if now is None else now,
+                           self.ttft_s, readings)
 
-
-def retries_after_loss(attempt: int) -> bool:
-    """Whether a request whose ``attempt``-th try (from 1) lost a worker before its first token
-    existed tries again on other workers: nothing reached its client, so the loss costs it only
-    time, up to ``MAX_ATTEMPTS`` tries."""
-    return attempt < MAX_ATTEMPTS
-
-
-def writer_may_still_write(lost_role: str) -> bool:
-    """Whether the attempt's decode blocks may still be written when a worker of ``lost_role`` was
-    lost: a lost prefill worker's copy may be under way (its blocks are quarantined, not reused);
-    a prefill worker that answered that its decode side failed is no longer writing."""
-    return lost_role == "prefill"
-
-
-class AfterRefusals(enum.Enum):
-    WAIT_FOR_ADMISSION = "wait_for_admission"  # in the admission queue, until its last useful moment
-    WAIT_FOR_BLOCKS = "wait_for_blocks"  # for KV blocks to come back, up to ``blocks_wait_until``
-    REFUSE = "refuse"
-
-
-def after_refusals(ttft_guard: bool, ttft_s: float, blocks_only: bool) -> AfterRefusals:
-    """What a request every decode worker refused does next: under the TTFT guard, one with a
-    TTFT SLO waits for admission while its deadline allows; otherwise one refused for want of KV
-    blocks alone waits for blocks (they come back as requests end and quarantines lapse); any
-    other is refused."""
-    if ttft_guard and ttft_s:
-        return AfterRefusals.WAIT_FOR_ADMISSION
-    return AfterRefusals.WAIT_FOR_BLOCKS if blocks_only else AfterRefusals.REFUSE
-
-
-def blocks_wait_until(now: float, ttft_deadline: float, client_deadline: float | None) -> float:
-    """How long a request refused for blocks alone waits for them: to its TTFT deadline, else its
-    client's, else ``KV_WAIT_S`` (longer than a quarantine: a retry after a lost prefill worker
-    waits out the blocks its first attempt left quarantined)."""
-    return min(ttft_deadline, client_deadline or float("inf"), now + KV_WAIT_S)
-
-
-def prefill_choice(router: Router, pool: PathPool[W], prompt: PromptBlocks, deadline: float, ttft_s: float,
-                   decode: W, decode_cached_tokens: int, now: float, avoid: Collection[str] = (),
-                   pairs: Callable[[W], bool] = lambda w: True) -> tuple[W, bool] | None:
-    """Where the request's prompt is computed: the router's first prefill worker not in ``avoid``
-    that ``pairs`` with ``decode`` (their KV can move), or, with local prefill, ``decode`` itself
-    (True) when no prefill worker is predicted in time and it is (``prefills_locally``), unless it
-    failed an earlier attempt's prefill; None when there is neither."""
-    candidates = [w for w in router.prefill_candidates(pool, prompt, deadline, ttft_s)
-                  if w.worker_id not in avoid and pairs(w)]
-    if ttft_s and decode.worker_id not in avoid and pool.local_prefills(decode) and prefills_locally(
-            [w.guard for w in candidates], [prompt.uncached_tokens(w.prefix) for w in candidates], decode.guard,
-            len(prompt) - decode_cached_tokens, deadline, now, ttft_s):
-        return decode, True
-    return (candidates[0], False) if candidates else None
+    def _ttft(self, now: float, decode: W | None = None) -> Refuse | None:
+        if not self.router.ttft_guard:
+            return None
+        refusal = ttft_refusal(self.pool, self.prompt, self.ttft_s, self.arrived, now, decode)
+        return None if refusal is None else Refuse(refusal)

@@ -10,6 +10,7 @@ from gateway.coalesce import TokenInbox
 from gateway.prefix_view import PromptBlocks
 from gateway.request_stages import EARLY_ENDS, Stage, next_stage
 from gateway.registry import WorkerRecord
+from gateway.request_path import RequestPath
 from wire.v1 import worker_pb2
 
 
@@ -35,6 +36,7 @@ class Progress:
     owner: object = None  # the validated request of the RPC that runs this flow
     inbox: TokenInbox | None = None  # the decode worker's events for it
     prompt: PromptBlocks | None = None  # the prompt's block hashes, worked out once for every worker's cache
+    path: RequestPath[WorkerRecord] | None = None  # its decisions (set as its flow begins)
 
     def prompt_blocks(self, token_ids: list[int]) -> PromptBlocks:
         if self.prompt is None:

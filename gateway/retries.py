@@ -18,7 +18,7 @@ from common.process.metrics import Metrics
 from common.rpc.metadata import FAILED_PEER_KEY
 from gateway.errors import ABORTED, RequestError, WorkerLost, unavailable
 from gateway.registry import WorkerRegistry
-from gateway.request_path import MAX_ATTEMPTS, retries_after_loss, writer_may_still_write
+from gateway.request_path import Fail
 from gateway.request_state import Progress
 from gateway.validation import ValidatedRequest
 from wire.v1 import worker_pb2
@@ -29,13 +29,13 @@ log = logging.getLogger(__name__)
 class Attempt(Protocol):
     """One try at a first token: the request flow's steps, as the retry loop drives them."""
 
-    async def reserve(self, req: ValidatedRequest, p: Progress, avoid: set[str]) -> worker_pb2.ReserveResponse:
-        """A lease on a decode worker not in ``avoid`` (RESERVING → RESERVED)."""
+    async def reserve(self, req: ValidatedRequest, p: Progress) -> worker_pb2.ReserveResponse:
+        """A lease on a decode worker its path has not lost (RESERVING → RESERVED)."""
         ...
 
-    async def prefill(self, req: ValidatedRequest, p: Progress, reservation: worker_pb2.ReserveResponse,
-                      avoid: set[str]) -> worker_pb2.PrefillResponse:
-        """The prefill into it on a worker not in ``avoid`` (RESERVED → PREFILLING → PREFILLED);
+    async def prefill(self, req: ValidatedRequest, p: Progress,
+                      reservation: worker_pb2.ReserveResponse) -> worker_pb2.PrefillResponse:
+        """The prefill into it on a worker its path has not lost (RESERVED → PREFILLING → PREFILLED);
         a failure a retry may cure raises WorkerLost."""
         ...
 
@@ -48,31 +48,24 @@ async def first_token(req: ValidatedRequest, p: Progress, attempt: Attempt, regi
                       metrics: Metrics | None) -> worker_pb2.PrefillResponse:
     """Reserve + prefill, retried on other workers when a worker fails before the first token
     exists (a dead or draining prefill worker, a decode worker lost during the prefill)."""
-    avoid: dict[str, set[str]] = {"prefill": set(), "decode": set()}
-    for n in range(1, MAX_ATTEMPTS + 1):
-        reservation = await attempt.reserve(req, p, avoid["decode"])
+    while True:
+        reservation = await attempt.reserve(req, p)
         assert p.decode is not None
         try:
-            reply = await attempt.prefill(req, p, reservation, avoid["prefill"])
+            reply = await attempt.prefill(req, p, reservation)
             if registry.workers.get(p.decode.worker_id) is not p.decode:
                 raise WorkerLost("decode", p.decode.worker_id, "it left during the prefill")
             return reply
         except WorkerLost as lost:
             if p.abort_requested:
                 raise ABORTED from None
-            writing = writer_may_still_write(lost.role)
-            if not retries_after_loss(n):
-                await attempt.forget(req, p, writing)
-                raise unavailable(f"{lost} (after {n} attempts)") from None
-            log.warning("%s; retrying on other workers (attempt %d)", lost, n + 1)
+            then = p.path.lost(lost.role, registry.workers.get(lost.worker_id), str(lost))
+            await attempt.forget(req, p, then.writer_may_still_write)
+            if isinstance(then, Fail):
+                raise unavailable(then.message) from None
+            log.warning("%s; retrying on other workers (attempt %d)", lost, p.path.attempt)
             if metrics is not None:
                 metrics.retries.labels("gateway", lost.role).inc()
-            avoid[lost.role].add(lost.worker_id)
-            lost_record = registry.workers.get(lost.worker_id)
-            if lost_record is not None:  # no new work until it proves alive with a heartbeat
-                lost_record.suspect = True
-            await attempt.forget(req, p, writing)
-    raise AssertionError("unreachable")
 
 
 def prefill_error(exc: grpc.aio.AioRpcError, p: Progress) -> Exception:

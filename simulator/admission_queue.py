@@ -19,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from client.bench.metrics import REJECTED
 from common.engine.leases import Lease
 from common.slo.admission_pump import AdmissionPump
 from common.slo.admission_round import Demand
 from common.slo.guard_reading import Readings
+from gateway.path_rules import Refusal, all_refused
 from simulator.events import Simulation
 from simulator.flight import Flight, Waiter
 from simulator.workers import SimDecodeWorker
@@ -34,7 +36,7 @@ Reserved = Callable[["Flight", "SimDecodeWorker | None", "Lease | None"], None] 
 class SimAdmissionQueue:
     sim: Simulation
     tick_s: float
-    refuse: Callable[[Flight], None]  # a waiter whose last useful moment passed
+    refuse: Callable[[Flight, str, str], None]  # (flight, code, reason): a waiter whose last useful moment passed
     reserve: Callable[[Flight, Reserved], None]  # one reservation attempt, its outcome to the callback
     reserved: Callable[[Flight, SimDecodeWorker, Lease], None]  # a waiter admitted on its turn
     pump: AdmissionPump[Waiter] = field(default_factory=lambda: AdmissionPump(lambda w: w.demand))
@@ -50,8 +52,10 @@ class SimAdmissionQueue:
     def holds_one_no_harder(self, demand: Demand) -> bool:
         return self.pump.holds_one_no_harder(demand)
 
-    def wait(self, flight: Flight, last_useful: Callable[..., float]) -> None:
-        waiter = Waiter(flight, last_useful)
+    def wait(self, flight: Flight, last_useful: Callable[..., float], refusal: Refusal) -> None:
+        """``refusal``: what it is told if its last useful moment passes before a turn admits it
+        (then what its last turn's refusal said)."""
+        waiter = Waiter(flight, last_useful, refusal)
         self.pump.join(waiter)
         if not self._looping:
             self._looping = True
@@ -118,7 +122,12 @@ class SimAdmissionQueue:
                 self.reserved(flight, worker, lease)
             else:
                 self.pump.report(waiter, False)
-                self._wait_for_turn(waiter, waiter.last_useful())
+                waiter.refusal = all_refused(flight.refused_by)
+                if waiter.refusal.code != REJECTED:  # below every worker's floor: no wait can help
+                    self.pump.leave(waiter)
+                    self.refuse(flight, waiter.refusal.code, waiter.refusal.reason)
+                else:
+                    self._wait_for_turn(waiter, waiter.last_useful())
             self._next_turn()
 
         self.reserve(waiter.flight, turn)
@@ -136,6 +145,6 @@ class SimAdmissionQueue:
         until = waiter.last_useful()
         if until <= self.sim.now:
             self.pump.leave(waiter)
-            self.refuse(waiter.flight)
+            self.refuse(waiter.flight, waiter.refusal.code, waiter.refusal.reason)
             return
         self._wait_for_turn(waiter, until)

@@ -1,7 +1,8 @@
 """The simulated gateway's decode admission (``simulator.gateway``): a reservation tried on the
-decode workers in the router's order, each worker's answer after a hop, and, refused everywhere,
-what ``gateway.request_path.after_refusals`` says (the admission queue's rounds until the last
-useful moment, or a wait for KV blocks), as ``gateway.decode_reservation`` does over gRPC.
+decode workers its path names (``RequestPath.reserve``), each worker's answer after a hop, and,
+refused everywhere, what ``RequestPath.refused_everywhere`` says (the admission queue's rounds
+until the last useful moment, or a wait for KV blocks), as ``gateway.decode_reservation`` does
+over gRPC.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from collections.abc import Callable
 
 from common.engine.core import AdmissionError
 from common.engine.leases import Lease
-from common.slo.guard_reading import Readings
-from gateway import request_path
-from gateway.request_path import AfterRefusals, admitted_margin, after_refusals, blocks_wait_until
+from client.bench.metrics import REJECTED
+from gateway.path_rules import admitted_margin, all_refused
+from gateway.request_path import Fail, Wait
 from gateway.request_stages import Stage
 from simulator.admission_queue import Reserved
 from simulator.flight import Flight
@@ -24,18 +25,17 @@ class SimDecodeAdmission(SimGatewayParts):
     """The simulated gateway's decode admission (a part of ``SimGateway``)."""
 
     def _reserve(self, flight: Flight, then: Reserved) -> None:
-        candidates = self._decode_order(flight)
-        if not candidates:  # every one lost on an earlier try, or out of routing
-            self._fail(flight, "no decode worker is available")
+        """Asks the decode workers its path names now (``RequestPath.reserve``), then ``then``."""
+        assert flight.path is not None
+        ask = flight.path.reserve()
+        if isinstance(ask, Fail):  # every one lost on an earlier try, or out of routing
+            self._fail(flight, ask.message)
             return
-        self._try_decode(flight, candidates, 0, then)
-
-    def _decode_order(self, flight: Flight) -> list[SimDecodeWorker]:
-        return [s.worker for s in self.router.decode_candidates(self.pool, flight.tpot_s)  # type: ignore[misc]
-                if s.worker_id not in flight.avoid["decode"]]
+        self._try_decode(flight, [s.worker for s in ask.candidates], 0, then)  # type: ignore[misc]
 
     def _try_decode(self, flight: Flight, candidates: list[SimDecodeWorker], at: int, then: Reserved) -> None:
-        flight.blocks_only = flight.blocks_only if at else True  # every refusal so far for want of blocks
+        if not at:
+            flight.refused_by = []
         if at == len(candidates):
             then(flight, None, None)
             return
@@ -45,17 +45,17 @@ class SimDecodeAdmission(SimGatewayParts):
         epsilon = self.views[worker.worker_id].epsilons.margin(flight.tpot_s)
 
         def reserve() -> None:
+            said = ""  # as the decode worker's servicer says why it refused (``REFUSED_BY``)
             try:
                 lease = worker.core.reserve(flight.request_id, flight.tokens, flight.planned.output_len,
                                             flight.tpot_s * 1000, epsilon,
                                             handoff_s=self.views[worker.worker_id].handoff_s(state.tpot_alone_s or 0.0))
+                said = "kv" if lease is None else ""
             except AdmissionError as exc:
-                lease, flight.blocks_only = None, False
-                if exc.margin_alone:
-                    self.views[worker.worker_id].epsilons.of(flight.tpot_s).refused()  # its ε alone refused it
-            self.sim.after(self.config.hop_s, replied, lease)
+                lease, said = None, "floor" if exc.never else "margin" if exc.margin_alone else ""
+            self.sim.after(self.config.hop_s, replied, lease, said)
 
-        def replied(lease: Lease | None) -> None:
+        def replied(lease: Lease | None, said: str) -> None:
             if flight.ended:  # cancelled while it asked: a lease it brings is released on arrival
                 if lease is not None:
                     self.sim.after(self.config.hop_s, worker.call,
@@ -63,6 +63,9 @@ class SimDecodeAdmission(SimGatewayParts):
                 return
             if lease is None:
                 self.views[worker.worker_id].routed.pop(flight.request_id, None)
+                flight.refused_by.append(said)
+                if flight.tpot_s and said == "margin":
+                    self.views[worker.worker_id].epsilons.of(flight.tpot_s).refused()  # its ε alone refused it
                 self._try_decode(flight, candidates, at + 1, then)
             else:
                 flight.promise.tpot_epsilon = admitted_margin(lease.alone, epsilon)
@@ -90,22 +93,27 @@ class SimDecodeAdmission(SimGatewayParts):
         if worker is not None and lease is not None:
             self._reserved(flight, worker, lease)
             return
-        then = after_refusals(self.config.ttft_guard, flight.ttft_s, flight.blocks_only)
-        if then is AfterRefusals.WAIT_FOR_ADMISSION:
-            self._wait(flight)
-        elif then is AfterRefusals.WAIT_FOR_BLOCKS:
-            until = blocks_wait_until(self.sim.now, flight.deadline, None)
-            self.admission.wait(flight, lambda readings=None: until)
+        assert flight.path is not None
+        refusal = all_refused(flight.refused_by)
+        if refusal.code != REJECTED:  # below every worker's floor: never met, however long it waited
+            self._refuse(flight, refusal.code, refusal.reason)
+            return
+        after = flight.path.refused_everywhere(self.sim.now, refusal.reason == "kv_cache_full", refusal)
+        if isinstance(after, Wait):
+            self.admission.wait(flight, after.last_useful, after.refusal)
         else:
-            self._refuse(flight)
+            self._refuse(flight, refusal.code, refusal.reason)
 
     def _reserved(self, flight: Flight, worker: SimDecodeWorker, lease: Lease) -> None:
         flight.decode, flight.lease = worker, lease
         flight.to(Stage.RESERVED)
         self.states[worker.worker_id].inflight += 1
         self.views[worker.worker_id].routed[flight.request_id] = flight.tpot_s
-        if not self._ttft_ok(flight, worker):  # the wait, or the reservation itself, used up the slack
-            self._give_back(flight, then=lambda: self._forgotten_and(flight, self._refuse, reason="ttft_unattainable"))
+        assert flight.path is not None
+        if (refused := flight.path.reserved(self.states[worker.worker_id], self.sim.now)) is not None:
+            # the wait, or the reservation itself, used up the slack
+            self._give_back(flight, then=lambda: self._forgotten_and(flight, self._refuse, refused.refusal.code,
+                                                                     refused.refusal.reason))
             return
         self._prefill(flight)
 
@@ -137,12 +145,3 @@ class SimDecodeAdmission(SimGatewayParts):
         self.states[flight.decode.worker_id].inflight -= 1
         self.views[flight.decode.worker_id].routed.pop(flight.request_id, None)
         self.decoding[flight.decode.worker_id].pop(flight.request_id, None)
-
-    # -- the admission queue (``simulator.admission_queue``) --
-
-    def _wait(self, flight: Flight) -> None:
-        def last_useful(readings: Readings | None = None) -> float:
-            return request_path.last_useful(self.pool, flight.prompt, flight.deadline, self.sim.now, flight.ttft_s,
-                                            readings)
-
-        self.admission.wait(flight, last_useful)

@@ -2,14 +2,14 @@
 refuses, a local prefill refused, and a worker lost before the first token. A lost worker is
 handled as ``gateway.retries`` handles it over gRPC: the try's lease is given back (its blocks quarantined when a prefill worker
 may still be writing into them), the lost worker leaves routing until its next heartbeat, and the
-request tries again on the others, up to ``request_path.MAX_ATTEMPTS`` tries; then it fails with
+request tries again on the others, up to ``path_rules.MAX_ATTEMPTS`` tries; then it fails with
 UNAVAILABLE. (Losses are scripted: ``SimWorker.lost_calls``.)"""
 
 from __future__ import annotations
 
 
 from common.slo.ttft_guard import TtftGuard
-from gateway.request_path import retries_after_loss, writer_may_still_write
+from gateway.request_path import Fail
 from simulator.flight import Flight
 from simulator.workers import SimWorker
 from simulator.gateway_parts import SimGatewayParts
@@ -37,25 +37,23 @@ class SimEarlyEnds(SimGatewayParts):
         guard.dropped(flight.request_id)
         self.states[worker.worker_id].inflight -= 1
         role = "decode" if worker is flight.decode else "prefill"  # a decode worker prefilling itself
-        retry = retries_after_loss(flight.attempt)
-        if retry:
-            flight.avoid[role].add(worker.worker_id)
-            self.states[worker.worker_id].suspect = True  # no new work until it heartbeats again
+        assert flight.path is not None
+        then = flight.path.lost(role, self.states[worker.worker_id], f"{role} worker {worker.worker_id} was lost")
 
         def forgotten() -> None:  # the Release answered (``RequestFlow.forget``)
             self._forget_decode(flight)
             flight.attempt_forgotten()
-            if retry:
-                flight.attempt += 1
-                self._seek_decode(flight)
+            if isinstance(then, Fail):
+                self._fail(flight, then.message)
             else:
-                self._fail(flight, f"{role} worker {worker.worker_id} was lost (after {flight.attempt} attempts)")
+                self._seek_decode(flight)
 
-        self._give_back(flight, writer_may_still_write(role), forgotten)
+        self._give_back(flight, then.writer_may_still_write, forgotten)
 
     def _fail(self, flight: Flight, why: str) -> None:
         """Ends the request with UNAVAILABLE: the cluster's fault, not the client's (``why`` is
         what its client would read)."""
         flight.ended = True
+        self.admission.leave(flight)  # a waiter it was: a turn it held goes on
         flight.record.error, flight.refusal = "UNAVAILABLE", "unavailable"
         self.sim.after(self.config.hop_s, self.done, flight)

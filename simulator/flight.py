@@ -12,8 +12,10 @@ from common.engine.leases import Lease
 from common.slo.admission_round import Demand
 from common.slo.promise_record import PromiseRecord
 from gateway.prefix_view import PromptBlocks
-from gateway.request_path import ttft_deadline
+from gateway.path_rules import Refusal, ttft_deadline
+from gateway.request_path import RequestPath
 from gateway.request_stages import Stage, next_stage
+from simulator.worker_state import SimWorkerState
 from simulator.workers import SimDecodeWorker, SimWorker
 
 
@@ -30,11 +32,10 @@ class Flight:
     # what admitted it and when its latencies count from (at the gateway), for the closed loop
     promise: PromiseRecord = field(default_factory=PromiseRecord)
 
-    attempt: int = 1  # its try at a first token (a worker lost before it: tried again, ``request_path.retries_after_loss``)
-    avoid: dict[str, set[str]] = field(default_factory=lambda: {"prefill": set(), "decode": set()})  # lost on earlier tries
+    path: RequestPath[SimWorkerState] | None = None  # its decisions, as the gateway's (set when it reaches the gateway)
     stage: Stage = Stage.RESERVING  # where it is in its life, as the gateway's ``Progress`` says
     ended: bool = False  # answered, refused or cancelled: what still arrives for it is dropped
-    blocks_only: bool = True  # every decode worker asked last refused it for want of KV blocks alone
+    refused_by: list[str] = field(default_factory=list)  # what each decode worker asked last said (``all_refused``)
     refusal: str = ""  # why it was refused, as the gateway counts it (``pdserve:request_rejections``)
     _prompt: PromptBlocks | None = None
 
@@ -91,6 +92,7 @@ class Flight:
 class Waiter:
     flight: Flight
     last_useful: Callable[..., float]  # (``Readings`` of a round, or none) -> virtual seconds
+    refusal: Refusal  # what it is told if its last useful moment passes (its last turn's refusal)
     trying: bool = False  # a turn's reservation attempt is under way: it cannot time out meanwhile
     waiting: int = 0  # its current wait for a turn (a turn, or a later wait, supersedes an earlier one)
 

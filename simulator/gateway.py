@@ -30,7 +30,7 @@ from common.model.sampling_params import SamplingParams
 from common.slo.load_report import LoadReport
 from common.slo.tpot_guard import DecodeView, handoff_window, tpot_epsilons
 from common.slo.ttft_guard import TtftGuard, new_guard
-from gateway.request_path import never_refusal, prefill_choice, ttft_refusal
+from gateway.request_path import Fail, Refuse, RequestPath, Wait
 from gateway.router import router_for
 from simulator.admission_queue import SimAdmissionQueue
 from simulator.cancels import SimCancels
@@ -108,33 +108,34 @@ class SimGateway(SimCancels, SimPrefillCalls, SimEarlyEnds, SimDecodeAdmission):
         """The call reaches the gateway's process; its handler runs when the event loop is free. The
         request is planned from here (its client's stamp, less the hop), not from its handler."""
         flight.promise.arrived = self.sim.now
+        flight.path = RequestPath(self.router, self.pool, flight.prompt, flight.ttft_s, flight.tpot_s, flight.demand,
+                                  self.sim.now, self.sim.clock)
         if self.loop.modelled:
             self.sim.at(self.loop.handler(self.sim.now), self._arrive, flight)
         else:
             self._arrive(flight)
 
     def _arrive(self, flight: Flight) -> None:
+        assert flight.path is not None
         if flight.tokens + flight.planned.output_len > self.config.max_model_len:
             self._refuse(flight, "INVALID_ARGUMENT", "invalid_argument")
-        elif not self._ttft_ok(flight):
-            self._refuse(flight, reason="ttft_unattainable")
+        elif (refused := flight.path.on_arrival(self.sim.now)) is not None:
+            self._refuse(flight, refused.refusal.code, refused.refusal.reason)
         else:
             self._seek_decode(flight)
 
     def _seek_decode(self, flight: Flight) -> None:
-        """A decode reservation, as ``DecodeReservations.reserve`` seeks one (each try's)."""
-        if (never := never_refusal(flight.tpot_s, [s.tpot_alone_s for s in self.pool.decode])) is not None:
-            self._refuse(flight, never.code, never.reason)
-        elif self.config.ttft_guard and flight.ttft_s and self.admission.holds_one_no_harder(flight.demand):
-            self._wait(flight)
+        """A decode reservation where its path says (``RequestPath.seek``; each try's)."""
+        assert flight.path is not None
+        then = flight.path.seek(self.sim.now, self.admission.holds_one_no_harder(flight.demand))
+        if isinstance(then, Refuse):
+            self._refuse(flight, then.refusal.code, then.refusal.reason)
+        elif isinstance(then, Fail):
+            self._fail(flight, then.message)
+        elif isinstance(then, Wait):
+            self.admission.wait(flight, then.last_useful, then.refusal)
         else:
-            self._reserve(flight, self._reserved_or_wait)
-
-    def _ttft_ok(self, flight: Flight, decode: SimDecodeWorker | None = None) -> bool:
-        if not self.config.ttft_guard:
-            return True
-        state = self.states[decode.worker_id] if decode is not None else None
-        return ttft_refusal(self.pool, flight.prompt, flight.ttft_s, flight.arrived, self.sim.now, state) is None
+            self._try_decode(flight, [s.worker for s in then.candidates], 0, self._reserved_or_wait)  # type: ignore[misc]
 
     def _refuse(self, flight: Flight, code: str = REJECTED, reason: str = "decode_admission") -> None:
         flight.ended = True
@@ -145,21 +146,15 @@ class SimGateway(SimCancels, SimPrefillCalls, SimEarlyEnds, SimDecodeAdmission):
     # -- prefill, first token, decode --
 
     def _prefill(self, flight: Flight) -> None:
-        state = self._prefill_choice(flight)
-        if state is None:  # every one lost on an earlier try: the request ends, its lease given back
+        """Its prompt computed where its path says (a prefill worker, or its decode worker)."""
+        assert flight.path is not None and flight.decode is not None  # reserved before its prefill
+        then = flight.path.prefill(self.states[flight.decode.worker_id], 0, self.sim.now)
+        if isinstance(then, Fail):  # every one lost on an earlier try: the request ends, its lease given back
             self._forget_decode(flight)
             self._give_back(flight)
-            self._fail(flight, "no prefill worker is available")
+            self._fail(flight, then.message)
             return
-        self._send_prefill(flight, state.worker, state.guard)
-
-    def _prefill_choice(self, flight: Flight) -> SimWorkerState | None:
-        """The prefill worker (or, computing it itself, the decode worker) the gateway would choose."""
-        decode = flight.decode
-        assert decode is not None  # reserved before its prefill (``_reserved``)
-        choice = prefill_choice(self.router, self.pool, flight.prompt, flight.deadline, flight.ttft_s,
-                                self.states[decode.worker_id], 0, self.sim.now, flight.avoid["prefill"])
-        return None if choice is None else choice[0]
+        self._send_prefill(flight, then.worker.worker, then.worker.guard)
 
     def _first_token(self, flight: Flight, overhead_s: float = 0.0) -> None:
         assert flight.prefill is not None and flight.decode is not None and flight.lease is not None

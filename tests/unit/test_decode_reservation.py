@@ -11,8 +11,10 @@ import grpc
 import pytest
 
 import gateway.decode_reservation as decode_reservation
+from common.slo.admission_round import Demand
 from gateway.admission import AdmissionQueue
 from gateway.decode_reservation import DecodeReservations
+from gateway.request_path import RequestPath
 from wire.v1 import worker_pb2
 
 
@@ -45,22 +47,30 @@ def _request(request_id: str, tpot_ms: float) -> SimpleNamespace:
                            tpot_ms=tpot_ms, ttft_ms=1000.0, deadline=None)
 
 
+def _path(router: object, registry: object, req: SimpleNamespace, prompt: object,
+          last_useful_at: float = float("inf")) -> RequestPath:
+    """The request's path, its last useful moment for a decode admission pinned at ``last_useful_at``."""
+    path = RequestPath(router, registry, prompt, req.ttft_ms / 1000, req.tpot_ms / 1000,  # type: ignore[arg-type]
+                       Demand(req.tpot_ms, 3, 8), time.perf_counter(), time.perf_counter, req.deadline)
+    path.last_useful = lambda readings=None, now=None: last_useful_at  # type: ignore[method-assign]
+    return path
+
+
 async def settle() -> None:
     for _ in range(30):
         await asyncio.sleep(0)
 
 
 @pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
-    # the last useful moment to be admitted is the deadline each test passes in
-    monkeypatch.setattr(decode_reservation, "last_useful_moment", lambda registry, prompt, deadline, ttft_s, readings=None: deadline)
+def cluster() -> SimpleNamespace:
     stub = FakeStub()
     worker = SimpleNamespace(worker_id="decode-0", prefix=None, stub=stub, load=SimpleNamespace(tpot_alone_ms=0.0),
                              view=SimpleNamespace(epsilons=FakeEpsilons(), routed={}, handoff_s=lambda prior=0.0: prior))
     router = SimpleNamespace(ttft_guard=True, decode_candidates=lambda registry, tpot_s, prompt: [worker])
     queue = AdmissionQueue(tick_s=60)  # rounds only when notified
-    reservations = DecodeReservations(SimpleNamespace(routable=lambda role: []), router, "stream", queue, lambda call: None)
-    return SimpleNamespace(stub=stub, queue=queue, reservations=reservations)
+    registry = SimpleNamespace(routable=lambda role: [])
+    reservations = DecodeReservations(registry, router, "stream", queue, lambda call: None)
+    return SimpleNamespace(stub=stub, queue=queue, reservations=reservations, router=router, registry=registry)
 
 
 async def test_a_newcomer_waits_behind_an_as_easy_waiter_without_a_call_and_a_looser_one_tries(cluster):
@@ -68,8 +78,9 @@ async def test_a_newcomer_waits_behind_an_as_easy_waiter_without_a_call_and_a_lo
     now = time.perf_counter()
 
     def reserve(request_id: str, tpot_ms: float, wait_s: float) -> asyncio.Task[object]:
-        return asyncio.create_task(cluster.reservations.reserve(_request(request_id, tpot_ms), prompt, now + wait_s,
-                                                                set()))
+        req = _request(request_id, tpot_ms)
+        path = _path(cluster.router, cluster.registry, req, prompt, now + wait_s)  # may wait until then
+        return asyncio.create_task(cluster.reservations.reserve(req, path))
 
     first = reserve("a", 50.0, 5.0)
     await settle()
@@ -97,11 +108,13 @@ async def test_a_newcomer_waits_behind_an_as_easy_waiter_without_a_call_and_a_lo
 async def test_a_newcomer_that_queued_without_trying_is_refused_with_the_decode_admission_reason(cluster):
     prompt = SimpleNamespace(cached_hashes=lambda prefix: [])
     now = time.perf_counter()
-    waiter = asyncio.create_task(cluster.reservations.reserve(_request("a", 0.0), prompt, now + 5.0, set()))
+    a, b = _request("a", 0.0), _request("b", 30.0)
+    waiter = asyncio.create_task(cluster.reservations.reserve(a, _path(cluster.router, cluster.registry, a, prompt,
+                                                                       now + 5.0)))
     await settle()
     with pytest.raises(decode_reservation.RequestError) as refused:
         # its last useful moment already past: it gives up at its first look, with no wait on the clock
-        await cluster.reservations.reserve(_request("b", 30.0), prompt, now, set())
+        await cluster.reservations.reserve(b, _path(cluster.router, cluster.registry, b, prompt, now))
     assert cluster.stub.calls == ["a"]  # "b" never tried: the waiter without a TPOT SLO is the easiest
     assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert refused.value.reason == "decode_admission"
@@ -140,8 +153,9 @@ async def test_a_reserve_whose_reply_is_lost_to_the_clients_deadline_releases_th
                                       AdmissionQueue(tick_s=60), lambda call: spawned.append(asyncio.ensure_future(call)))
     req = _request("a", 0.0)
     req.deadline = time.perf_counter() - 0.5  # the client stopped waiting
+    registry = SimpleNamespace(routable=lambda role: [])
     with pytest.raises(decode_reservation.RequestError) as ended:
-        await reservations.reserve(req, SimpleNamespace(cached_hashes=lambda prefix: []), float("inf"), set())
+        await reservations.reserve(req, _path(router, registry, req, SimpleNamespace(cached_hashes=lambda prefix: [])))
     await asyncio.gather(*spawned)
     assert ended.value.code == grpc.StatusCode.DEADLINE_EXCEEDED  # the client's deadline, not the cluster's fault
     assert len(stub.released) == 1 and stub.leases == set()  # the lease the worker made is given back by name
@@ -164,12 +178,13 @@ async def test_a_burst_arriving_together_spreads_over_the_decode_workers(policy)
     from common.slo.tpot_guard import DecodeView
     from gateway.router import LeastLoadedRouter, SloAwareRouter
 
-    workers = [SimpleNamespace(worker_id=f"decode-{i}", prefix=None, stub=SlowStub(), view=DecodeView(), inflight=0,
+    workers = [SimpleNamespace(worker_id=f"decode-{i}", prefix=None, stub=SlowStub(), view=DecodeView(), inflight=0, tpot_alone_s=None,
                                free_blocks=100, load=SimpleNamespace(free_blocks=100, tpot_alone_ms=0.0)) for i in range(2)]
     router = SloAwareRouter() if policy == "scorpio" else LeastLoadedRouter()
     registry = SimpleNamespace(routable=lambda role: workers if role == "decode" else [])
     reservations = DecodeReservations(registry, router, "stream", AdmissionQueue(tick_s=60), lambda call: None)
     prompt = SimpleNamespace(cached_hashes=lambda prefix: [])
     # every ask starts before any reply: what was answered cannot tell them apart
-    await asyncio.gather(*(reservations.reserve(_request(f"r{i}", 0.0), prompt, float("inf"), set()) for i in range(10)))
+    requests = [_request(f"r{i}", 0.0) for i in range(10)]
+    await asyncio.gather(*(reservations.reserve(r, _path(router, registry, r, prompt)) for r in requests))
     assert [len(w.stub.calls) for w in workers] == [5, 5]

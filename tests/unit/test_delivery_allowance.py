@@ -14,7 +14,7 @@ import gateway.front_door as front_door
 from gateway.delivery import DeliveryAllowance
 from gateway.front_door import Caller, FrontDoor
 from gateway.request_flow import planned_start
-from gateway.request_path import ttft_deadline
+from gateway.path_rules import ttft_deadline
 from gateway.validation import ModelLimits, ValidatedRequest
 from wire.v1 import gateway_pb2
 

@@ -6,7 +6,7 @@ import pytest
 
 from client.bench.metrics import REJECTED
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
-from gateway.request_path import (KV_WAIT_S, AfterRefusals, admitted_margin, after_refusals, blocks_wait_until,
+from gateway.path_rules import (KV_WAIT_S, AfterRefusals, admitted_margin, after_refusals, blocks_wait_until,
                                   never_refusal)
 from simulator.config import SimConfig
 from simulator.run import simulate

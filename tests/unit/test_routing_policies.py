@@ -109,8 +109,10 @@ def test_the_simulated_gateway_routes_by_the_gateways_own_router(policy):
     ``ttft_guard`` too, which the simulator once ordered by load alone)."""
     from types import SimpleNamespace
 
+    from common.slo.admission_round import Demand
     from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
     from common.slo.load_report import LoadReport
+    from gateway.request_path import RequestPath
     from gateway.router import router_for
     from simulator.config import SimConfig
     from simulator.events import Simulation
@@ -129,16 +131,17 @@ def test_the_simulated_gateway_routes_by_the_gateways_own_router(policy):
     for wid, free in (("d0", 10), ("d1", 10), ("d2", 5)):
         gateway.states[wid].load = LoadReport(free_blocks=free)
     gateway.guards["p0"].queued["q"] = (10.0, 2000, 0.0)
-    flight = SimpleNamespace(tpot_s=0.02, tokens=250, deadline=0.020, ttft_s=0.020, prompt=PromptBlocks([0] * 250),
-                             decode=decodes[2], avoid={"prefill": set(), "decode": set()})
+    path = RequestPath(gateway.router, gateway.pool, PromptBlocks([0] * 250), 0.020, 0.02, Demand(20.0, 250, 8), 0.0,
+                       lambda: 0.0)
 
     records = {wid: SimpleNamespace(worker_id=wid, inflight=0, free_blocks=s.free_blocks, prefix=None,
                                     guard=s.ttft, view=s.decode_view) for wid, s in gateway.states.items()}
     pool = SimpleNamespace(routable=lambda role: [records[w.worker_id] for w in (prefills if role == "prefill" else decodes)])
     real = router_for(config.ttft_guard, "round_robin" if policy == "round_robin" else "kv_aware", clock=lambda: 0.0)
     ids = lambda order: [w.worker_id for w in order]  # noqa: E731
-    assert ids(gateway._decode_order(flight)) == ids(real.decode_candidates(pool, 0.02))
-    assert gateway._prefill_choice(flight).worker_id == ids(real.prefill_candidates(pool, PromptBlocks([0] * 250), 0.020,
-                                                                                    0.020))[0]
+    decode_order = ids(path.reserve().candidates)  # as the simulated gateway's requests are routed
+    assert decode_order == ids(real.decode_candidates(pool, 0.02))
+    assert path.prefill(gateway.states["d2"], 0, 0.0).worker.worker_id == ids(real.prefill_candidates(
+        pool, PromptBlocks([0] * 250), 0.020, 0.020))[0]
     # VBS headroom first under a TTFT guard; else the fewest routed there
-    assert ids(gateway._decode_order(flight)) == (["d2", "d0", "d1"] if config.ttft_guard else ["d2", "d1", "d0"])
+    assert decode_order == (["d2", "d0", "d1"] if config.ttft_guard else ["d2", "d1", "d0"])

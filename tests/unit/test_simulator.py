@@ -240,9 +240,9 @@ def test_the_gateway_loop_flag_reaches_the_simulated_cluster_and_refuses_nonsens
             parser.parse_args(["--gateway-loop-ms", bad])
 
 
-POLICY_CODE = ("ttft_refusal", "never_refusal", "last_useful", "after_refusals", "blocks_wait_until",
-               "admitted_margin", "prefill_choice", "AdmissionPump", "holds_one_no_harder", "prefill_going",
-               "first_token", "heard", "finished", "router_for", "decode_candidates")
+# the request's path (``gateway.request_path``), the admission pump, the promise record, the router
+POLICY_CODE = ("RequestPath", "on_arrival", "seek", "refused_everywhere", "lost", "all_refused", "admitted_margin",
+               "AdmissionPump", "holds_one_no_harder", "prefill_going", "first_token", "heard", "finished", "router_for")
 
 
 def _called(package: str) -> set[str]:
