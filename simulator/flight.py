@@ -35,6 +35,7 @@ class Flight:
     path: RequestPath[SimWorkerState] | None = None  # its decisions, as the gateway's (set when it reaches the gateway)
     stage: Stage = Stage.RESERVING  # where it is in its life, as the gateway's ``Progress`` says
     ended: bool = False  # answered, refused or cancelled: what still arrives for it is dropped
+    last_heard: bool = False  # its last token reached the gateway before its first token's answer
     refused_by: list[str] = field(default_factory=list)  # what each decode worker asked last said (``all_refused``)
     refusal: str = ""  # why it was refused, as the gateway counts it (``pdserve:request_rejections``)
     _prompt: PromptBlocks | None = None

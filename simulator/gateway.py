@@ -184,6 +184,8 @@ class SimGateway(SimCancels, SimPrefillCalls, SimEarlyEnds, SimDecodeAdmission):
             flight.to(Stage.STREAMING)
             if flight.tpot_s:
                 self.decoding[flight.decode.worker_id][flight.request_id] = flight
+            if flight.last_heard:  # its last token came before the first's answer: held till now
+                self._last_token(flight)
             return
         decode, lease = flight.decode, flight.lease
         params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
@@ -214,6 +216,9 @@ class SimGateway(SimCancels, SimPrefillCalls, SimEarlyEnds, SimDecodeAdmission):
 
     def _last_token(self, flight: Flight) -> None:
         if flight.ended:
+            return
+        if flight.stage is not Stage.STREAMING:  # (local prefill) its first token's answer is still on the way:
+            flight.last_heard = True  # the gateway holds the stream's events until it has read that
             return
         self._forget_decode(flight)
         self.admission.notify()  # decode capacity may have come free
