@@ -9,6 +9,7 @@ import grpc
 
 from client.async_client import POLL_S, UNARY_TIMEOUT_S, auth_metadata
 from client.convert import chunk, cluster_info, completion, generate_request, not_ready_message
+from client.failover import Failover, gateway_addresses
 from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
 
@@ -17,30 +18,55 @@ class Client:
     """``with Client("host:port") as c: print(c.complete("Hi").text)``
 
     gRPC errors propagate unchanged as ``grpc.RpcError`` (also ``grpc.Call``: check ``.code()``
-    and ``.details()``). Leaving a ``stream``/``generate_text`` loop early cancels the call.
+    and ``.details()``). Leaving a ``stream``/``generate_text`` loop early cancels the call. Given
+    several gateways, a call that fails with UNAVAILABLE before its first message is made again on
+    the next (``client.failover``).
     """
 
-    def __init__(self, address: str = "127.0.0.1:50051", *, api_key: str | None = None,
+    def __init__(self, address: str | Sequence[str] = "127.0.0.1:50051", *, api_key: str | None = None,
                  timeout_s: float | None = None, tls_root_cert: bytes | None = None) -> None:
-        if tls_root_cert is not None:
-            self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(tls_root_cert))
-        else:
-            self._channel = grpc.insecure_channel(address)
-        self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
+        self.addresses = gateway_addresses(address)
+        credentials = grpc.ssl_channel_credentials(tls_root_cert) if tls_root_cert is not None else None
+        self._channels = [grpc.secure_channel(a, credentials) if credentials else grpc.insecure_channel(a)
+                          for a in self.addresses]
+        self._stubs = [gateway_pb2_grpc.GatewayStub(ch) for ch in self._channels]
+        self._failover = Failover(len(self.addresses))
         self._metadata = auth_metadata(api_key)
-        self.address = address
         self.timeout_s = timeout_s
+
+    @property
+    def address(self) -> str:
+        """The gateway asked first now (the one that answered last)."""
+        return self.addresses[self._failover.current]
 
     def stream(self, prompt: str | Sequence[int], options: SamplingOptions | None = None, slo: SLO | None = None,
                request_id: str = "", tenant: str = "", timeout_s: float | None = None) -> Iterator[Chunk]:
         """Yields every response message as a Chunk; the last one has the finish reason."""
         request = generate_request(prompt, options, slo, request_id, tenant)
-        call = self._stub.Generate(request, timeout=self._timeout(timeout_s), metadata=self._metadata)
-        try:
-            for message in call:
-                yield chunk(message, time.perf_counter())
-        finally:
-            call.cancel()  # a no-op once the stream has ended
+        timeout = self._timeout(timeout_s)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        refused: grpc.RpcError | None = None
+        for index in self._failover.order():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            call = self._stubs[index].Generate(request, timeout=left, metadata=self._metadata)
+            begun = False
+            try:
+                for message in call:
+                    if not begun:
+                        begun = True
+                        self._failover.answered(index, request_id)
+                    yield chunk(message, time.perf_counter())
+                return
+            except grpc.RpcError as exc:
+                if begun or exc.code() != grpc.StatusCode.UNAVAILABLE or len(self._stubs) == 1:  # type: ignore[attr-defined]
+                    raise
+                refused = exc  # that gateway is down or cannot serve it now: the next one may
+            finally:
+                call.cancel()  # a no-op once the stream has ended
+                if begun:
+                    self._failover.ended(request_id)
+        assert refused is not None
+        raise refused
 
     def generate_text(self, prompt: str | Sequence[int], options: SamplingOptions | None = None,
                       slo: SLO | None = None, request_id: str = "", tenant: str = "",
@@ -63,8 +89,9 @@ class Client:
 
     def abort(self, request_id: str) -> None:
         """Aborts a running request (NOT_FOUND if the gateway does not know it)."""
-        self._stub.Abort(gateway_pb2.AbortRequest(request_id=request_id),
-                         timeout=self._timeout(None, UNARY_TIMEOUT_S), metadata=self._metadata)
+        stub = self._stubs[self._failover.serving.get(request_id, self._failover.current)]
+        stub.Abort(gateway_pb2.AbortRequest(request_id=request_id),
+                   timeout=self._timeout(None, UNARY_TIMEOUT_S), metadata=self._metadata)
 
     def info(self) -> ClusterInfo:
         """The model, its limits and every worker with its state."""
@@ -83,7 +110,8 @@ class Client:
             time.sleep(min(POLL_S, left))
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._channels:
+            channel.close()
 
     def __enter__(self) -> Client:
         return self
@@ -92,7 +120,18 @@ class Client:
         self.close()
 
     def _info(self, timeout: float | None) -> ClusterInfo:
-        return cluster_info(self._stub.Info(gateway_pb2.InfoRequest(), timeout=timeout, metadata=self._metadata))
+        """The first gateway in turn that answers (UNAVAILABLE: the next one)."""
+        order = self._failover.order()
+        for k, index in enumerate(order):
+            try:
+                response = self._stubs[index].Info(gateway_pb2.InfoRequest(), timeout=timeout, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or k == len(order) - 1:  # type: ignore[attr-defined]
+                    raise
+                continue
+            self._failover.answered(index)
+            return cluster_info(response)
+        raise AssertionError("unreachable")
 
     def _probe(self, deadline: float) -> ClusterInfo | str:
         """Info, or what went wrong asking for it, within what is left before ``deadline``."""

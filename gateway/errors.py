@@ -24,6 +24,15 @@ class WorkerLost(Exception):
         self.worker_id = worker_id
 
 
+class PrefillRefused(Exception):
+    """A prefill worker refused the prompt: its first token would be late there. The request asks
+    another with the same lease (``RequestPath.prefill_refused``)."""
+
+    def __init__(self, worker_id: str, detail: str) -> None:
+        super().__init__(f"prefill worker {worker_id} refused the prompt: {detail}")
+        self.worker_id = worker_id
+
+
 def invalid(message: str) -> RequestError:
     return RequestError(grpc.StatusCode.INVALID_ARGUMENT, message)
 

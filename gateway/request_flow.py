@@ -44,7 +44,7 @@ from gateway.lease_keepalive import lease_kept_alive
 from gateway.promise_loop import PromiseLoop
 from gateway.registry import WorkerRecord, WorkerRegistry, transport_between
 from gateway.path_rules import admitted_margin
-from gateway.request_path import Fail, RequestPath
+from gateway.request_path import Fail, Refuse, RequestPath
 from gateway.request_stages import Stage
 from gateway.request_state import Progress
 from gateway.worker_release import WorkerRelease
@@ -179,6 +179,8 @@ class RequestFlow(WorkerRelease):
         choice = p.path.prefill(decode, p.decode_cached_tokens, time.perf_counter(), lambda w: bool(_transport(w, decode)))
         if isinstance(choice, Fail):
             raise unavailable(choice.message)
+        if isinstance(choice, Refuse):
+            raise refusal_error(choice.refusal)
         worker, local = choice.worker, choice.local
         transport = "local" if local else _transport(worker, decode)
         p.prefilling(worker)

@@ -33,6 +33,8 @@ from gateway.router import Router, W
 
 # -- one request's path, as commands --
 
+PREFILL_REFUSED = Refusal("RESOURCE_EXHAUSTED", "ttft_unattainable", "TTFT SLO unattainable: every prefill worker "
+                          "that could take the prompt refused it, their queues (every gateway's) too long for its deadline")
 QUEUED_BEHIND = Refusal("RESOURCE_EXHAUSTED", "decode_admission", "no decode worker admits the request: it waited "
                         "behind requests as easy to admit until its prefill could no longer finish in time")
 
@@ -91,6 +93,7 @@ class RequestPath(Generic[W]):
     client_deadline: float | None = None  # when its client stops waiting; None: never
     attempt: int = 1  # its try at a first token
     avoid: dict[str, set[str]] = field(default_factory=lambda: {"prefill": set(), "decode": set()})  # lost on earlier tries
+    refused_prefill: set[str] = field(default_factory=set)  # prefill workers that refused this try's prompt
 
     @property
     def deadline(self) -> float:
@@ -139,11 +142,21 @@ class RequestPath(Generic[W]):
         return self._ttft(now, decode)
 
     def prefill(self, decode: W, decode_cached_tokens: int, now: float,
-                pairs: Callable[[W], bool] = lambda w: True) -> Prefill[W] | Fail:
-        """Where its prompt is computed (``prefill_choice``, avoiding workers lost on earlier tries)."""
+                pairs: Callable[[W], bool] = lambda w: True) -> Prefill[W] | Refuse | Fail:
+        """Where its prompt is computed (``prefill_choice``, avoiding workers lost on earlier tries
+        and those that refused it on this one); none left after refusals: refused."""
         choice = prefill_choice(self.router, self.pool, self.prompt, self.deadline, self.ttft_s, decode,
-                                decode_cached_tokens, now, self.avoid["prefill"], pairs)
-        return Fail("no prefill worker is available") if choice is None else Prefill(*choice)
+                                decode_cached_tokens, now, self.avoid["prefill"] | self.refused_prefill, pairs)
+        if choice is not None:
+            return Prefill(*choice)
+        if self.refused_prefill:
+            return Refuse(PREFILL_REFUSED)
+        return Fail("no prefill worker is available")
+
+    def prefill_refused(self, worker_id: str) -> None:
+        """A prefill worker refused its prompt: its own queue (every gateway's prompts) says the
+        first token would be late there. The next ``prefill`` asks another."""
+        self.refused_prefill.add(worker_id)
 
     def lost(self, role: str, worker: W | None, why: str) -> Retry | Fail:
         """A worker of ``role`` was lost before its first token (``worker``: its state, still
@@ -156,6 +169,7 @@ class RequestPath(Generic[W]):
             self.avoid[role].add(worker.worker_id)
             worker.suspect = True
         self.attempt += 1
+        self.refused_prefill.clear()
         return Retry(writing)
 
     def last_useful(self, readings: Readings | None = None, now: float | None = None) -> float:

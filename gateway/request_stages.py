@@ -41,7 +41,8 @@ EARLY_ENDS = frozenset({Stage.FAILED, Stage.ABORTED, Stage.CANCELLED})
 NEXT: dict[Stage, frozenset[Stage]] = {  # the moves a live request makes; any live stage may also end early
     Stage.RESERVING: frozenset({Stage.RESERVED}),
     Stage.RESERVED: frozenset({Stage.PREFILLING, Stage.RESERVING}),  # lease given back: TTFT refused after all
-    Stage.PREFILLING: frozenset({Stage.PREFILLED, Stage.RESERVING}),  # prefill worker lost: retry
+    # prefill worker lost: retry; or it refused the prompt (late there): another is asked, same lease
+    Stage.PREFILLING: frozenset({Stage.PREFILLED, Stage.RESERVING, Stage.RESERVED}),
     Stage.PREFILLED: frozenset({Stage.COMMITTING, Stage.DONE, Stage.RESERVING}),  # decode worker lost: retry
     Stage.COMMITTING: frozenset({Stage.STREAMING}),
     Stage.STREAMING: frozenset({Stage.DONE}),

@@ -65,6 +65,11 @@ class Progress:
         self.to(Stage.PREFILLING)
         self.prefill = prefill
 
+    def prefill_refused(self) -> None:
+        """Its prefill worker refused the prompt: the lease stays, another is asked."""
+        self.to(Stage.RESERVED)
+        self.prefill = None
+
     def prefilled(self, reply: worker_pb2.PrefillResponse) -> None:
         self.to(Stage.PREFILLED)
         self.prefill_reply = reply

@@ -15,8 +15,8 @@ from typing import Protocol
 import grpc
 
 from common.process.metrics import Metrics
-from common.rpc.metadata import FAILED_PEER_KEY
-from gateway.errors import ABORTED, RequestError, WorkerLost, unavailable
+from common.rpc.metadata import FAILED_PEER_KEY, REFUSED_BY
+from gateway.errors import ABORTED, PrefillRefused, RequestError, WorkerLost, unavailable
 from gateway.registry import WorkerRegistry
 from gateway.request_path import Fail
 from gateway.request_state import Progress
@@ -52,7 +52,13 @@ async def first_token(req: ValidatedRequest, p: Progress, attempt: Attempt, regi
         reservation = await attempt.reserve(req, p)
         assert p.decode is not None
         try:
-            reply = await attempt.prefill(req, p, reservation)
+            while True:
+                try:
+                    reply = await attempt.prefill(req, p, reservation)
+                    break
+                except PrefillRefused as refused:  # late on that worker's whole queue: another, same lease
+                    p.path.prefill_refused(refused.worker_id)
+                    p.prefill_refused()
             if registry.workers.get(p.decode.worker_id) is not p.decode:
                 raise WorkerLost("decode", p.decode.worker_id, "it left during the prefill")
             return reply
@@ -85,4 +91,6 @@ def prefill_error(exc: grpc.aio.AioRpcError, p: Progress) -> Exception:
         return unavailable(f"prefill worker {p.prefill.worker_id} cancelled the request: {exc.details()}")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and p.prefill is p.decode:  # it refused to prefill it in time
         return RequestError(code, exc.details() or "TTFT SLO unattainable", "ttft_unattainable")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and dict(exc.trailing_metadata() or ()).get(REFUSED_BY) == "ttft":
+        return PrefillRefused(p.prefill.worker_id, exc.details() or "its first token would be late")
     return RequestError(code, exc.details() or "prefill failed")

@@ -60,14 +60,17 @@ class ClusterSpec:
     device: str = ""
     mps: bool = False
     http_port: int | None = None  # the gateway's OpenAI-compatible HTTP port: None none, 0 a free one
+    gateways: int = 1  # gateways over the one worker pool (every worker registers with each)
 
 
 @dataclass
 class LocalCluster:
     spec: ClusterSpec
     log_dir: Path
-    address: str = ""
+    address: str = ""  # the first gateway's
     registry_address: str = ""  # where workers register: the gateway's address or its registry port
+    addresses: list[str] = field(default_factory=list)  # every gateway's, the first first
+    registry_addresses: list[str] = field(default_factory=list)
     http_address: str = ""  # host:port of the OpenAI-compatible HTTP server, where the spec asks for one
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     plan: dict[str, CoreAssignment] = field(default_factory=dict)  # process name -> its cores and threads
@@ -103,6 +106,9 @@ class LocalCluster:
 
                 prepare(progress)  # the one compilation, here, not inside a worker's start-up
             self._start_gateway_on_a_free_port(timeout_s)
+            self.addresses, self.registry_addresses = [self.address], [self.registry_address]
+            for k in range(1, self.spec.gateways):
+                self._start_extra_gateway(k, timeout_s)
             for name in devices:
                 self.start_worker(name.split("-", 1)[0], name)
             self.wait_ready(timeout_s, progress)
@@ -130,6 +136,20 @@ class LocalCluster:
             if self._gateway_listening(timeout_s) or self.spec.port or attempt == 2:
                 break
             self._ended.add("gateway")
+
+    def _start_extra_gateway(self, k: int, timeout_s: float) -> None:
+        """Gateway ``k`` (from 1) over the same workers, on a port of its own (its registry there too)."""
+        for attempt in range(3):
+            address = f"{self.spec.host}:{free_port(self.spec.host)}"
+            name = f"gateway-{k}"
+            self._spawn(name, ["gateway", "--host", self.spec.host, "--port", address.rsplit(":", 1)[1],
+                               "--policy", self.spec.policy, *self._stream_interval_args(), *self._model_args(),
+                               *self._metrics_args(name), *self.spec.gateway_args])
+            if self._gateway_listening(timeout_s, name) or attempt == 2:
+                break
+            self._ended.add(name)
+        self.addresses.append(address)
+        self.registry_addresses.append(address)
 
     def start_gateway(self) -> None:
         """Starts (or, after it died, restarts) the gateway on the cluster's address."""
@@ -160,7 +180,7 @@ class LocalCluster:
         module = f"{role}_worker"
         cores = self.plan[worker_id]
         share = self.device_workers.get(worker_id)
-        args = [module, "--gateway", self.registry_address, "--host", self.spec.host, "--worker-id", worker_id,
+        args = [module, "--gateway", ",".join(self.registry_addresses or [self.registry_address]), "--host", self.spec.host, "--worker-id", worker_id,
                 "--cpu-cores", format_cores(cores.cores), "--threads", str(cores.threads),
                 "--kv-transport", self.spec.kv_transport, "--policy", self.spec.policy, *self._model_args(),
                 *self._metrics_args(worker_id), *(["--device-workers", str(share)] if share else []),
@@ -183,11 +203,14 @@ class LocalCluster:
         return self.processes[name].pid
 
     def wait_ready(self, timeout_s: float, progress: bool = False) -> gateway_pb2.InfoResponse:
+        """Until every gateway sees every worker ready; the first gateway's Info."""
         deadline, shown = time.monotonic() + timeout_s, ""
         while True:
             self._check_alive()
-            info = self.info(timeout_s=1.0)
-            ready = _ready_counts(info)
+            infos = [self.info(timeout_s=1.0, address=a) for a in self.addresses or [self.address]]
+            info = infos[0] if all(i is not None for i in infos) else None
+            counts = [_ready_counts(i) for i in infos]
+            ready = {role: min(c[role] for c in counts) for role in ("prefill", "decode")}
             line = f"  ready: {ready['prefill']}/{self.spec.prefill} prefill, {ready['decode']}/{self.spec.decode} decode"
             if progress and line != shown:
                 print(line, file=sys.stderr, flush=True)
@@ -198,20 +221,21 @@ class LocalCluster:
                 raise TimeoutError(f"cluster not ready after {timeout_s:.0f}s ({line.strip()}); logs in {self.log_dir}")
             time.sleep(0.2)
 
-    def info(self, timeout_s: float = 5.0) -> gateway_pb2.InfoResponse | None:
+    def info(self, timeout_s: float = 5.0, address: str = "") -> gateway_pb2.InfoResponse | None:
+        """A gateway's Info (the first's unless ``address`` names another); None if it cannot answer."""
         metadata = (("authorization", f"Bearer {self.spec.api_key}"),) if self.spec.api_key else None
         try:
-            with self._channel() as ch:
+            with self._channel(address or self.address) as ch:
                 return gateway_pb2_grpc.GatewayStub(ch).Info(gateway_pb2.InfoRequest(), timeout=timeout_s,
                                                              metadata=metadata)
         except grpc.RpcError:
             return None
 
-    def _channel(self) -> grpc.Channel:
+    def _channel(self, address: str) -> grpc.Channel:
         if self.spec.tls_ca:
             credentials = grpc.ssl_channel_credentials(Path(self.spec.tls_ca).read_bytes())
-            return grpc.secure_channel(self.address, credentials)
-        return grpc.insecure_channel(self.address)
+            return grpc.secure_channel(address, credentials)
+        return grpc.insecure_channel(address)
 
     def signal(self, name: str, sig: int) -> None:
         self.processes[name].send_signal(sig)
@@ -226,8 +250,9 @@ class LocalCluster:
         return code
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM to workers then the gateway; SIGKILL what is still running after ``grace_s``."""
-        order = [n for n in self.processes if n != "gateway"] + (["gateway"] if "gateway" in self.processes else [])
+        """SIGTERM to workers then the gateways; SIGKILL what is still running after ``grace_s``."""
+        gateways = [n for n in self.processes if n.startswith("gateway")]
+        order = [n for n in self.processes if n not in gateways] + gateways
         for name in order:
             if self.processes[name].poll() is None:
                 self.processes[name].send_signal(signal.SIGTERM)
@@ -259,7 +284,7 @@ class LocalCluster:
 
     def _spawn(self, name: str, args: list[str]) -> None:
         env = dict(os.environ)
-        if self.mps is not None and name != "gateway":
+        if self.mps is not None and not name.startswith("gateway"):
             env.update(self.mps.environment())
         log = open(self.log_dir / f"{name}.log", "ab")
         self._log_offsets[name] = log.tell()
@@ -267,7 +292,7 @@ class LocalCluster:
         self._ended.discard(name)
         # Pinned and niced before exec, so every thread the process starts inherits both; workers
         # also pin themselves (--cpu-cores) as they do when started alone.
-        planned = self.plan.get(name)
+        planned = self.plan.get(name) or (self.plan.get("gateway") if name.startswith("gateway") else None)
         cores, nice = (planned.cores, planned.nice) if planned is not None else ((), 0)
 
         def place() -> None:
@@ -280,15 +305,15 @@ class LocalCluster:
                                                 env=env, start_new_session=True,
                                                 preexec_fn=place if cores or nice else None)
 
-    def _gateway_listening(self, timeout_s: float) -> bool:
+    def _gateway_listening(self, timeout_s: float, name: str = "gateway") -> bool:
         """Waits until the gateway has bound its ports (True) or exited (False)."""
         deadline = time.monotonic() + timeout_s
-        log = self.log_dir / "gateway.log"
-        start = self._log_offsets.get("gateway", 0)  # the log is appended to across restarts
+        log = self.log_dir / f"{name}.log"
+        start = self._log_offsets.get(name, 0)  # the log is appended to across restarts
         while time.monotonic() < deadline:
             if "gateway listening on" in log.read_text(errors="replace")[start:]:
                 return True
-            if self.processes["gateway"].poll() is not None:
+            if self.processes[name].poll() is not None:
                 return False
             time.sleep(0.05)
         return True  # let wait_ready report what is wrong

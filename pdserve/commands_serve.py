@@ -64,6 +64,9 @@ def register(sub: Any) -> None:
                          "tools/gateway_priority.py --cores decode)")
     up.add_argument("--gateway-arg", action="append", default=[], metavar="FLAG",
                     help="extra gateway flag, repeatable: --gateway-arg=--slo-classes=tight:200:20")
+    up.add_argument("--gateways", type=int, default=1,
+                    help="gateways over the one worker pool (default 1): every worker registers with each, and a "
+                         "client given all of them fails over between them")
     up.add_argument("--log-dir", type=Path, default=None)
     up.add_argument("--worker-arg", action="append", default=[], metavar="FLAG",
                     help="extra engine flag for every worker, repeatable: --worker-arg=--num-kv-blocks=2048")
@@ -98,10 +101,15 @@ def _up(args: argparse.Namespace) -> int:
                        policy=args.policy, gateway_args=tuple(args.gateway_arg),
                        cpu_cores=parse_cores(args.cpu_cores) if args.cpu_cores else (), threads=args.threads,
                        gateway_nice=args.gateway_nice,
-                       gateway_cores=args.gateway_cores, device=args.device, mps=args.mps, http_port=args.http_port)
+                       gateway_cores=args.gateway_cores, device=args.device, mps=args.mps, http_port=args.http_port,
+                       gateways=args.gateways)
+    if spec.gateways < 1:
+        print("pdserve up: error: --gateways must be at least 1", file=sys.stderr, flush=True)
+        return 2
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="pdserve-up-"))
     cluster = LocalCluster(spec, log_dir)
-    print(f"starting gateway + {spec.prefill} prefill + {spec.decode} decode (logs in {log_dir}) ...",
+    gateways = "gateway" if spec.gateways == 1 else f"{spec.gateways} gateways"
+    print(f"starting {gateways} + {spec.prefill} prefill + {spec.decode} decode (logs in {log_dir}) ...",
           file=sys.stderr, flush=True)
     try:
         _serve_until_stopped(cluster)
@@ -116,7 +124,8 @@ def _serve_until_stopped(cluster: LocalCluster) -> None:
     try:
         cluster.start(progress=True)
         http = f", OpenAI API at http://{cluster.http_address}/v1" if cluster.http_address else ""
-        print(f"pdserve is up: gateway at {cluster.address}{http}. Ctrl-C stops every process.", flush=True)
+        at = f"gateway at {cluster.address}" if len(cluster.addresses) <= 1 else f"gateways at {','.join(cluster.addresses)}"
+        print(f"pdserve is up: {at}{http}. Ctrl-C stops every process.", flush=True)
         while not stopping["now"]:
             _report_exits(cluster)
             time.sleep(0.5)

@@ -17,13 +17,14 @@ import grpc
 from common.model.batch import blocks_for
 from common.engine.async_engine import AsyncEngine
 from common.engine.thread import EngineThread
+from common.engine.tpot_admission import AdmissionError
 from common.process.logs import request_id_var
 from common.process.metrics import Metrics
 from common.kv_transfer.base import KVSender, LeaseExpiredError, TransferStats, TransferTarget
 from common.kv_transfer.select import make_sender
 from common.engine.request import RequestOutput
 from common.rpc.convert import sampling_from_proto
-from common.rpc.metadata import FAILED_PEER_KEY
+from common.rpc.metadata import FAILED_PEER_KEY, REFUSED_BY
 from common.rpc.server import channel
 from common.model.sampling_params import SamplingParams
 from wire.slo import slo_from_proto
@@ -95,6 +96,9 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         try:
             outputs = [o async for o in self.engine.generate(request_id, prompt, params, prefill_only=True,
                                                              ttft_slo_ms=ttft_slo_ms, ttft_left_ms=ttft_left_ms)]
+        except AdmissionError as exc:  # its first token would be late here: the gateway asks another
+            self.metrics.rejected("ttft_unattainable")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), trailing_metadata=((REFUSED_BY, "ttft"),))
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         last = outputs[-1]

@@ -34,6 +34,8 @@ class SimEarlyEnds(SimGatewayParts):
 
     def _prefill_lost(self, flight: Flight, worker: SimWorker, guard: TtftGuard) -> None:
         """The Prefill call to ``worker`` failed as a lost worker's does (``retries.prefill_error``)."""
+        if flight.ended:  # cancelled meanwhile: the call's end was counted then
+            return
         guard.dropped(flight.request_id)
         self.states[worker.worker_id].inflight -= 1
         role = "decode" if worker is flight.decode else "prefill"  # a decode worker prefilling itself

@@ -149,10 +149,13 @@ class SimGateway(SimCancels, SimPrefillCalls, SimEarlyEnds, SimDecodeAdmission):
         """Its prompt computed where its path says (a prefill worker, or its decode worker)."""
         assert flight.path is not None and flight.decode is not None  # reserved before its prefill
         then = flight.path.prefill(self.states[flight.decode.worker_id], 0, self.sim.now)
-        if isinstance(then, Fail):  # every one lost on an earlier try: the request ends, its lease given back
+        if isinstance(then, (Fail, Refuse)):  # none left (lost, or refused it): it ends, its lease given back
             self._forget_decode(flight)
             self._give_back(flight)
-            self._fail(flight, then.message)
+            if isinstance(then, Fail):
+                self._fail(flight, then.message)
+            else:
+                self._refuse(flight, then.refusal.code, then.refusal.reason)
             return
         self._send_prefill(flight, then.worker.worker, then.worker.guard)
 

@@ -40,8 +40,12 @@ class SimPrefillCalls(SimGatewayParts):
 
         def prefill() -> None:
             worker.listeners[flight.request_id] = lambda out: self._prefilled(flight, out)
-            worker.core.add_request(flight.request_id, [0] * flight.tokens, params, prefill_only=True,
-                                    ttft_slo_ms=flight.ttft_s * 1000, ttft_left_ms=left_ms)
+            try:
+                worker.core.add_request(flight.request_id, [0] * flight.tokens, params, prefill_only=True,
+                                        ttft_slo_ms=flight.ttft_s * 1000, ttft_left_ms=left_ms)
+            except AdmissionError:  # late on its whole queue (``prefill_worker.servicer``): refused
+                del worker.listeners[flight.request_id]
+                self.sim.after(self.config.hop_s, self._prefill_refused, flight, worker, guard)
 
         def prefill_here() -> None:  # the decode worker computes it: its first output answers the call
             lease = flight.lease
@@ -62,6 +66,19 @@ class SimPrefillCalls(SimGatewayParts):
             self.sim.after(2 * self.config.hop_s, self._prefill_lost, flight, worker, guard)
             return
         self.sim.after(self.config.hop_s, worker.call, prefill_here if worker is flight.decode else prefill)
+
+    def _prefill_refused(self, flight: Flight, worker: SimWorker, guard: TtftGuard) -> None:
+        """The prefill worker's refusal reached the gateway: another is asked with the same lease
+        (``retries.first_token``), or the request is refused."""
+        if flight.ended:  # cancelled meanwhile: the call's end was counted then
+            return
+        guard.dropped(flight.request_id)
+        self.states[worker.worker_id].inflight -= 1
+        assert flight.path is not None
+        flight.path.prefill_refused(worker.worker_id)
+        flight.to(Stage.RESERVED)
+        flight.prefill = None
+        self._prefill(flight)
 
     def _prefilled(self, flight: Flight, out: RequestOutput) -> None:
         """On the prefill worker, between steps: the prompt's KV is ready; copy it, then answer."""

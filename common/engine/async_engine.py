@@ -8,8 +8,9 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 from common.engine.leases import Lease
-from common.engine.request import RequestOutput, left_on_arrival
+from common.engine.request import REFUSED, RequestOutput, left_on_arrival
 from common.engine.thread import EngineThread
+from common.engine.tpot_admission import AdmissionError
 from common.model.sampling_params import SamplingParams
 from common.slo.tpot_guard import TPOT_MARGIN
 
@@ -93,8 +94,8 @@ class AsyncEngine:
             while not finished:
                 out = await outputs.get()
                 finished = out.finished
-                if out.error is not None:
-                    raise ValueError(out.error)
+                if out.error is not None:  # refused (its first token would be late here), or invalid
+                    raise AdmissionError(out.error) if out.finish_reason == REFUSED else ValueError(out.error)
                 yield out
         finally:
             if not finished:  # the consumer went away (cancel, deadline): free the request's blocks

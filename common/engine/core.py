@@ -79,10 +79,12 @@ class EngineCore(TpotAdmission, PromptTiming, RunAhead):
                     ttft_left_ms: float = 0.0) -> None:
         """Queues a request; raises ValueError naming the field when it cannot be served.
 
-        A ``prefill_only`` request ends after its first token with reason ``prefilled`` and
-        its KV blocks held (``RequestOutput.kv_block_ids``) until ``release_held``.
-        """
+        A ``prefill_only`` request ends after its first token with reason ``prefilled`` and its KV
+        blocks held (``RequestOutput.kv_block_ids``) until ``release_held``; under a TTFT guard, one
+        predicted late raises ``AdmissionError``."""
         self._validate(request_id, prompt_token_ids, params)
+        if prefill_only and self.scheduler.config.ttft_guard:
+            self._refuse_if_queue_late(len(prompt_token_ids), ttft_slo_ms, ttft_left_ms)
         self.tightest_ttft.observe(ttft_slo_ms / 1000)
         self.scheduler.add(Request(request_id, list(prompt_token_ids), params, arrival_time=self.clock(),
                                    prefill_only=prefill_only, ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms,

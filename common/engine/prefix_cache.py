@@ -137,6 +137,12 @@ class PrefixIndex:
             changes, self._changes = self._changes, {}
         return [h for h, s in changes.items() if s], [h for h, s in changes.items() if not s]
 
+    def held(self) -> list[int]:
+        """Every hash held (at most ``DIGEST_MAX``), leaving the record of changes as it is (other
+        readers drain it). Safe from any thread."""
+        with self._lock:
+            return list(self._block_of)[:DIGEST_MAX]
+
     def snapshot(self) -> list[int]:
         """Every hash held (at most ``DIGEST_MAX``), and a fresh start for ``drain_changes``.
         Safe from any thread: the engine thread's changes take the same lock."""

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from common.engine.config import EngineConfig
 from common.engine.local_prompts import LocalPrompts
+from common.engine.scheduler import Scheduler
 from common.engine.tpot_admission import AdmissionError
 from common.slo.calibration import Calibration
 from common.slo.cost_models import CostModels, attention_work
@@ -20,6 +21,7 @@ class PromptTiming:
 
     config: EngineConfig
     clock: Callable[[], float]
+    scheduler: Scheduler
     cost_models: CostModels | None
     tightest_ttft: TightestSlo  # of the requests added: what cuts prefill forwards
     forward_calibration: Calibration  # prefill forwards as observed vs the fitted model
@@ -55,6 +57,29 @@ class PromptTiming:
             why = ("would wait for its decodes' slack without end" if first_token_s is None
                    else f"is predicted in {first_token_s * 1000:.0f} ms, {ttft_left_ms:.0f} ms left")
             raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms cannot be met by this decode worker: its first token {why}")
+
+    def queue_first_token_s(self, tokens: int, deadline: float) -> float | None:
+        """On a prefill worker: seconds until a prompt of ``tokens`` due at ``deadline`` (this
+        engine's clock), given now, has its first token: the prompts queued or under way here due
+        no later go first (least slack first), all in forwards of the step budget, by the fitted
+        model × this worker's calibration. None without a cost model."""
+        if self.cost_models is None:
+            return None
+        ahead = [r for r in (*self.scheduler.waiting, *self.scheduler.running)
+                 if r.num_uncomputed_tokens > 0 and r.ttft_deadline <= deadline]
+        total = tokens + sum(r.num_uncomputed_tokens for r in ahead)
+        return self.forward_calibration.scale(self.cost_models.prefill.predict_forwards(total, self.prefill_cap()))
+
+    def _refuse_if_queue_late(self, tokens: int, ttft_slo_ms: float, ttft_left_ms: float) -> None:
+        """Raises ``AdmissionError`` when a prompt given to this prefill worker now is predicted to
+        have its first token after ``ttft_left_ms`` (``queue_first_token_s``): a gateway sees only
+        what it sent, so with several gateways this worker, which sees its whole queue, decides."""
+        if not ttft_left_ms or self.cost_models is None:
+            return
+        first_token_s = self.queue_first_token_s(tokens, self.clock() + ttft_left_ms / 1000)
+        if first_token_s is not None and first_token_s * 1000 > ttft_left_ms:
+            raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms cannot be met by this prefill worker: its first token "
+                                 f"is predicted in {first_token_s * 1000:.0f} ms, {ttft_left_ms:.0f} ms left")
 
     def forward_s(self, tokens: int, attention: int) -> float:
         """A prefill forward's predicted time: the fitted model × this worker's calibration."""

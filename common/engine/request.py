@@ -23,6 +23,7 @@ class RequestStatus(enum.IntEnum):
     FINISHED_PREFILLED = 6  # prefill-only: first token sampled, KV held for hand-off
 
 
+REFUSED = "refused"  # an output's finish reason when the engine refused the request (``AdmissionError``)
 FINISH_REASONS = {
     RequestStatus.FINISHED_STOPPED: "stop",
     RequestStatus.FINISHED_LENGTH: "length",

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from common.engine.llm_engine import LLMEngine
-from common.engine.request import RequestOutput
+from common.engine.request import REFUSED, RequestOutput
+from common.engine.tpot_admission import AdmissionError
 from common.model.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -181,8 +182,9 @@ class EngineThread:
             try:
                 self.engine.add_request(item.request_id, item.prompt_token_ids, item.params, item.prefill_only,
                                         ttft_slo_ms=item.ttft_slo_ms, ttft_left_ms=item.ttft_left_ms)
-            except ValueError as exc:
-                item.on_output(RequestOutput(item.request_id, (), True, "error", str(exc)))
+            except ValueError as exc:  # (an AdmissionError too: its first token would be late here)
+                reason = REFUSED if isinstance(exc, AdmissionError) else "error"
+                item.on_output(RequestOutput(item.request_id, (), True, reason, str(exc)))
                 return
             self._callbacks[item.request_id] = item.on_output
 

@@ -59,7 +59,9 @@ class WorkerConfig:
 def add_worker_args(parser: argparse.ArgumentParser) -> None:
     d = WorkerConfig()
     group = parser.add_argument_group("worker")
-    group.add_argument("--gateway", default=d.gateway, help="gateway address to register with")
+    group.add_argument("--gateway", default=d.gateway,
+                       help="the gateways to register and heartbeat with: host:port[,host:port...], or a name "
+                            "that resolves to each of them (a headless Service)")
     group.add_argument("--host", default=d.host)
     group.add_argument("--port", type=int, default=d.port)
     group.add_argument("--advertise-host", default=d.advertise_host,

@@ -18,7 +18,7 @@ from common.engine.llm_engine import LLMEngine
 from common.process.lifecycle import Lifecycle
 from common.process.metrics import Metrics
 from common.process.options import ProcessOptions
-from common.worker.registration import Registrar
+from common.worker.gateways import GatewayRegistrations
 from common.rpc.server import bind, new_server, use_tls
 from common.rpc.tls import PeerRoleInterceptor
 from common.worker.config import WorkerConfig
@@ -57,7 +57,7 @@ class WorkerProcess:
         interceptors = [PeerRoleInterceptor(WORKER_CALLERS)] if self.options.tls.mutual else []
         self.server = new_server(interceptors)
         self.lifecycle = Lifecycle(self.server, [self.service_name], self.options.drain_grace_s)
-        self.registrar: Registrar | None = None
+        self.registrar: GatewayRegistrations | None = None  # with every gateway it was given
         self.on_drain: list[Callable[[], None]] = []  # e.g. servicers start refusing new work
         self._loop = asyncio.get_running_loop()
 
@@ -106,9 +106,9 @@ class WorkerProcess:
         await self.lifecycle.serving()
         descriptor = describe(engine, self.role, self.worker_id, address,
                               self.worker.kv_transport if self.role == "prefill" else "", self.kv_receives)
-        digest = DigestPublisher(engine.pool.prefix_index)
-        self.registrar = Registrar(self.worker.gateway, descriptor, lambda: current_load(engine, self.draining, digest),
-                                   on_refused=self.lifecycle.fail, on_resync=digest.resync)
+        self.registrar = GatewayRegistrations(self.worker.gateway, descriptor,
+                                              lambda digest: current_load(engine, self.draining, digest),
+                                              DigestPublisher(engine.pool.prefix_index), on_refused=self.lifecycle.fail)
         self.registrar.start()
         log.info("%s worker %s listening on %s (advertised as %s)", self.role, self.worker_id, bound, address)
 

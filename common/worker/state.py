@@ -12,7 +12,7 @@ import torch
 
 from common.engine.llm_engine import LLMEngine
 from common.rpc.convert import cost_models_to_proto, load_to_proto
-from common.worker.prefix_digest import DigestPublisher
+from common.worker.prefix_digest import DigestSubscription
 from common.worker.registration import host_id
 from wire.v1 import worker_pb2
 
@@ -48,7 +48,7 @@ def model_digest(model_dir: Path) -> str:
     return hashlib.sha256(config.read_bytes()).hexdigest()[:16] if config.exists() else ""
 
 
-def current_load(engine: LLMEngine, draining: bool, digest: DigestPublisher | None = None) -> worker_pb2.WorkerLoad:
+def current_load(engine: LLMEngine, draining: bool, digest: DigestSubscription | None = None) -> worker_pb2.WorkerLoad:
     """Read from the event loop while the engine thread runs: the engine's latest snapshot
     (``LLMEngine.load``), as of its last step or call; and, from a prefill worker, its prefix
     digest (every load built is sent: the digest's changes are drained)."""

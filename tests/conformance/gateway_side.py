@@ -31,7 +31,7 @@ from gateway.router import router_for
 from gateway.validation import ValidatedRequest
 from simulator.config import SimConfig
 from simulator.workers import SimDecodeWorker, SimPrefillWorker, SimWorker
-from tests.conformance.scenario import MODELS, Faults, Trace, record_calls, request_id
+from tests.conformance.scenario import MODELS, Faults, Trace, record_calls, request_id, send_foreign
 from tests.virtual_clock import run
 from wire.slo import from_wire
 from wire.v1 import worker_pb2
@@ -110,12 +110,21 @@ class PrefillStub(WorkerStub):
 
         def prefill() -> None:
             self.worker.listeners[request.request_id] = lambda out: first.done() or first.set_result(out)
-            core.add_request(request.request_id, list(request.prompt_token_ids), sampling_from_proto(request.sampling),
-                             prefill_only=True, ttft_slo_ms=from_wire(request.slo.ttft_ms, request.slo.ttft_us),
-                             ttft_left_ms=request.ttft_left_ms)
+            try:
+                core.add_request(request.request_id, list(request.prompt_token_ids),
+                                 sampling_from_proto(request.sampling), prefill_only=True,
+                                 ttft_slo_ms=from_wire(request.slo.ttft_ms, request.slo.ttft_us),
+                                 ttft_left_ms=request.ttft_left_ms)
+            except AdmissionError as exc:  # its first token would be late on this worker's whole queue
+                del self.worker.listeners[request.request_id]
+                first.set_exception(exc)
 
         self.worker.call(prefill)
-        out = await first
+        try:
+            out = await first
+        except AdmissionError as exc:
+            await asyncio.sleep(self.hop_s)
+            raise _rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), "ttft") from None
         prefill_ms = (loop.time() - received) * 1000
         self.worker.call(lambda: core.release_held(request.request_id))
         await asyncio.sleep(self.hop_s)
@@ -259,6 +268,7 @@ async def _run(plan: list[PlannedRequest], config: SimConfig, faults: Faults) ->
             loop.call_at(item.send_at + cancels[item.index] + config.hop_s, task.cancel)
         await asyncio.gather(task, return_exceptions=True)
 
+    send_foreign(faults, workers, clock.at)
     cancels = dict(faults.cancels)
     beating = loop.create_task(heartbeats())
     await asyncio.gather(*(send(item) for item in plan))

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.bench.workload import PlannedRequest, SloClass
+from common.engine.tpot_admission import AdmissionError
+from common.model.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
 from simulator.config import SimConfig
 from simulator.workers import SimWorker
@@ -24,6 +26,7 @@ from simulator.workers import SimWorker
 MODELS = CostModels(PrefillModel(0, 0.004, 2e-5), DecodeModel(0.0, 0.0002, 0.0, 0.006, knee=2))
 TIGHT = SloClass("tight", ttft_ms=40.0, tpot_ms=9.0)
 LOOSE = SloClass("loose", ttft_ms=400.0, tpot_ms=60.0)
+MEDIUM = SloClass("medium", ttft_ms=120.0, tpot_ms=60.0)
 HOP_S = 0.0005
 HEARTBEAT_S = 0.05
 RECORDED = ("reserve", "add_request", "prefill_reserved", "commit", "release_reservation", "abort")
@@ -37,6 +40,9 @@ class Faults:
 
     lost_prefills: frozenset[tuple[int, str]] = frozenset()
     cancels: frozenset[tuple[int, float]] = frozenset()
+    # prompts another gateway sends a prefill worker, unseen by this one until a heartbeat tells
+    # it: (seconds from the start, worker id, prompt tokens, TTFT SLO ms)
+    foreign: frozenset[tuple[float, str, int, float]] = frozenset()
 
 
 @dataclass
@@ -49,15 +55,16 @@ class Trace:
         return [(worker, call) for worker, call, rid in self.calls if rid == request_id]
 
 
-def plan(n: int = 24, seed: int = 3) -> list[PlannedRequest]:
-    """A burst of mixed requests: prompts of 64-1500 tokens, 2-12 output tokens, the two SLO classes
-    and requests with none, sent in 60 ms at moments that never tie."""
+def plan(n: int = 24, seed: int = 3, classes: tuple[SloClass | None, ...] = (TIGHT, LOOSE, LOOSE, None)
+         ) -> list[PlannedRequest]:
+    """A burst of mixed requests: prompts of 64-1500 tokens, 2-12 output tokens, SLO classes drawn
+    from ``classes`` (the two classes and requests with none), sent in 60 ms at moments that never tie."""
     rng = random.Random(seed)
     at = 0.0013
     requests = []
     for i in range(n):
         at += rng.uniform(0.0007, 0.0043)
-        slo = rng.choice([TIGHT, LOOSE, LOOSE, None])
+        slo = rng.choice(classes)
         requests.append(PlannedRequest(i, [0] * rng.randint(64, 1500), rng.randint(2, 12), slo, round(at, 7)))
     return requests
 
@@ -81,6 +88,28 @@ def record_calls(worker: SimWorker, trace: Trace) -> None:
             return _call(request_id, *args, **kwargs)
 
         setattr(core, name, recorded)
+
+
+def send_foreign(faults: Faults, workers: list[SimWorker], at: Callable[..., None]) -> None:
+    """Schedules ``faults.foreign`` on the workers (``at(when, callback)``: the side's clock): each
+    prompt added to its prefill worker's engine as another gateway's Prefill would, its KV let go
+    once computed."""
+    by_id = {w.worker_id: w for w in workers}
+    for k, (when, worker_id, tokens, ttft_ms) in enumerate(sorted(faults.foreign)):
+        worker, rid = by_id[worker_id], f"foreign-{k}"
+
+        def send(worker: SimWorker = worker, rid: str = rid, tokens: int = tokens, ttft_ms: float = ttft_ms) -> None:
+            def add() -> None:
+                worker.listeners[rid] = lambda out: worker.call(lambda: worker.core.release_held(rid))
+                try:
+                    worker.core.add_request(rid, [0] * tokens, SamplingParams(max_tokens=1, ignore_eos=True),
+                                            prefill_only=True, ttft_slo_ms=ttft_ms, ttft_left_ms=ttft_ms)
+                except AdmissionError:  # refused to the other gateway: nothing queued
+                    del worker.listeners[rid]
+
+            worker.call(add)
+
+        at(when, send)
 
 
 def request_id(index: int) -> str:

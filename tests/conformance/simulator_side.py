@@ -10,7 +10,7 @@ from simulator.flight import Flight
 from simulator.gateway import SimGateway
 from simulator.run import _record
 from simulator.workers import SimDecodeWorker, SimPrefillWorker
-from tests.conformance.scenario import MODELS, Faults, Trace, record_calls, request_id
+from tests.conformance.scenario import MODELS, Faults, Trace, record_calls, request_id, send_foreign
 
 
 def run_simulator(plan: list[PlannedRequest], config: SimConfig, faults: Faults) -> Trace:
@@ -32,6 +32,7 @@ def run_simulator(plan: list[PlannedRequest], config: SimConfig, faults: Faults)
             gateway.stopped = True
 
     gateway = SimGateway(sim, config, prefills, decodes, done)
+    send_foreign(faults, [*prefills, *decodes], sim.at)
     cancels = dict(faults.cancels)
     for item in plan:
         flight = Flight(item, _record(item))

@@ -256,3 +256,59 @@ async def test_sync_wait_ready_times_out_and_names_an_unreachable_gateway(gatewa
 
     assert "d0 decode draining" in await asyncio.to_thread(run, gateway[1])
     assert "UNAVAILABLE" in await asyncio.to_thread(run, "127.0.0.1:1")
+
+
+# --- several gateways: failover before the first message ----------------------------------------------------------
+
+class RefusingGateway(FakeGateway):
+    """A gateway that cannot serve (UNAVAILABLE) the prompts in ``refuse``, or, after its first
+    message, fails the prompt "break"."""
+
+    def __init__(self, refuse: set[str]) -> None:
+        super().__init__()
+        self.refuse = refuse
+
+    async def Generate(self, request: gateway_pb2.GenerateRequest,
+                       context: grpc.aio.ServicerContext) -> AsyncIterator[gateway_pb2.GenerateResponse]:
+        self.requests.append(request)
+        if request.text in self.refuse:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "no prefill worker is available")
+        yield gateway_pb2.GenerateResponse(request_id=request.request_id, text="x", token_ids=[1])
+        if request.text == "break":
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "decode worker lost")
+        yield self._delta(request.request_id, "y", [2], last=True)
+
+
+async def test_a_client_of_several_gateways_fails_over_only_before_the_first_message() -> None:
+    servers, servicers, addresses = [], [RefusingGateway({"a", "both"}), RefusingGateway({"both"})], []
+    for servicer in servicers:
+        server = grpc.aio.server()
+        gateway_pb2_grpc.add_GatewayServicer_to_server(servicer, server)
+        addresses.append(f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}")
+        await server.start()
+        servers.append(server)
+    dead = "127.0.0.1:1"  # nothing listens there: UNAVAILABLE
+    try:
+        async with AsyncClient(f"{dead},{addresses[0]},{addresses[1]}") as client:
+            assert (await client.complete("ok")).text == "xy"  # past the dead one, to the first live one
+            assert client.address == addresses[0]
+            assert (await client.complete("a")).text == "xy"  # the first cannot serve it: the second does
+            assert client.address == addresses[1]  # and is asked first from now on
+            with pytest.raises(grpc.aio.AioRpcError) as broke:  # begun, then failed: not made again
+                await client.complete("break")
+            assert broke.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert [r.text for r in servicers[1].requests].count("break") == 1
+            assert [r.text for r in servicers[0].requests].count("break") == 0
+            with pytest.raises(grpc.aio.AioRpcError) as none:  # every one refused it: the last refusal
+                await client.complete("both")
+            assert none.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert (await client.info()).model == "tiny"
+
+        def sync() -> tuple[str, str]:
+            with Client([dead, addresses[1]]) as blocking:
+                return blocking.complete("ok").text, blocking.address
+
+        assert await asyncio.to_thread(sync) == ("xy", addresses[1])
+    finally:
+        for server in servers:
+            await server.stop(None)

@@ -9,7 +9,7 @@ import pytest
 
 from common.slo.policy import POLICIES
 from tests.conformance.gateway_side import run_gateway
-from tests.conformance.scenario import Faults, config, plan
+from tests.conformance.scenario import MEDIUM, Faults, config, plan
 from tests.conformance.simulator_side import run_simulator
 
 
@@ -20,10 +20,17 @@ LOSSES = Faults(frozenset({(5, "prefill-0"), (5, "prefill-1"), (9, "prefill-0"),
 CANCELS = Faults(cancels=frozenset({(0, 0.050), (3, 0.012), (4, 0.100), (11, 0.040), (17, 0.002), (20, 0.030)}))
 
 
-@pytest.mark.parametrize("faults", [Faults(), LOSSES, CANCELS], ids=["undisturbed", "lost-workers", "cancels"])
+# another gateway's prompts reach both prefill workers before this one's (unseen by it until a
+# heartbeat): the workers refuse what would be late on their whole queues (requests of one class)
+FOREIGN = Faults(foreign=frozenset({(0.0005, "prefill-0", 2500, 115.0), (0.0006, "prefill-1", 2500, 115.0),
+                                    (0.0007, "prefill-0", 2500, 115.0), (0.0008, "prefill-1", 2500, 115.0)}))
+
+
+@pytest.mark.parametrize("faults", [Faults(), LOSSES, CANCELS, FOREIGN],
+                         ids=["undisturbed", "lost-workers", "cancels", "another-gateway"])
 @pytest.mark.parametrize("policy", POLICIES)
 def test_the_gateway_and_the_simulator_ask_the_workers_the_same_things(policy, faults, monkeypatch):
-    requests, cluster = plan(), config(policy)
+    requests, cluster = (plan(classes=(MEDIUM,)) if faults is FOREIGN else plan()), config(policy)
     simulated = run_simulator(requests, cluster, faults)
     real = run_gateway(requests, cluster, faults, monkeypatch)
     assert real.outcomes == simulated.outcomes
@@ -51,3 +58,6 @@ def test_the_script_takes_every_path_it_is_meant_to(policy):
     assert {"abort", "release_reservation"} <= ends
     assert any(calls[-1] == ("decode-0", "abort") or calls[-1] == ("decode-1", "abort")
                for calls in (cancelled.of(f"req-{i}") for i, _ in CANCELS.cancels))  # one ended while decoding
+    if policy in ("scorpio", "ttft_guard"):  # another gateway's prompts: a prefill worker refused, another was asked
+        crowded = run_simulator(plan(classes=(MEDIUM,)), cluster, FOREIGN)
+        assert any(sum(call == "add_request" for _, call in crowded.of(f"req-{r.index}")) >= 2 for r in requests)

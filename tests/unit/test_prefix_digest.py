@@ -48,6 +48,38 @@ def test_the_gateway_copy_follows_the_worker_cache_through_changes_and_a_lost_di
     assert view.in_step and view.hashes == set(index.snapshot())
 
 
+def test_every_gateway_keeps_a_whole_copy_of_one_cache_as_each_heartbeats_at_its_own_pace():
+    """A worker heartbeats to several gateways: each subscription sends what changed since its own
+    last digest, however often the others drain the index, and one that joins late starts with a
+    snapshot that leaves the others' changes in place."""
+    index = PrefixIndex()
+    pool = BlockPool(8, index)
+    publisher = DigestPublisher(index)
+    a, b = publisher.subscribe(), publisher.subscribe()
+    view_a, view_b = PrefixView(B, SALT), PrefixView(B, SALT)
+    view_a.apply(a.next())
+    view_b.apply(b.next())
+    _cache_prompt(pool, list(range(64)))
+    view_a.apply(a.next())  # a hears twice ...
+    _cache_prompt(pool, [7] * 80)  # (evicts one of the first prompt's blocks)
+    view_a.apply(a.next())
+    late = publisher.subscribe()  # a gateway that joins now
+    view_late = PrefixView(B, SALT)
+    view_late.apply(late.next())
+    _cache_prompt(pool, [5] * 32)
+    view_b.apply(b.next())  # ... b once, after everything
+    view_a.apply(a.next())
+    view_late.apply(late.next())
+    held = set(index.held())
+    assert len(held) == 8
+    for view in (view_a, view_b, view_late):
+        assert view.in_step and view.hashes == held
+    publisher.unsubscribe(b)
+    _cache_prompt(pool, [6] * 32)
+    view_a.apply(a.next())
+    assert view_a.hashes == set(index.held())
+
+
 def test_a_prompt_finds_the_leading_run_of_its_blocks_and_never_its_last_token():
     index = PrefixIndex()
     pool = BlockPool(16, index)
