@@ -41,6 +41,9 @@ class GatewayConfig:
     # how far apart a stream's token messages may be held, gathering tokens (gateway/stream_interval.py):
     # auto (none while the event loop is lightly busy, up to 25 ms as it fills) or milliseconds, 0: never
     stream_interval_ms: str = "auto"
+    # times a request whose decode worker is lost after its first token resumes on another (its
+    # prompt and the tokens sent so far prefilled again): 0: it ends UNAVAILABLE (gateway/streaming.py)
+    migration_limit: int = 1
 
     def __post_init__(self) -> None:
         if self.preset not in MODEL_NAMES:
@@ -66,6 +69,8 @@ class GatewayConfig:
         if not (self.busy_limit == 0 or 0.05 < self.busy_limit <= 1):
             raise ValueError(f"busy_limit must be 0 (off) or in (0.05, 1], got {self.busy_limit}")
         StreamInterval.parse(self.stream_interval_ms)  # validates it
+        if self.migration_limit < 0:
+            raise ValueError(f"migration_limit must be >= 0, got {self.migration_limit}")
         if self.max_prompt_bytes < 0:
             raise ValueError(f"max_prompt_bytes must be >= 0, got {self.max_prompt_bytes}")
         self.named_slos()  # validates the syntax

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import grpc
 
 from gateway.coalesce import TokenInbox
-from gateway.errors import RequestError, unavailable
+from gateway.errors import DecodeLost, RequestError
 from gateway.registry import WorkerRecord, WorkerRegistry
 from wire.v1 import worker_pb2
 
@@ -65,7 +65,7 @@ class DecodeStreams:
             task.cancel()
         for request_id, worker_id in list(self._worker_of.items()):
             if worker_id == record.worker_id:
-                self.post(request_id, unavailable(f"decode worker {worker_id} left: {reason}"))
+                self.post(request_id, DecodeLost(worker_id, reason))
 
     async def _follow(self, record: WorkerRecord) -> None:
         call = record.stub.Stream(worker_pb2.StreamRequest(stream_id=self.stream_id))

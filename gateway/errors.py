@@ -24,6 +24,15 @@ class WorkerLost(Exception):
         self.worker_id = worker_id
 
 
+class DecodeLost(RequestError):
+    """The decode worker streaming a request is gone: UNAVAILABLE, unless the request resumes on
+    another (``gateway.streaming``)."""
+
+    def __init__(self, worker_id: str, reason: str) -> None:
+        super().__init__(grpc.StatusCode.UNAVAILABLE, f"decode worker {worker_id} left: {reason}")
+        self.worker_id = worker_id
+
+
 class PrefillRefused(Exception):
     """A prefill worker refused the prompt: its first token would be late there. The request asks
     another with the same lease (``RequestPath.prefill_refused``)."""

@@ -43,6 +43,8 @@ class PromiseLoop:
     def decoding(self, req: ValidatedRequest, p: Progress, at: float | None = None) -> None:
         """``req`` is still decoding with ``p.completion_tokens`` tokens out, the last of them here
         at ``at`` (perf_counter; default now) (``PromiseRecord.heard``)."""
+        if p.migrations:  # resumed elsewhere: its gaps are the lost worker's, not what admitted it
+            return
         p.promise.heard(p.completion_tokens, time.perf_counter() if at is None else at, req.tpot_ms / 1000, _view(p))
 
     def first_token(self, req: ValidatedRequest, p: Progress) -> None:
@@ -56,6 +58,8 @@ class PromiseLoop:
     def served(self, req: ValidatedRequest, p: Progress) -> None:
         """``req`` finished normally with ``p.completion_tokens`` tokens: its TPOT to the ε that
         admitted it, its handoff to its decode worker's view (``PromiseRecord.finished``)."""
+        if p.migrations:  # resumed elsewhere: its TPOT tells nothing of the ε that admitted it
+            return
         now, last = time.perf_counter(), None
         if p.inbox is not None and p.inbox.first_arrival:
             p.promise.second_heard, last = p.inbox.first_arrival, p.inbox.last_arrival

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import AsyncIterator
 
 import grpc
@@ -35,7 +34,6 @@ from common.rpc.convert import sampling_to_proto
 from common.process.metrics import Metrics
 from gateway import retries
 from gateway.admission import AdmissionQueue
-from gateway.coalesce import InboxItem, TokenInbox, next_message
 from gateway.decode_reservation import DecodeReservations, refusal_error
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import ABORTED, RequestError, unavailable
@@ -47,22 +45,24 @@ from gateway.path_rules import admitted_margin
 from gateway.request_path import Fail, Refuse, RequestPath
 from gateway.request_stages import Stage
 from gateway.request_state import Progress
+from gateway.streaming import Streaming
 from gateway.worker_release import WorkerRelease
 from gateway.router import Router
 from gateway.stream_interval import StreamInterval
 from gateway.text_stream import TextStream
 from gateway.validation import ValidatedRequest
-from gateway.worker_calls import CONTROL_TIMEOUT_S, PREFILL_TIMEOUT_S, call_timeout
+from gateway.worker_calls import PREFILL_TIMEOUT_S, call_timeout
 from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2, worker_pb2
 
 
 
-class RequestFlow(WorkerRelease):
+class RequestFlow(Streaming, WorkerRelease):
     def __init__(self, registry: WorkerRegistry, router: Router, streams: DecodeStreams, tokenizer: object,
                  metrics: Metrics | None = None, admission: AdmissionQueue | None = None,
-                 stream_interval: StreamInterval | None = None) -> None:
+                 stream_interval: StreamInterval | None = None, migration_limit: int = 1) -> None:
         self.metrics = metrics
+        self.migration_limit = migration_limit  # times a stream may resume on another decode worker
         self.stream_interval = stream_interval or StreamInterval(0.0)  # how long a token message may wait for more
         self.promises = PromiseLoop(metrics)
         self.admission = admission if admission is not None else AdmissionQueue()  # (an empty queue is falsy)
@@ -137,6 +137,7 @@ class RequestFlow(WorkerRelease):
         inbox = p.inbox
         first = text.add([reply.first_token])
         p.completion_tokens, p.ttft_ms = 1, (time.perf_counter() - p.started) * 1000
+        p.generated.append(reply.first_token)
         self.promises.first_token(req, p)
         reason = reply.finish_reason or ("stop" if first.stopped else "")
         if not reason and req.params.max_tokens == 1:
@@ -235,50 +236,6 @@ class RequestFlow(WorkerRelease):
         p.decode.view.routed.pop(req.request_id, None)
         p.attempt_forgotten()
 
-    # -- after the first token --
-
-    async def _commit(self, req: ValidatedRequest, p: Progress, first_token: int) -> None:
-        assert p.decode is not None
-        commit = worker_pb2.CommitRequest(request_id=req.request_id, lease_id=p.lease_id,
-                                          prompt_token_ids=req.prompt_token_ids, first_token=first_token,
-                                          sampling=sampling_to_proto(req.params), slo=_slo(req))
-        p.to(Stage.COMMITTING)
-        try:
-            await p.decode.stub.Commit(commit, timeout=call_timeout(req, CONTROL_TIMEOUT_S))
-        except grpc.aio.AioRpcError as exc:
-            raise unavailable(f"decode worker {p.decode.worker_id} refused the commit: {exc.details()}") from None
-        p.to(Stage.STREAMING)
-
-    async def _decode_events(self, req: ValidatedRequest, p: Progress, inbox: TokenInbox,
-                             text: TextStream) -> AsyncIterator[gateway_pb2.GenerateResponse]:
-        merge = not req.stop  # (with stop strings each event stays apart: the ids sent must end at the stop)
-        pending: deque[InboxItem] = deque()
-        sent = p.promise.first_sent = time.perf_counter()  # when the last message went (the first token's, just now)
-        while True:
-            if not pending:
-                hold_s = self.stream_interval.seconds() if merge else 0.0
-                pending = await inbox.take(sent + hold_s if hold_s else 0.0)
-                arrived = inbox.last_arrival
-            event = next_message(pending, merge)
-            if event is ABORTED:
-                self._spawn(self._abort_decode(req.request_id, p))
-                yield final_message(req, p, [], text.finish().text, "abort")
-                return
-            if isinstance(event, RequestError):
-                raise event
-            if event.error:
-                raise RequestError(grpc.StatusCode.INTERNAL, f"decode failed: {event.error}")
-            p.completion_tokens += len(event.token_ids)
-            delta = text.add(event.token_ids)
-            if delta.stopped or event.finish_reason:
-                reason = "stop" if delta.stopped else event.finish_reason
-                yield final_message(req, p, list(event.token_ids), delta.text + text.finish().text, reason)
-                if delta.stopped and not event.finish_reason:
-                    self._spawn(self._abort_decode(req.request_id, p))
-                return
-            self.promises.decoding(req, p, arrived)
-            yield gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=event.token_ids, text=delta.text)
-            sent = time.perf_counter()
 
 def _slo(req: ValidatedRequest) -> gateway_pb2.SLO:
     return slo_to_proto(req.ttft_ms, req.tpot_ms)

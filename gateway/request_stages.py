@@ -45,7 +45,7 @@ NEXT: dict[Stage, frozenset[Stage]] = {  # the moves a live request makes; any l
     Stage.PREFILLING: frozenset({Stage.PREFILLED, Stage.RESERVING, Stage.RESERVED}),
     Stage.PREFILLED: frozenset({Stage.COMMITTING, Stage.DONE, Stage.RESERVING}),  # decode worker lost: retry
     Stage.COMMITTING: frozenset({Stage.STREAMING}),
-    Stage.STREAMING: frozenset({Stage.DONE}),
+    Stage.STREAMING: frozenset({Stage.DONE, Stage.RESERVING}),  # decode worker lost: resumed on another
 }
 
 

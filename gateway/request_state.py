@@ -29,6 +29,8 @@ class Progress:
     decode_cached_tokens: int = 0  # prompt tokens whose KV the lease's decode worker held already
     prefill_reply: worker_pb2.PrefillResponse | None = None
     completion_tokens: int = 0
+    generated: list[int] = field(default_factory=list)  # the token ids sent to the client so far
+    migrations: int = 0  # times it resumed on another decode worker (``gateway.streaming``)
     ttft_ms: float = 0.0
     prefill_call_s: float = 0.0  # what its (last) Prefill call took
     # what admitted it and when its latencies count from, for the closed loop (perf_counter)
@@ -80,6 +82,14 @@ class Progress:
         self.decode, self.lease_id, self.prefill, self.prefill_reply = None, "", None, None
         self.decode_cached_tokens = 0
         self.promise = PromiseRecord(arrived=self.promise.arrived)  # the next attempt is admitted anew
+
+    def migrating(self) -> None:
+        """Its decode worker is gone mid-stream: it seeks another, as a request of its own."""
+        self.to(Stage.RESERVING)
+        self.migrations += 1
+        self.decode, self.lease_id, self.prefill, self.prefill_reply = None, "", None, None
+        self.decode_cached_tokens, self.prompt = 0, None
+        self.promise = PromiseRecord(arrived=self.promise.arrived)
 
     def end(self, outcome: Stage) -> Stage | None:
         """Ends the life, once: a request that sent its last message is DONE, any other ends

@@ -87,6 +87,7 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     admission = AdmissionQueue()
     streams = DecodeStreams(f"gateway-{uuid.uuid4().hex[:8]}", registry, on_finished=admission.notify)
     flow = RequestFlow(registry, router_for(config.ttft_guard, config.prefill_routing), streams, tokenizer, metrics=metrics,
+                       migration_limit=config.migration_limit,
                        admission=admission, stream_interval=StreamInterval.parse(config.stream_interval_ms, loop_busy.fraction))
     server = new_server([PeerRoleInterceptor(GATEWAY_CALLERS)] if options.tls.mutual else [])
     lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)

@@ -20,6 +20,7 @@ import torch
 
 from common.model.batch import ScheduledSeq
 from common.model.staging import Staging
+from common.model.seeds import token_seed
 
 MASK32 = 0xFFFFFFFF
 # odd multipliers below 2**31, so every product of a 32-bit value stays inside int64
@@ -103,6 +104,3 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def token_seed(seed: int, index: int) -> int:
-    """A 63-bit key for the ``index``-th output token of a request seeded with ``seed``."""
-    return (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9) % (1 << 63)

@@ -57,6 +57,8 @@ class Metrics:
         self.retries = Counter("pdserve:request_retries", "Requests retried on other workers after a worker failed "
                                "before their first token, by the failed worker's role", [*labels, "failed_role"],
                                registry=r)
+        self.migrations = Counter("pdserve:request_migrations", "Requests resumed on another decode worker after "
+                                  "theirs was lost mid-stream", labels, registry=r)
         self.prompt_tokens = Counter("pdserve:prompt_tokens", "Prompt tokens processed", labels, registry=r)
         self.generation_tokens = Counter("pdserve:generation_tokens", "Tokens generated", labels, registry=r)
         self.kv_bytes = Counter("pdserve:kv_transfer_bytes", "KV cache bytes moved to decode workers",
