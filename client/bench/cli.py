@@ -32,6 +32,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                         "server's /v1/completions / /v1/chat/completions")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=50051, help="the gRPC port (pdserve backend)")
+    p.add_argument("--gateways", default="", metavar="HOST:PORT,...",
+                   help="pdserve backend: several gateways over one pool, in place of --host/--port: the load is "
+                        "split over them, and a request one cannot take (UNAVAILABLE) goes to the next")
     p.add_argument("--base-url", default=None, help="openai backends: the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--endpoint", default="", help="openai backends: the path, if not the backend's usual one")
     p.add_argument("--model", default=None, help="openai backends: the model to ask for (default: the "
@@ -114,6 +117,11 @@ def run_point(args: argparse.Namespace, rate: float,
     return result, records
 
 
+def grpc_address(args: argparse.Namespace) -> str:
+    """The gateway (or comma-separated gateways) the pdserve backend sends to."""
+    return getattr(args, "gateways", "") or f"{args.host}:{args.port}"
+
+
 def parse_processes(value: str, plan: list[PlannedRequest]) -> int:
     if value == "auto":
         return auto_processes(plan)
@@ -126,7 +134,7 @@ def _over_grpc(args: argparse.Namespace, plan: list[PlannedRequest],
                label: str) -> tuple[list[metrics.RequestRecord], float]:
     processes = parse_processes(getattr(args, "processes", "1"), plan)
     bar = ProgressBar(len(plan), label + (f", {processes} processes" if processes > 1 else ""))
-    return run_plan_in_processes(f"{args.host}:{args.port}", plan, processes, args.ignore_eos, args.max_concurrency,
+    return run_plan_in_processes(grpc_address(args), plan, processes, args.ignore_eos, args.max_concurrency,
                                  parse_goodput(args.goodput), bar.update, api_key=getattr(args, "api_key", ""))
 
 
@@ -138,7 +146,7 @@ def run_multi_turn(args: argparse.Namespace, rate: float) -> tuple[list[metrics.
                              args.random_output_len, rate, args.burstiness, list(parse_slo_mix(args.slo_mix or "")),
                              args.seed)
     bar = ProgressBar(len(sessions) * args.turns, f"rate {rate:g}, {len(sessions)} sessions")
-    return asyncio.run(run_sessions(f"{args.host}:{args.port}", sessions, args.think_time_s, args.ignore_eos,
+    return asyncio.run(run_sessions(grpc_address(args), sessions, args.think_time_s, args.ignore_eos,
                                     parse_goodput(args.goodput), bar.update, api_key=getattr(args, "api_key", "")))
 
 

@@ -14,6 +14,7 @@ from client.async_client import auth_metadata
 from client.bench.metrics import RequestRecord
 from client.bench.read_lag import ReadLag
 from client.bench.workload import PlannedRequest, SloClass
+from client.failover import gateway_addresses
 from wire.request_start import stamp
 from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -65,14 +66,24 @@ def new_record(item: PlannedRequest, goodput: Goodput, started: float) -> Reques
 async def run_plan(address: str, plan: list[PlannedRequest], ignore_eos: bool, max_concurrency: int | None,
                    goodput: Goodput, on_done: Callable[[RequestRecord], None],
                    timeout_s: float = 600, api_key: str = "") -> tuple[list[RequestRecord], float]:
+    """``address``: one gateway, or several comma-separated: the plan is split over them in turn, and
+    a request one answers UNAVAILABLE before its first token goes to the next (``client.failover``)."""
     metadata = auth_metadata(api_key)
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
-
+    channels = [grpc.aio.insecure_channel(a) for a in gateway_addresses(address)]
+    stubs = [gateway_pb2_grpc.GatewayStub(ch) for ch in channels]
+    try:
         async def send(item: PlannedRequest, started: float) -> RequestRecord:
-            return await send_one(stub, item, ignore_eos, goodput, started, timeout_s, metadata)
+            for k in range(len(stubs)):
+                record = await send_one(stubs[(item.index + k) % len(stubs)], item, ignore_eos, goodput, started,
+                                        timeout_s, metadata)
+                if record.error != "UNAVAILABLE" or record.token_times:
+                    break
+            return record
 
         return await schedule(plan, max_concurrency, send, on_done)
+    finally:
+        for channel in channels:
+            await channel.close()
 
 
 def slo_message(cls: SloClass | None) -> gateway_pb2.SLO:

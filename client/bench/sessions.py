@@ -21,6 +21,7 @@ from client.async_client import auth_metadata
 from client.bench.metrics import RequestRecord
 from client.bench.runner import Goodput, new_record, send_one
 from client.bench.workload import PlannedRequest, SloClass, gamma_intervals, token_prompt
+from client.failover import gateway_addresses
 from wire.v1 import gateway_pb2_grpc
 
 
@@ -48,10 +49,12 @@ def plan_sessions(n_requests: int, turns: int, first_len: int, turn_len: int, ou
 async def run_sessions(address: str, sessions: list[PlannedSession], think_s: float, ignore_eos: bool,
                        goodput: Goodput, on_done: Callable[[RequestRecord], None], timeout_s: float = 600,
                        api_key: str = "") -> tuple[list[RequestRecord], float]:
+    """``address``: one gateway, or several comma-separated: each session talks to one, in turn."""
     metadata = auth_metadata(api_key)
     turns = len(sessions[0].messages) if sessions else 0
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
+    channels = [grpc.aio.insecure_channel(a) for a in gateway_addresses(address)]
+    try:
+        stubs = [gateway_pb2_grpc.GatewayStub(ch) for ch in channels]
         started = time.perf_counter()
 
         async def converse(session: PlannedSession) -> list[RequestRecord]:
@@ -61,7 +64,8 @@ async def run_sessions(address: str, sessions: list[PlannedSession], think_s: fl
             for t, (message, output_len) in enumerate(zip(session.messages, session.output_lens)):
                 prompt = history + message
                 item = PlannedRequest(session.index * turns + t, prompt, output_len, session.slo_class, 0.0)
-                record = await send_one(stub, item, ignore_eos, goodput, started, timeout_s, metadata)
+                record = await send_one(stubs[session.index % len(stubs)], item, ignore_eos, goodput, started,
+                                        timeout_s, metadata)
                 on_done(record)
                 records.append(record)
                 if record.error:
@@ -73,6 +77,9 @@ async def run_sessions(address: str, sessions: list[PlannedSession], think_s: fl
 
         per_session = await asyncio.gather(*(converse(s) for s in sessions))
         return [r for records in per_session for r in records], time.perf_counter() - started
+    finally:
+        for channel in channels:
+            await channel.close()
 
 
 def _not_sent(session: PlannedSession, turn: int, turns: int, goodput: Goodput, started: float) -> RequestRecord:

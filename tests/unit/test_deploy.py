@@ -48,6 +48,8 @@ def test_compose_file_matches_the_schema_and_the_cli(name):
     jsonschema.validate(compose, deploy_schemas.COMPOSE)
     services = compose["services"]
     gateway = _parses(services["gateway"]["command"])
+    gateways = {n for n, s in services.items() if s.get("command", [""])[0] == "gateway"}
+    assert len(gateways) == 2, "two gateways over the one pool"
     for service_name, service in services.items():
         for dependency in service.get("depends_on", {}):
             assert dependency in services, f"{service_name} depends on unknown {dependency}"
@@ -61,8 +63,8 @@ def test_compose_file_matches_the_schema_and_the_cli(name):
         assert _flag(probe, "--address").endswith(f":{args.port}"), f"{service_name} probes another port"
         assert int(service["stop_grace_period"].rstrip("s")) > args.drain_grace_s
         if argv[0] in ("prefill", "decode"):
-            host, port = args.gateway.split(":")
-            assert host == "gateway" and int(port) == gateway.port
+            entries = [e.split(":") for e in args.gateway.split(",")]
+            assert {host for host, _ in entries} == gateways and {int(p) for _, p in entries} == {gateway.port}
             assert args.advertise_host == service_name  # the name other containers resolve
             assert args.metrics_port == gateway.metrics_port
 
@@ -117,8 +119,10 @@ def test_kubernetes_manifests_match_the_schemas_and_each_other():
             assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
             assert args.advertise_host == "$(POD_IP)"
             assert any(e["name"] == "POD_IP" for e in container["env"])
-            host, port = args.gateway.split(":")
-            assert host == "pdserve-gateway" and int(port) == gateway_args.port
+            host, port = args.gateway.split(":")  # every gateway pod, by the headless Service
+            assert host == "pdserve-gateway-pods" and int(port) == gateway_args.port
+            assert any(s["metadata"]["name"] == host and s["spec"].get("clusterIP") == "None"
+                       for s in docs if s["kind"] == "Service")
     services = [d for d in docs if d["kind"] == "Service"]
     for service in services:
         assert any(service["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
