@@ -1,7 +1,8 @@
-"""A stream survives a lost decode worker: with 40 greedy streams running, one of the two decode
-workers is killed (SIGKILL); every request resumes on the other (its prompt and the tokens sent
-prefilled again) and ends OK with exactly the tokens an undisturbed run gives; every pool left is
-whole. With ``--migration-limit 0`` the same loss ends its streams UNAVAILABLE, as before."""
+"""A stream survives a lost decode worker: with 40 streams running (greedy, and every third one
+sampled with a seed), one of the two decode workers is killed (SIGKILL); every request resumes on
+the other (its prompt and the tokens sent prefilled again, a seeded one's sampling carried on) and
+ends OK with exactly the tokens an undisturbed run gives; every pool left is whole. With
+``--migration-limit 0`` the same loss ends its streams UNAVAILABLE, as before."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ def _prompt(i: int) -> list[int]:
 def _run(address: str, seen: dict[int, list[int]], ends: dict[int, str], started: threading.Event | None = None) -> None:
     """The requests at once, each on its own thread: the token ids each received, how each ended."""
     def one(i: int) -> None:
-        request = gateway_pb2.GenerateRequest(token_ids=gateway_pb2.TokenIds(ids=_prompt(i)),
-                                              sampling=gateway_pb2.SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True,
-                                                                                  temperature=0.0))
+        sampling = gateway_pb2.SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, temperature=0.0)
+        if i % 3 == 2:  # sampled, seeded: the same tokens every run
+            sampling.temperature, sampling.seed = 0.9, 1000 + i
+        request = gateway_pb2.GenerateRequest(token_ids=gateway_pb2.TokenIds(ids=_prompt(i)), sampling=sampling)
         seen[i] = []
         with grpc.insecure_channel(address) as channel:
             try:
