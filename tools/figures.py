@@ -128,9 +128,10 @@ def _gateways(d: dict[str, Any]) -> Iterator[Row]:
     s = d["summary"]
     runs = ", ".join(f"{a:.0f}/{b:.0f}" for a, b in zip(s["two_gateways_goodput_runs"], s["one_gateway_goodput_runs"]))
     yield (f"two gateways over one pool against one, {s['multiple']:g}× the knee ({s['rate']:g} req/s, {d['preset']})",
-           f"{s['two_over_one_goodput']:.2f}× one gateway's goodput (runs {runs} req/s); ≥"
-           f"{s['two_gateways_admitted_attainment_min']:.1%} of admitted meeting both (one gateway: ≥"
-           f"{s['one_gateway_admitted_attainment_min']:.1%})", "python bench/gateways.py")
+           f"{s['two_over_one_goodput']:.2f}× one gateway's goodput (runs {runs} req/s); admitted meeting both: "
+           f"≥{s['two_gateways_admitted_attainment_min']:.1%}, after the first round ≥"
+           f"{s['two_gateways_admitted_attainment_later_min']:.1%} (one gateway: ≥{s['one_gateway_admitted_attainment_min']:.1%},"
+           f" ≥{s['one_gateway_admitted_attainment_later_min']:.1%})", "python bench/gateways.py")
 
 
 READERS: dict[str, Rows] = {"engine": _engine, "transfer": _transfer, "e2e": _e2e, "http-overhead": _http,
@@ -154,7 +155,7 @@ SPREAD = {
     "slo": "one run per workload",
     "slo-recovery": "one run each; this host's unloaded TPOT moved 15.7–31 ms between runs",
     "vs-vllm": "one run",
-    "gateways": "two rounds, interleaved; the first round of both below the second",
+    "gateways": "three rounds, interleaved; the first round of both lowest",
 }
 
 
