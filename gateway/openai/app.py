@@ -31,6 +31,7 @@ from gateway.front_door import Caller, FrontDoor
 from gateway.openai.convert import chat_request, completion_request, created, usage
 from gateway.openai.errors import error_body, error_headers, http_status, not_found, plain_error_body
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
+from gateway.openai.tokenize import add_tokenizer_routes
 from wire.v1 import gateway_pb2
 
 
@@ -91,6 +92,8 @@ def build_app(front: FrontDoor, model: ServedModel, metrics: CollectorRegistry,
                              lambda: chat_request(body, request.headers, rid),
                              _ChatShape(rid, model.name))
 
+    add_tokenizer_routes(app, front, lambda name: name is None or name == model.name or name in model.aliases,
+                         model.name, _caller, _error)
     return app
 
 

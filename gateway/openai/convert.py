@@ -1,7 +1,8 @@
 """OpenAI request bodies into the public ``GenerateRequest``, and pdserve's answers back.
 
 One request, one choice: ``n`` > 1, several prompts, log probabilities, penalties, ``echo``,
-``suffix`` and tools are refused with a 400 that names the field. SLOs come from the body's
+``suffix``, tools and output constraints (``response_format`` other than text, ``guided_*``,
+``logit_bias``) are refused with a 400 that names the field, never accepted and ignored. SLOs come from the body's
 ``slo`` extension or, for clients that cannot add body fields, the headers
 ``x-slo-ttft-ms``, ``x-slo-tpot-ms`` and ``x-slo-class`` (the body wins).
 """
@@ -62,6 +63,13 @@ def _refuse_unserved(body: SamplingFields) -> None:
     if body.presence_penalty or body.frequency_penalty:
         raise _field_error("presence_penalty" if body.presence_penalty else "frequency_penalty",
                            "penalties are not supported")
+    kind = (body.response_format or {}).get("type", "text")
+    if kind != "text":
+        raise _field_error("response_format", f"response_format {kind!r} is not supported: pdserve cannot yet "
+                           "constrain its output to it, and does not answer in free text instead")
+    for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "logit_bias"):
+        if getattr(body, name) is not None:
+            raise _field_error(name, f"{name} is not supported")
 
 
 def _sampling(body: SamplingFields, max_tokens: int | None) -> gateway_pb2.SamplingParams:

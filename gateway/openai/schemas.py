@@ -46,6 +46,13 @@ class SamplingFields(BaseModel):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     user: str | None = None
+    # output constraints, refused (400) rather than accepted and ignored: pdserve enforces none yet
+    response_format: dict[str, object] | None = None
+    guided_json: object = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    logit_bias: dict[str, float] | None = None
 
 
 class CompletionRequest(SamplingFields):

@@ -145,13 +145,63 @@ def test_each_error_has_its_status_and_an_openai_error_body(served, client):
     wrong_key = openai.OpenAI(base_url=f"http://{served.http_address}/v1", api_key="pk-wrong", max_retries=0)
     status, body = _error(lambda: wrong_key.chat.completions.create(model=MODEL, messages=chat))
     assert status == 401 and body["type"] == "authentication_error"
-    # a TTFT no worker can meet is refused at once
+    # a TTFT no worker can meet (1 µs: over before the request reaches the guard) is refused at once
     status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat,
-                                                                 extra_body={"slo": {"ttft_ms": 1, "tpot_ms": 1}}))
-    assert status == 429 and body["type"] == "rate_limit_error"
+                                                                 extra_body={"slo": {"ttft_ms": 0.001, "tpot_ms": 1000}}))
+    assert status == 429 and body["type"] == "rate_limit_error", body
     status, _ = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat,
-                                                              extra_headers={"x-slo-ttft-ms": "1"}))
+                                                              extra_headers={"x-slo-ttft-ms": "0.001"}))
     assert status == 429
+    # a TPOT below every decode worker's step alone can never be met: the client must loosen it
+    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat,
+                                                                 extra_body={"slo": {"tpot_ms": 0.001}}))
+    assert status == 400 and body["code"] == "slo_unattainable", body
+
+
+def _post(served: LocalCluster, path: str, body: dict, key: str = KEY) -> tuple[int, dict]:
+    request = urllib.request.Request(f"http://{served.http_address}{path}", json.dumps(body).encode(),
+                                     {"content-type": "application/json", "authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_tokenize_and_detokenize_use_the_served_tokenizer_and_template(served, model_dir):
+    from transformers import AutoTokenizer
+
+    reference = AutoTokenizer.from_pretrained(model_dir)
+    text = "The capital of France is Paris. Ünïcödé too."
+    status, body = _post(served, "/tokenize", {"model": MODEL, "prompt": text})
+    assert status == 200 and body["tokens"] == reference.encode(text) and body["count"] == len(body["tokens"])
+    assert body["max_model_len"] > 0
+    status, chat = _post(served, "/tokenize", {"model": MODEL, "messages": CHATS[1]})
+    rendered = reference.apply_chat_template(CHATS[1], add_generation_prompt=True, tokenize=False)
+    assert status == 200 and chat["tokens"] == reference.encode(rendered, add_special_tokens=False)
+    status, back = _post(served, "/detokenize", {"model": MODEL, "tokens": body["tokens"]})
+    assert status == 200 and back["prompt"] == reference.decode(body["tokens"])
+    status, error = _post(served, "/detokenize", {"model": MODEL, "tokens": [10**9]})
+    assert status == 400 and error["error"]["param"] == "tokens"
+    status, error = _post(served, "/tokenize", {"model": MODEL})
+    assert status == 400 and error["error"]["type"] == "invalid_request_error"
+    status, error = _post(served, "/tokenize", {"model": "gpt-4o", "prompt": "x"})
+    assert status == 404
+    status, error = _post(served, "/tokenize", {"model": MODEL, "prompt": "x"}, key="pk-wrong")
+    assert status == 401
+
+
+@pytest.mark.parametrize("field, value", [("response_format", {"type": "json_object"}),
+                                          ("response_format", {"type": "json_schema", "json_schema": {"name": "x"}}),
+                                          ("guided_json", {"type": "object"}), ("guided_choice", ["a", "b"]),
+                                          ("logit_bias", {"42": 5})])
+def test_an_output_constraint_pdserve_cannot_enforce_is_refused_not_ignored(client, field, value):
+    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=CHATS[0], max_tokens=4,
+                                                                 extra_body={field: value}))
+    assert status == 400 and body["param"] == field
+    plain = client.chat.completions.create(model=MODEL, messages=CHATS[0], max_tokens=2,
+                                           extra_body={"response_format": {"type": "text"}})
+    assert plain.choices[0].finish_reason == "length"
 
 
 def test_a_client_that_disconnects_mid_stream_frees_its_blocks(served):
