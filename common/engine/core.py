@@ -77,9 +77,8 @@ class EngineCore(TpotAdmission, PromptTiming, RunAhead):
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     prefill_only: bool = False, ttft_slo_ms: float = 0.0, tpot_slo_ms: float = 0.0,
                     ttft_left_ms: float = 0.0) -> None:
-        """Queues a request; raises ValueError naming the field when it cannot be served.
-
-        A ``prefill_only`` request ends after its first token with reason ``prefilled`` and its KV
+        """Queues a request; raises ValueError naming the field when it cannot be served. A
+        ``prefill_only`` request ends after its first token with reason ``prefilled`` and its KV
         blocks held (``RequestOutput.kv_block_ids``) until ``release_held``; under a TTFT guard, one
         predicted late raises ``AdmissionError``."""
         self._validate(request_id, prompt_token_ids, params)

@@ -9,7 +9,6 @@ A client that disconnects mid-stream ends the request and frees its KV blocks.
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
 import json
@@ -28,9 +27,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway.errors import RequestError, invalid
 from gateway.front_door import Caller, FrontDoor
-from gateway.openai.convert import chat_request, completion_request, created, usage
+from gateway.openai import choices
+from gateway.openai.convert import ChoiceRequest, chat_requests, completion_requests, usage
 from gateway.openai.errors import error_body, error_headers, http_status, not_found, plain_error_body
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
+from gateway.openai.shapes import ChatShape, CompletionShape, Shape
 from gateway.openai.tokenize import add_tokenizer_routes
 from wire.v1 import gateway_pb2
 
@@ -83,14 +84,14 @@ def build_app(front: FrontDoor, model: ServedModel, metrics: CollectorRegistry,
     async def completions(body: CompletionRequest, request: Request) -> Response:
         rid = _request_id(request)
         return await _answer(front, model, request, body.model, body.stream, body.stream_options, rid,
-                             lambda: completion_request(body, request.headers, rid), _CompletionShape(rid, model.name))
+                             lambda: completion_requests(body, request.headers, rid), CompletionShape(rid, model.name))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         rid = _request_id(request)
         return await _answer(front, model, request, body.model, body.stream, body.stream_options, rid,
-                             lambda: chat_request(body, request.headers, rid),
-                             _ChatShape(rid, model.name))
+                             lambda: chat_requests(body, request.headers, rid),
+                             ChatShape(rid, model.name))
 
     add_tokenizer_routes(app, front, lambda name: name is None or name == model.name or name in model.aliases,
                          model.name, _caller, _error)
@@ -98,28 +99,37 @@ def build_app(front: FrontDoor, model: ServedModel, metrics: CollectorRegistry,
 
 
 async def _answer(front: FrontDoor, model: ServedModel, request: Request, name: str, stream: bool,
-                  stream_options: object, rid: str, build: Callable[[], gateway_pb2.GenerateRequest],
-                  shape: _Shape) -> Response:
+                  stream_options: object, rid: str, build: Callable[[], list[ChoiceRequest]],
+                  shape: Shape) -> Response:
     caller = _caller(request)
+    include_usage = bool(getattr(stream_options, "include_usage", False))
     try:
         front.authenticate(caller)
         if name != model.name and name not in model.aliases:
             raise not_found(f"model {name!r} does not exist: this server serves {model.name!r}")
-        messages = front.generate(build(), caller)
-        first = await anext(messages)
+        wanted = build()
+        if len(wanted) > 1:  # several choices (``gateway.openai.choices``)
+            started = await choices.start_all(front, caller, wanted)
+        else:
+            messages = front.generate(wanted[0].request, caller)
+            first = await anext(messages)
     except RequestError as exc:
         return _error(exc)
     except StopAsyncIteration:
         return _error(RequestError(grpc.StatusCode.INTERNAL, "the request ended without an answer"))
-    if not stream:
+    if len(wanted) > 1:
+        if not stream:
+            return await choices.whole(request, started, shape, _disconnected, _error)
+        body = choices.events(started, shape, include_usage, _sse)
+    elif not stream:
         return await _whole_unless_gone(request, first, messages, shape)
-    include_usage = bool(getattr(stream_options, "include_usage", False))
-    return _ClosingStream(_events(first, messages, shape, include_usage), media_type="text/event-stream",
-                          headers={"x-request-id": rid, "cache-control": "no-cache"})
+    else:
+        body = _events(first, messages, shape, include_usage)
+    return _ClosingStream(body, media_type="text/event-stream", headers={"x-request-id": rid, "cache-control": "no-cache"})
 
 
 async def _whole_unless_gone(request: Request, first: gateway_pb2.GenerateResponse,
-                             rest: AsyncIterator[gateway_pb2.GenerateResponse], shape: _Shape) -> Response:
+                             rest: AsyncIterator[gateway_pb2.GenerateResponse], shape: Shape) -> Response:
     """The whole answer, or, when the client disconnects while it is produced, nothing: the
     request is aborted everywhere at once (its generator closed) instead of decoding for nobody."""
     whole = asyncio.ensure_future(_whole(first, rest, shape))
@@ -144,7 +154,7 @@ async def _disconnected(request: Request) -> None:
 
 
 async def _whole(first: gateway_pb2.GenerateResponse, rest: AsyncIterator[gateway_pb2.GenerateResponse],
-                 shape: _Shape) -> Response:
+                 shape: Shape) -> Response:
     texts, last = [first.text], first
     try:
         async for message in rest:
@@ -160,7 +170,7 @@ async def _whole(first: gateway_pb2.GenerateResponse, rest: AsyncIterator[gatewa
 
 
 async def _events(first: gateway_pb2.GenerateResponse, rest: AsyncIterator[gateway_pb2.GenerateResponse],
-                  shape: _Shape, include_usage: bool) -> AsyncIterator[str]:
+                  shape: Shape, include_usage: bool) -> AsyncIterator[str]:
     try:
         for chunk in shape.opening():
             yield _sse(chunk)
@@ -192,71 +202,6 @@ class _ClosingStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await self.body_iterator.aclose()  # type: ignore[union-attr]
-
-
-class _Shape(abc.ABC):
-    """How one endpoint's answers look: whole, and as stream chunks."""
-
-    object_whole = object_chunk = id_prefix = ""
-
-    def __init__(self, rid: str, model: str) -> None:
-        self.rid, self.model, self.created = rid, model, created()
-
-    def _envelope(self, obj: str, choices: list[dict[str, object]]) -> dict[str, object]:
-        return {"id": f"{self.id_prefix}-{self.rid}", "object": obj, "created": self.created, "model": self.model, "choices": choices}
-
-    @abc.abstractmethod
-    def whole(self, text: str, finish: str, counts: dict[str, object]) -> dict[str, object]: ...
-
-    def opening(self) -> list[dict[str, object]]:
-        return []
-
-    @abc.abstractmethod
-    def delta(self, text: str) -> dict[str, object]: ...
-
-    @abc.abstractmethod
-    def finish(self, reason: str) -> dict[str, object]: ...
-
-    def usage_chunk(self, counts: dict[str, object]) -> dict[str, object]:
-        return {**self._envelope(self.object_chunk, []), "usage": counts}
-
-
-class _CompletionShape(_Shape):
-    object_whole = object_chunk = "text_completion"
-    id_prefix = "cmpl"
-
-    def whole(self, text: str, finish: str, counts: dict[str, object]) -> dict[str, object]:
-        choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
-        return {**self._envelope(self.object_whole, [choice]), "usage": counts}
-
-    def delta(self, text: str) -> dict[str, object]:
-        return self._envelope(self.object_chunk, [{"index": 0, "text": text, "finish_reason": None, "logprobs": None}])
-
-    def finish(self, reason: str) -> dict[str, object]:
-        return self._envelope(self.object_chunk, [{"index": 0, "text": "", "finish_reason": reason, "logprobs": None}])
-
-
-class _ChatShape(_Shape):
-    object_whole, object_chunk = "chat.completion", "chat.completion.chunk"
-    id_prefix = "chatcmpl"
-
-    def whole(self, text: str, finish: str, counts: dict[str, object]) -> dict[str, object]:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
-                  "logprobs": None}
-        return {**self._envelope(self.object_whole, [choice]), "usage": counts}
-
-    def opening(self) -> list[dict[str, object]]:
-        return [self._chunk({"role": "assistant", "content": ""}, None)]
-
-    def delta(self, text: str) -> dict[str, object]:
-        return self._chunk({"content": text}, None)
-
-    def finish(self, reason: str) -> dict[str, object]:
-        return self._chunk({}, reason)
-
-    def _chunk(self, delta: dict[str, object], finish: str | None) -> dict[str, object]:
-        return self._envelope(self.object_chunk, [{"index": 0, "delta": delta, "finish_reason": finish,
-                                                   "logprobs": None}])
 
 
 def _sse(payload: dict[str, object]) -> str:

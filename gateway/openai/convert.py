@@ -1,9 +1,9 @@
 """OpenAI request bodies into the public ``GenerateRequest``, and pdserve's answers back.
 
-One request, one choice: ``n`` > 1, several prompts, log probabilities, penalties, ``echo``,
-``suffix``, tools and output constraints (``response_format`` other than text, ``guided_*``,
-``logit_bias``) are refused with a 400 that names the field, never accepted and ignored. SLOs come from the body's
-``slo`` extension or, for clients that cannot add body fields, the headers
+A choice a request: ``n`` choices of each prompt (completions take a list), each a request of its
+own (``ChoiceRequest``). Log probabilities, penalties, ``echo``, ``suffix``, tools and output
+constraints (``response_format`` other than text, ``guided_*``, ``logit_bias``) are refused with a
+400 that names the field, never accepted and ignored. SLOs come from the body's ``slo`` extension or, for clients that cannot add body fields, the headers
 ``x-slo-ttft-ms``, ``x-slo-tpot-ms`` and ``x-slo-class`` (the body wins).
 """
 
@@ -12,30 +12,66 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from gateway.errors import RequestError, invalid
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2
 
-def completion_request(body: CompletionRequest, headers: Mapping[str, str], request_id: str) -> gateway_pb2.GenerateRequest:
+MAX_CHOICES = 64  # choices (prompts × n) one request may ask for
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceRequest:
+    """One choice of an OpenAI request, as a request of its own."""
+
+    index: int  # its ``index`` in the answer: prompt × n + its place among the prompt's choices
+    of_prompt: int  # which prompt (0 for chat)
+    request: gateway_pb2.GenerateRequest
+
+
+def completion_requests(body: CompletionRequest, headers: Mapping[str, str], request_id: str) -> list[ChoiceRequest]:
+    """A request per choice: every prompt of a list, ``n`` each."""
     _refuse_unserved(body)
     if body.echo:
         raise _field_error("echo", "echo is not supported")
     if body.suffix:
         raise _field_error("suffix", "suffix is not supported")
-    request = gateway_pb2.GenerateRequest(request_id=request_id, sampling=_sampling(body, body.max_tokens),
-                                          slo=_slo(body, headers))
     prompt = body.prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        if len(prompt) != 1:
-            raise _field_error("prompt", "one prompt per request: send several requests for several prompts")
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        request.text = prompt
-    else:
-        request.token_ids.ids.extend(prompt)  # type: ignore[arg-type]
-    return request
+    prompts = list(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)) else [prompt]
+    built = []
+    for p in prompts:
+        request = gateway_pb2.GenerateRequest(sampling=_sampling(body, body.max_tokens), slo=_slo(body, headers))
+        if isinstance(p, str):
+            request.text = p
+        else:
+            request.token_ids.ids.extend(p)  # type: ignore[arg-type]
+        built.append(request)
+    return _choices(built, body, request_id)
+
+
+def chat_requests(body: ChatCompletionRequest, headers: Mapping[str, str], request_id: str) -> list[ChoiceRequest]:
+    return _choices([chat_request(body, headers, request_id)], body, request_id)
+
+
+def _choices(prompts: list[gateway_pb2.GenerateRequest], body: SamplingFields, request_id: str) -> list[ChoiceRequest]:
+    """``n`` choices of each prompt's request: their own ids (``<id>-<index>`` when several) and,
+    with a seed, seed + their place among the prompt's choices (each a different sample)."""
+    if len(prompts) * body.n > MAX_CHOICES:
+        raise _field_error("n", f"{len(prompts)} prompts × n = {body.n} choices: at most {MAX_CHOICES} a request")
+    several = len(prompts) * body.n > 1
+    out = []
+    for p, request in enumerate(prompts):
+        for j in range(body.n):
+            choice = gateway_pb2.GenerateRequest()
+            choice.CopyFrom(request)
+            index = p * body.n + j
+            choice.request_id = f"{request_id}-{index}" if several else request_id
+            if body.seed is not None:
+                choice.sampling.seed = body.seed + j
+            out.append(ChoiceRequest(index, p, choice))
+    return out
 
 
 def chat_request(body: ChatCompletionRequest, headers: Mapping[str, str], request_id: str) -> gateway_pb2.GenerateRequest:
@@ -56,8 +92,8 @@ def chat_request(body: ChatCompletionRequest, headers: Mapping[str, str], reques
 
 
 def _refuse_unserved(body: SamplingFields) -> None:
-    if body.n != 1:
-        raise _field_error("n", "only n = 1 is supported: send several requests for several choices")
+    if body.n < 1:
+        raise _field_error("n", "n must be at least 1")
     if body.logprobs:
         raise _field_error("logprobs", "log probabilities are not supported")
     if body.presence_penalty or body.frequency_penalty:

@@ -134,7 +134,9 @@ def test_each_error_has_its_status_and_an_openai_error_body(served, client):
     chat = CHATS[0]
     status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat, top_p=1.5))
     assert status == 400 and body["param"] == "top_p" and body["type"] == "invalid_request_error"
-    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat, n=3))
+    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat, n=0))
+    assert status == 400 and body["param"] == "n"
+    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat, n=65))
     assert status == 400 and body["param"] == "n"
     status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=[]))
     assert status == 400 and "messages" in body["message"]
@@ -156,6 +158,45 @@ def test_each_error_has_its_status_and_an_openai_error_body(served, client):
     status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat,
                                                                  extra_body={"slo": {"tpot_ms": 0.001}}))
     assert status == 400 and body["code"] == "slo_unattainable", body
+
+
+def test_n_choices_share_the_request_and_each_samples_on_its_own(served, client, reference):
+    chat = CHATS[0]
+    text, prompt_tokens, completion_tokens = reference[0]
+    greedy = client.chat.completions.create(model=MODEL, messages=chat, n=2, temperature=0, max_tokens=completion_tokens)
+    assert [c.index for c in greedy.choices] == [0, 1]
+    assert [c.message.content for c in greedy.choices] == [text, text]  # transformers' reply, twice
+    assert greedy.usage.prompt_tokens == prompt_tokens  # the prompt once
+    assert greedy.usage.completion_tokens == 2 * completion_tokens
+
+    def sampled() -> list[str]:
+        answer = client.chat.completions.create(model=MODEL, messages=chat, n=3, temperature=1.0, seed=11, max_tokens=12)
+        return [c.message.content for c in answer.choices]
+
+    first = sampled()
+    assert len(set(first)) > 1, "the choices of one seeded request are different samples"
+    assert sampled() == first, "and the same seed gives the same choices"
+
+    chunks = list(client.chat.completions.create(model=MODEL, messages=chat, n=2, temperature=0, stream=True,
+                                                 max_tokens=completion_tokens, stream_options={"include_usage": True}))
+    joined = {i: "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
+              for i in (0, 1)}
+    assert joined == {0: text, 1: text}
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 2 * completion_tokens
+    with client.chat.completions.create(model=MODEL, messages=chat, n=3, max_tokens=200, stream=True) as left:
+        next(iter(left))  # a client that leaves a stream of several choices mid-way: every one ends
+    assert_pools_whole(served)
+
+
+def test_completions_of_a_list_of_prompts_answer_each_in_order(client):
+    prompts = ["The capital of France is", "One, two, three,"]
+    alone = [client.completions.create(model=MODEL, prompt=p, max_tokens=6, temperature=0) for p in prompts]
+    both = client.completions.create(model=MODEL, prompt=prompts, max_tokens=6, temperature=0)
+    assert [c.index for c in both.choices] == [0, 1]
+    assert [c.text for c in both.choices] == [a.choices[0].text for a in alone]
+    assert both.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+    two_each = client.completions.create(model=MODEL, prompt=prompts, n=2, max_tokens=6, temperature=0)
+    assert [c.text for c in two_each.choices] == [alone[0].choices[0].text] * 2 + [alone[1].choices[0].text] * 2
 
 
 def _post(served: LocalCluster, path: str, body: dict, key: str = KEY) -> tuple[int, dict]:

@@ -1,0 +1,153 @@
+"""Several choices in one OpenAI request: ``n`` > 1, and completions with a list of prompts. Each
+choice is a request of its own through the front door (admitted, routed and guarded as any other;
+``convert.ChoiceRequest``). The first choice of each prompt goes first; the prompt's other choices
+follow its first token, so their prompts are found in the prefill worker's prefix cache and
+computed once. A refusal of any choice refuses the whole request (the others are ended, their
+blocks freed). The answer joins them: whole, the choices in index order and their usage summed
+(each prompt's tokens counted once); streamed, each chunk names its choice's ``index``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from gateway.errors import RequestError
+from gateway.front_door import Caller, FrontDoor
+from gateway.openai.convert import ChoiceRequest, usage
+from gateway.openai.errors import error_body
+from gateway.openai.shapes import Shape
+from wire.v1 import gateway_pb2
+
+Messages = AsyncIterator[gateway_pb2.GenerateResponse]
+
+
+@dataclass
+class Started:
+    choice: ChoiceRequest
+    first: gateway_pb2.GenerateResponse
+    rest: Messages
+
+
+async def start_all(front: FrontDoor, caller: Caller, choices: list[ChoiceRequest]) -> list[Started]:
+    """Every choice begun (each up to its first message); a refusal ends the others and is raised."""
+    started: list[Started] = []
+
+    async def begin(choice: ChoiceRequest) -> Started:
+        messages = front.generate(choice.request, caller)
+        try:
+            return Started(choice, await anext(messages), messages)
+        except BaseException:
+            await messages.aclose()
+            raise
+
+    async def begin_wave(wave: list[ChoiceRequest]) -> None:
+        results = await asyncio.gather(*(begin(c) for c in wave), return_exceptions=True)
+        started.extend(r for r in results if isinstance(r, Started))
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            raise failed
+
+    try:
+        await begin_wave([c for c in choices if c.index == _first_of(choices, c.of_prompt)])
+        await begin_wave([c for c in choices if c.index != _first_of(choices, c.of_prompt)])
+    except BaseException:
+        await asyncio.gather(*(s.rest.aclose() for s in started), return_exceptions=True)
+        raise
+    return sorted(started, key=lambda s: s.choice.index)
+
+
+def _first_of(choices: list[ChoiceRequest], prompt: int) -> int:
+    return min(c.index for c in choices if c.of_prompt == prompt)
+
+
+def _counts(ends: list[tuple[Started, gateway_pb2.GenerateResponse]], choices: list[ChoiceRequest]) -> dict[str, object]:
+    """Usage over every choice: completion tokens summed, each prompt's tokens counted once."""
+    firsts = {_first_of(choices, s.choice.of_prompt) for s, _ in ends}
+    prompt = sum(last.usage.prompt_tokens for s, last in ends if s.choice.index in firsts)
+    cached = sum(last.usage.cached_tokens for s, last in ends if s.choice.index in firsts)
+    return usage(prompt, sum(last.usage.completion_tokens for _, last in ends), cached)
+
+
+async def whole(request: Request, started: list[Started], shape: Shape, disconnected: Callable[[Request], object],
+                error: Callable[[RequestError], Response]) -> Response:
+    """Every choice whole, or nothing when the client leaves first (each request ended at once)."""
+    async def collect(s: Started) -> tuple[str, gateway_pb2.GenerateResponse]:
+        texts, last = [s.first.text], s.first
+        try:
+            async for message in s.rest:
+                texts.append(message.text)
+                last = message
+        finally:
+            await s.rest.aclose()
+        return "".join(texts), last
+
+    tasks = [asyncio.ensure_future(collect(s)) for s in started]
+    gone = asyncio.ensure_future(disconnected(request))  # type: ignore[arg-type]
+    pending: set[asyncio.Future[object]] = {*tasks, gone}  # type: ignore[arg-type]
+    try:
+        while not all(t.done() for t in tasks):
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if gone in done:
+                return Response(status_code=499)  # nobody reads it
+            failed = next((t.exception() for t in done if t is not gone and t.exception() is not None), None)
+            if isinstance(failed, RequestError):
+                return error(failed)
+            if failed is not None:
+                raise failed
+    finally:
+        for task in (*tasks, gone):
+            task.cancel()
+        await asyncio.gather(*tasks, gone, return_exceptions=True)
+    done_results = [t.result() for t in tasks]
+    choices = [s.choice for s in started]
+    ends = [(s, last) for s, (_, last) in zip(started, done_results)]
+    body = shape.whole_of([shape.choice(s.choice.index, text, last.finish_reason or "stop")
+                           for s, (text, last) in zip(started, done_results)], _counts(ends, choices))
+    return JSONResponse(body, headers={"x-request-id": shape.rid})
+
+
+async def events(started: list[Started], shape: Shape, include_usage: bool,
+                 sse: Callable[[dict[str, object]], str]) -> AsyncIterator[str]:
+    """The choices' chunks as they come, each naming its index; then their usage; then [DONE]."""
+    queue: asyncio.Queue[tuple[Started, gateway_pb2.GenerateResponse | RequestError | None]] = asyncio.Queue()
+
+    async def follow(s: Started) -> None:
+        try:
+            await queue.put((s, s.first))
+            async for message in s.rest:
+                await queue.put((s, message))
+        except RequestError as exc:
+            await queue.put((s, exc))
+        await queue.put((s, None))
+
+    tasks = [asyncio.ensure_future(follow(s)) for s in started]
+    ends: list[tuple[Started, gateway_pb2.GenerateResponse]] = []
+    try:
+        for s in started:
+            for chunk in shape.opening(s.choice.index):
+                yield sse(chunk)
+        open_ = len(started)
+        while open_:
+            s, item = await queue.get()
+            if item is None:
+                open_ -= 1
+            elif isinstance(item, RequestError):
+                yield sse(error_body(item))
+            else:
+                if item.text or item.token_ids:
+                    yield sse(shape.delta(item.text, s.choice.index))
+                if item.finish_reason:
+                    yield sse(shape.finish(item.finish_reason, s.choice.index))
+                    ends.append((s, item))
+        if include_usage:
+            yield sse(shape.usage_chunk(_counts(ends, [x.choice for x in started])))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(s.rest.aclose() for s in started), return_exceptions=True)
+    yield "data: [DONE]\n\n"
