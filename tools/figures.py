@@ -126,7 +126,7 @@ def _vs_vllm(d: dict[str, Any]) -> Iterator[Row]:
 
 def _gateways(d: dict[str, Any]) -> Iterator[Row]:
     s = d["summary"]
-    runs = ", ".join(f"{a:.0f}/{b:.0f}" for a, b in zip(s["two_gateways_goodput_runs"], s["one_gateway_goodput_runs"]))
+    runs = ", ".join(f"{a:.3g}/{b:.3g}" for a, b in zip(s["two_gateways_goodput_runs"], s["one_gateway_goodput_runs"]))
     yield (f"two gateways over one pool against one, {s['multiple']:g}× the knee ({s['rate']:g} req/s, {d['preset']})",
            f"{s['two_over_one_goodput']:.2f}× one gateway's goodput (runs {runs} req/s); admitted meeting both: "
            f"≥{s['two_gateways_admitted_attainment_min']:.1%}, after the first round ≥"
