@@ -75,7 +75,7 @@ class AsyncClient:
                     yield chunk(message, time.perf_counter())
                 return
             except grpc.aio.AioRpcError as exc:
-                if begun or exc.code() != grpc.StatusCode.UNAVAILABLE or len(self._stubs) == 1:
+                if not self._failover.tries_next(exc.code() == grpc.StatusCode.UNAVAILABLE, begun):
                     raise
                 refused = exc  # that gateway is down or cannot serve it now: the next one may
             finally:
@@ -141,7 +141,7 @@ class AsyncClient:
                 response = await self._stubs[index].Info(gateway_pb2.InfoRequest(), timeout=timeout,
                                                          metadata=self._metadata)
             except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or k == len(order) - 1:
+                if not self._failover.tries_next(exc.code() == grpc.StatusCode.UNAVAILABLE, False, k == len(order) - 1):
                     raise
                 continue
             self._failover.answered(index)

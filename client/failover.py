@@ -27,6 +27,11 @@ class Failover:
         """The gateways to try for the next call, in order."""
         return [(self.current + k) % self.count for k in range(self.count)]
 
+    def tries_next(self, unavailable: bool, begun: bool, last: bool = False) -> bool:
+        """Whether a call that failed (``unavailable``: with UNAVAILABLE) is made again on the next
+        gateway: only before its first message, and only while another is left."""
+        return unavailable and not begun and not last and self.count > 1
+
     def answered(self, index: int, request_id: str = "") -> None:
         self.current = index
         if request_id:

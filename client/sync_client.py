@@ -58,7 +58,7 @@ class Client:
                     yield chunk(message, time.perf_counter())
                 return
             except grpc.RpcError as exc:
-                if begun or exc.code() != grpc.StatusCode.UNAVAILABLE or len(self._stubs) == 1:  # type: ignore[attr-defined]
+                if not self._failover.tries_next(exc.code() == grpc.StatusCode.UNAVAILABLE, begun):  # type: ignore[attr-defined]
                     raise
                 refused = exc  # that gateway is down or cannot serve it now: the next one may
             finally:
@@ -126,7 +126,8 @@ class Client:
             try:
                 response = self._stubs[index].Info(gateway_pb2.InfoRequest(), timeout=timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or k == len(order) - 1:  # type: ignore[attr-defined]
+                if not self._failover.tries_next(exc.code() == grpc.StatusCode.UNAVAILABLE,  # type: ignore[attr-defined]
+                                                 False, k == len(order) - 1):
                     raise
                 continue
             self._failover.answered(index)

@@ -79,10 +79,7 @@ class RequestFlow(Streaming, WorkerRelease):
             raise RequestError(grpc.StatusCode.ALREADY_EXISTS, f"request_id {req.request_id!r} is already running")
         progress = self.active[req.request_id] = Progress(owner=req, started=req.received_at or time.perf_counter())
         progress.promise.arrived = planned_start(req, progress.started)
-        progress.path = RequestPath(self.router, self.registry, progress.prompt_blocks(req.prompt_token_ids),
-                                    req.ttft_ms / 1000, req.tpot_ms / 1000,
-                                    Demand(req.tpot_ms, len(req.prompt_token_ids), req.params.max_tokens),
-                                    progress.promise.arrived, time.perf_counter, req.deadline)
+        progress.path = self._path_for(req, progress, progress.promise.arrived)
         try:
             async for message in self._stages(req, progress):
                 if message.finish_reason:
@@ -93,6 +90,12 @@ class RequestFlow(Streaming, WorkerRelease):
             raise
         finally:
             self._end(req.request_id, progress, Stage.CANCELLED)
+
+    def _path_for(self, req: ValidatedRequest, p: Progress, arrived: float) -> RequestPath[WorkerRecord]:
+        """The decisions of ``req`` (a request, or a stream resumed as one), its TTFT counted from ``arrived``."""
+        return RequestPath(self.router, self.registry, p.prompt_blocks(req.prompt_token_ids), req.ttft_ms / 1000,
+                           req.tpot_ms / 1000, Demand(req.tpot_ms, len(req.prompt_token_ids), req.params.max_tokens),
+                           arrived, time.perf_counter, req.deadline)
 
     def abandon(self, req: ValidatedRequest) -> None:
         """The RPC is over (cancelled, deadline, or done): clean up if the flow has not.

@@ -87,8 +87,8 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     admission = AdmissionQueue()
     streams = DecodeStreams(f"gateway-{uuid.uuid4().hex[:8]}", registry, on_finished=admission.notify)
     flow = RequestFlow(registry, router_for(config.ttft_guard, config.prefill_routing), streams, tokenizer, metrics=metrics,
-                       migration_limit=config.migration_limit,
-                       admission=admission, stream_interval=StreamInterval.parse(config.stream_interval_ms, loop_busy.fraction))
+                       admission=admission, stream_interval=StreamInterval.parse(config.stream_interval_ms, loop_busy.fraction),
+                       migration_limit=config.migration_limit)
     server = new_server([PeerRoleInterceptor(GATEWAY_CALLERS)] if options.tls.mutual else [])
     lifecycle = Lifecycle(server, [SERVICE, "pdserve.v1.Registry"], options.drain_grace_s)
     front = FrontDoor(flow, tokenizer, limits, load_chat_template(model_dir), tenants, metrics,
@@ -119,9 +119,6 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
     log.info("gateway listening on %s (model %s, policy %s%s%s)", address, model_dir, config.policy,
              ", TLS" if options.tls.enabled else "", ", API keys" if config.api_keys else "")
 
-    async def on_drain() -> None:
-        pass  # Generate refuses new requests from now on (UNAVAILABLE); in-flight ones go on
-
     async def stop() -> None:
         if http is not None:
             await http.stop()
@@ -131,7 +128,11 @@ async def serve(config: GatewayConfig, options: ProcessOptions) -> None:
         await flow.drain()
         metrics.close()
 
-    await lifecycle.run(lambda: len(flow.active), on_drain, stop)
+    await lifecycle.run(lambda: len(flow.active), _on_drain, stop)
+
+
+async def _on_drain() -> None:
+    """Nothing to do: Generate refuses new requests from now on (UNAVAILABLE); in-flight ones go on."""
 
 
 def _front_capacity(config: GatewayConfig, loop_busy: LoopBusy) -> FrontCapacity | None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
 from common.process.metrics import Metrics
 from common.rpc.convert import sampling_to_proto
-from common.slo.admission_round import Demand
 from gateway import retries
 from gateway.coalesce import InboxItem, TokenInbox, next_message
 from gateway.decode_streams import DecodeStreams
@@ -22,7 +21,7 @@ from gateway.errors import ABORTED, DecodeLost, RequestError, unavailable
 from gateway.final_message import final_message
 from gateway.migration import continuation
 from gateway.promise_loop import PromiseLoop
-from gateway.registry import WorkerRegistry
+from gateway.registry import WorkerRecord, WorkerRegistry
 from gateway.request_path import RequestPath
 from gateway.request_stages import Stage
 from gateway.request_state import Progress
@@ -47,6 +46,7 @@ class Streaming:
     promises: PromiseLoop
     metrics: Metrics | None
     migration_limit: int
+    _path_for: Callable[[ValidatedRequest, Progress, float], RequestPath[WorkerRecord]]  # (``RequestFlow``)
 
     async def _commit(self, req: ValidatedRequest, p: Progress, first_token: int) -> None:
         assert p.decode is not None
@@ -112,9 +112,7 @@ class Streaming:
         p.decode.view.routed.pop(req.request_id, None)
         p.migrating()
         resumed = continuation(req, p.generated)
-        p.path = RequestPath(self.router, self.registry, p.prompt_blocks(resumed.prompt_token_ids), 0.0, 0.0,
-                             Demand(0.0, len(resumed.prompt_token_ids), resumed.params.max_tokens),
-                             time.perf_counter(), time.perf_counter, req.deadline)
+        p.path = self._path_for(resumed, p, time.perf_counter())
         reply = await retries.first_token(resumed, p, self, self.registry, self.metrics)  # type: ignore[arg-type]
         finish = reply.finish_reason or ("length" if resumed.params.max_tokens == 1 else "")
         if finish:  # nothing decodes after it: the lease goes back now

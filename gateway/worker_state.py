@@ -7,6 +7,7 @@ adds the connection and liveness), the simulated gateway one per simulated worke
 
 from __future__ import annotations
 
+import abc
 import math
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ from gateway.prefix_view import PrefixView
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
-class WorkerState:
+class WorkerState(abc.ABC):
     load: LoadReport  # its latest heartbeat's (or its registration's)
     # prefill: the TTFT guard's view of its queue; decode: the same of the prompts it computes
     # itself (local prefill on), else None
@@ -29,8 +30,9 @@ class WorkerState:
     suspect: bool = False  # a call to it just failed: out of routing until it heartbeats again
 
     @property
+    @abc.abstractmethod
     def worker_id(self) -> str:
-        raise NotImplementedError  # each keeper names its workers its own way
+        """Each keeper names its workers its own way (a descriptor's id, a simulated worker's)."""
 
     @property
     def guard(self) -> TtftGuard:

@@ -38,7 +38,6 @@ class SimGatewayParts:
     # the steps each part takes of the others'
     _refuse: Callable[..., None]  # (flight, code, reason)
     _fail: Callable[[Flight, str], None]  # ends a request UNAVAILABLE
-    _ttft_ok: Callable[..., bool]
     _seek_decode: Callable[[Flight], None]
     _prefill: Callable[[Flight], None]
     _give_back: Callable[..., None]  # (flight, writer_may_still_write, then)

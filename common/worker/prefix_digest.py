@@ -19,7 +19,6 @@ class DigestPublisher:
     def __init__(self, index: PrefixIndex | None) -> None:
         self.index = index
         self._subscriptions: list[DigestSubscription] = []
-        self._default: DigestSubscription | None = None
 
     def subscribe(self) -> DigestSubscription:
         """The digests for one more gateway (its first is a snapshot)."""
@@ -30,19 +29,6 @@ class DigestPublisher:
     def unsubscribe(self, subscription: DigestSubscription) -> None:
         if subscription in self._subscriptions:
             self._subscriptions.remove(subscription)
-
-    # one gateway's digests, for a worker (or a test) with one
-
-    def next(self) -> worker_pb2.PrefixDigest | None:
-        return self._one().next()
-
-    def resync(self) -> None:
-        self._one().resync()
-
-    def _one(self) -> DigestSubscription:
-        if self._default is None:
-            self._default = self.subscribe()
-        return self._default
 
     def _drain(self) -> None:
         """The index's changes since the last drain, into every subscription's pending changes."""

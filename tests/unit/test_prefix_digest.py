@@ -26,7 +26,7 @@ def _cache_prompt(pool: BlockPool, tokens: list[int]) -> list[int]:
 def test_the_gateway_copy_follows_the_worker_cache_through_changes_and_a_lost_digest():
     index = PrefixIndex()
     pool = BlockPool(8, index)
-    publisher, view = DigestPublisher(index), PrefixView(B, SALT)
+    publisher, view = DigestPublisher(index).subscribe(), PrefixView(B, SALT)
     first = list(range(64))  # 4 blocks
     _cache_prompt(pool, first)
     view.apply(publisher.next())  # the first digest is a snapshot
@@ -86,7 +86,7 @@ def test_a_prompt_finds_the_leading_run_of_its_blocks_and_never_its_last_token()
     history = list(range(100, 164))  # 4 full blocks
     _cache_prompt(pool, history)
     view = PrefixView(B, SALT)
-    view.apply(DigestPublisher(index).next())
+    view.apply(DigestPublisher(index).subscribe().next())
     assert PromptBlocks(history + [1, 2, 3]).cached_tokens(view) == 64
     assert PromptBlocks(history).cached_tokens(view) == 48, "the last token (in block 4) is computed"
     changed = history[:20] + [0] + history[21:]

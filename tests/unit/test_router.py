@@ -9,7 +9,6 @@ from common.slo.class_margins import ClassMargins
 from common.slo.ttft_guard import TtftGuard
 from common.rpc.convert import prefill_model_from_proto
 from gateway.registry import WorkerRecord, WorkerRegistry
-from gateway.ttft_guard import routable_guards
 from wire.v1 import worker_pb2
 
 
@@ -63,6 +62,23 @@ def test_a_queued_request_already_predicted_late_does_not_block_newcomers():
     assert not worker.guard.pushes_queued_past(250, deadline=0.010, now=0.0)
 
 
+def routable_guards(registry: WorkerRegistry) -> list[TtftGuard]:
+    return [w.guard for w in registry.routable("prefill")]
+
+
+def check_ttft(registry: WorkerRegistry, tokens: int, ttft_ms: float, started: float) -> None:
+    """The gateway's TTFT check now (``path_rules.ttft_refusal``), as the error it ends the request in."""
+    import time
+
+    from gateway.decode_reservation import refusal_error
+    from gateway.path_rules import ttft_refusal
+    from gateway.prefix_view import PromptBlocks
+
+    refusal = ttft_refusal(registry, PromptBlocks([0] * tokens), ttft_ms / 1000, started, time.perf_counter())
+    if refusal is not None:
+        raise refusal_error(refusal)
+
+
 def best_prefill_now_s(registry: WorkerRegistry, tokens: int, deadline: float) -> float:
     import time
 
@@ -86,7 +102,6 @@ def test_the_ttft_guard_refuses_when_every_worker_would_make_a_queued_request_la
     import grpc
 
     from gateway.errors import RequestError
-    from gateway.ttft_guard import check_ttft
 
     now = time.perf_counter()
     crowded = _worker({"queued": (now + 0.050, 300)})  # predicted 30 ms, due in 50 ms
@@ -106,7 +121,6 @@ def test_the_ttft_guard_refuses_what_the_best_worker_is_predicted_to_serve_too_l
     import time
 
     from gateway.errors import RequestError
-    from gateway.ttft_guard import check_ttft
 
     now = time.perf_counter()
     registry = _registry(_worker({}), _worker({"urgent": (now + 0.001, 400)}))
@@ -120,7 +134,6 @@ def test_the_ttft_guard_refuses_what_the_best_worker_is_predicted_to_serve_too_l
 def test_an_idle_worker_no_call_has_tested_yet_never_refuses_on_its_model_alone():
     import time
 
-    from gateway.ttft_guard import check_ttft
 
     now = time.perf_counter()
     untested = _worker({}, tested=False)
