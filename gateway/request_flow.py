@@ -30,6 +30,7 @@ import grpc
 
 from common.kv_transfer.pairing import TransportMismatch
 from common.slo.admission_round import Demand
+from common.slo.ttft_margins import left_for_worker_ms
 from common.rpc.convert import sampling_to_proto
 from common.process.metrics import Metrics
 from gateway import retries
@@ -192,12 +193,12 @@ class RequestFlow(Streaming, WorkerRelease):
             decode_worker_id=decode.worker_id, address=decode.descriptor.address, transport=transport,
             block_ids=reservation.block_ids, lease_id=reservation.lease_id, host_id=decode.descriptor.host_id,
             incarnation=decode.descriptor.incarnation, cached_blocks=reservation.cached_blocks)
-        left_ms = max(0.001, (deadline - time.perf_counter()) * 1000) if req.ttft_ms else 0.0
+        # what this worker will compute: its guard predicts, queues and calibrates on that
+        tokens, guard = prompt.uncached_tokens(worker.prefix), worker.guard
+        left_ms = left_for_worker_ms(deadline, time.perf_counter(), guard.overhead.value()) if req.ttft_ms else 0.0
         request = worker_pb2.PrefillRequest(request_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
                                             sampling=sampling_to_proto(req.params), destination=destination,
                                             slo=_slo(req), ttft_left_ms=left_ms)
-        # what this worker will compute: its guard predicts, queues and calibrates on that
-        tokens, guard = prompt.uncached_tokens(worker.prefix), worker.guard
         ahead, raw_s = guard.queued_ahead(deadline), guard.predict_s(tokens, deadline, calibrated=False)
         predicted_s = guard.predict_s(tokens, deadline, ttft_s=req.ttft_ms / 1000)
         worker.inflight += 1

@@ -22,6 +22,7 @@ from common.process.logs import request_id_var
 from common.process.metrics import Metrics
 from common.kv_transfer.base import KVSender, LeaseExpiredError, TransferStats, TransferTarget
 from common.kv_transfer.select import make_sender
+from prefill_worker.copy_times import CopyTimes
 from common.engine.request import RequestOutput
 from common.rpc.convert import sampling_from_proto
 from common.rpc.metadata import FAILED_PEER_KEY, REFUSED_BY
@@ -48,6 +49,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         self._revoked: dict[str, float] = {}  # destination lease ids of aborted requests -> when
         self._writes: dict[str, asyncio.Task[TransferStats]] = {}  # request id -> its copy under way
         self._prefilling: set[str] = set()  # request ids whose Prefill call is under way
+        self.copies = CopyTimes()
 
     def start_draining(self) -> None:
         self.draining = True
@@ -71,13 +73,16 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         prompt = list(request.prompt_token_ids)
         self._prefilling.add(request.request_id)
         try:
+            to_copy = self._blocks_to_copy(len(prompt), request.destination)
             out = await self._prefill(request.request_id, prompt, params, slo_from_proto(request.slo)[0],
-                                      request.ttft_left_ms, context)
+                                      self.copies.left_for_compute_ms(request.ttft_left_ms, to_copy), context)
             prefill_ms = (time.perf_counter() - started) * 1000
             stats = TransferStats("none", 0, 0.0)
             if out.finish_reason == "prefilled":
                 stats = await self._transfer(out, len(prompt), request.destination, context)
                 self.metrics.transferred(stats.transport, stats.bytes, stats.seconds)
+                if stats.bytes:
+                    self.copies.copied(to_copy, stats.seconds)
         finally:
             # Not awaited: the engine thread takes calls between steps, and waiting here for the
             # forward under way (up to a whole token budget of other prompts) would hold back this
@@ -105,6 +110,11 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         if last.finish_reason == "abort":
             await context.abort(grpc.StatusCode.CANCELLED, f"request {request_id} was aborted")
         return last
+
+    def _blocks_to_copy(self, prompt_len: int, dest: worker_pb2.KVDestination) -> int:
+        """The blocks of a prompt's KV the copy to ``dest`` writes: those its decode worker lacks."""
+        n_blocks = blocks_for(prompt_len, self.thread.engine.config.block_size)
+        return max(0, n_blocks - dest.cached_blocks)
 
     async def _transfer(self, out: RequestOutput, prompt_len: int, dest: worker_pb2.KVDestination,
                         context: grpc.aio.ServicerContext) -> TransferStats:

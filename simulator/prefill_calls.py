@@ -12,6 +12,7 @@ from common.engine.leases import LeaseError
 from common.engine.request import RequestOutput, left_on_arrival
 from common.model.sampling_params import SamplingParams
 from common.slo.ttft_guard import TtftGuard
+from common.slo.ttft_margins import left_for_worker_ms
 from gateway.request_stages import Stage
 from simulator.flight import Flight
 from simulator.workers import SimWorker
@@ -35,7 +36,7 @@ class SimPrefillCalls(SimGatewayParts):
             for served in {worker.worker_id: worker, flight.decode.worker_id: flight.decode}:  # once each
                 self.host.handed(served, self.sim.now)
         params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
-        left_ms = max(0.001, (flight.deadline - self.sim.now) * 1000) if flight.ttft_s else 0.0
+        left_ms = left_for_worker_ms(flight.deadline, self.sim.now, guard.overhead.value()) if flight.ttft_s else 0.0
         received = self.sim.now + self.config.hop_s  # a local prefill's call waits there for the worker's turn
 
         def prefill() -> None:

@@ -48,3 +48,11 @@ def overhead_quantile(target: float = DEFAULT_TARGET) -> float:
 
 def call_overhead(target: float = DEFAULT_TARGET, clock: Callable[[], float] = time.monotonic) -> WindowQuantile:
     return WindowQuantile(quantile=overhead_quantile(target), clock=clock, max_age_s=OVERHEAD_MAX_AGE_S)
+
+
+def left_for_worker_ms(deadline: float, now: float, overhead_s: float) -> float:
+    """What a prefill call's worker is told is left of its TTFT budget (``ttft_left_ms``): the time
+    to ``deadline`` less the call's overhead tail (``call_overhead``: the hops and what the gateway
+    adds around the worker's own time), so the worker's check against its whole queue
+    (``PromptTiming.queue_first_token_s``) judges the same first token the gateway's guard does."""
+    return max(0.001, (deadline - now - overhead_s) * 1000)

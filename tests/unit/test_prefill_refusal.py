@@ -9,6 +9,8 @@ from common.engine.config import EngineConfig
 from common.engine.core import AdmissionError, EngineCore
 from common.model.sampling_params import SamplingParams
 from common.slo.cost_models import CostModels, DecodeModel, PrefillModel
+from common.slo.ttft_margins import left_for_worker_ms
+from prefill_worker.copy_times import CopyTimes
 
 # 10 ms a forward plus 20 µs a prompt token
 MODELS = CostModels(PrefillModel(0, 0.010, 2e-5), DecodeModel(0.0, 0.0, 0.0, 0.005))
@@ -43,3 +45,23 @@ def test_without_a_ttft_guard_nothing_is_refused():
     core.add_request("a", [0] * 3000, PARAMS, prefill_only=True, ttft_slo_ms=200, ttft_left_ms=200)
     core.add_request("b", [0] * 1000, PARAMS, prefill_only=True, ttft_slo_ms=300, ttft_left_ms=1)
     assert len(core.scheduler.waiting) == 2
+
+
+def test_the_check_keeps_time_for_the_prompts_kv_copy():
+    copies = CopyTimes(clock=lambda: 0.0)
+    assert copies.left_for_compute_ms(65, 10) == 65  # no copy seen yet: nothing kept aside
+    for seconds in (0.010, 0.010, 0.020):  # 1, 1 and 2 ms a block
+        copies.copied(10, seconds)
+    assert copies.expected_ms(10) == pytest.approx(20)  # the high quantile: 2 ms a block
+    assert copies.left_for_compute_ms(0, 10) == 0  # no TTFT budget stays none
+    core = _engine("scorpio")
+    # 1000 tokens compute in 30 ms: in time with 45 ms left, late once 20 ms of copy are kept aside
+    core.add_request("fits", [0] * 1000, PARAMS, prefill_only=True, ttft_slo_ms=300, ttft_left_ms=45)
+    with pytest.raises(AdmissionError):
+        core.add_request("late", [0] * 1000, PARAMS, prefill_only=True, ttft_slo_ms=300,
+                         ttft_left_ms=copies.left_for_compute_ms(45, 10))
+
+
+def test_the_worker_is_told_its_budget_less_the_calls_overhead():
+    assert left_for_worker_ms(deadline=10.5, now=10.0, overhead_s=0.1) == pytest.approx(400)
+    assert left_for_worker_ms(deadline=10.05, now=10.0, overhead_s=0.1) == 0.001  # late already: refused there
