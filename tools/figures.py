@@ -157,7 +157,7 @@ SPREAD = {
     "slo": "one run per workload",
     "slo-recovery": "one run each; this host's unloaded TPOT moved 15.7–31 ms between runs",
     "vs-vllm": "one run",
-    "gateways": "three rounds, interleaved; the first round of both lowest",
+    "gateways": "after one uncounted warm-up point; three rounds, the order alternating",
 }
 
 
