@@ -14,7 +14,7 @@ gRPC errors propagate unchanged (``grpc.aio.AioRpcError`` / ``grpc.RpcError``): 
 
 from client.async_client import AsyncClient
 from client.sync_client import Client
-from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions, Usage, WorkerInfo
+from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions, TokenLogprob, Usage, WorkerInfo
 
-__all__ = ["AsyncClient", "Client", "SLO", "Chunk", "ClusterInfo", "Completion", "SamplingOptions", "Usage",
-           "WorkerInfo"]
+__all__ = ["AsyncClient", "Client", "SLO", "Chunk", "ClusterInfo", "Completion", "SamplingOptions", "TokenLogprob",
+           "Usage", "WorkerInfo"]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions, Usage, WorkerInfo
+from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions, TokenLogprob, Usage, WorkerInfo
 from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2
 
-_OPTIONAL_SAMPLING = ("max_tokens", "top_p", "seed")  # proto3 `optional`: set only when given
+_OPTIONAL_SAMPLING = ("max_tokens", "top_p", "seed", "logprobs", "prompt_logprobs")  # proto3 `optional`: set only when given
 
 
 def generate_request(prompt: str | Sequence[int], options: SamplingOptions | None = None, slo: SLO | None = None,
@@ -41,8 +41,9 @@ def chunk(message: gateway_pb2.GenerateResponse, received_at: float) -> Chunk:
     if message.HasField("usage"):
         usage = Usage(message.usage.prompt_tokens, message.usage.completion_tokens, message.usage.cached_tokens)
     timings = timings_dict(message.timings) if message.HasField("timings") else None
+    logprobs = tuple(TokenLogprob(lp.logprob, tuple(zip(lp.top_token_ids, lp.top_logprobs))) for lp in message.logprobs)
     return Chunk(message.request_id, message.text, tuple(message.token_ids), message.finish_reason or None,
-                 usage, timings, received_at)
+                 usage, timings, received_at, logprobs)
 
 
 def timings_dict(t: gateway_pb2.Timings) -> dict[str, float | str]:
@@ -63,6 +64,7 @@ def completion(chunks: Sequence[Chunk], sent_at: float, request_id: str = "") ->
         timings=next((c.timings for c in reversed(chunks) if c.timings), None),
         ttft_s=chunks[0].received_at - sent_at if chunks else None,
         chunk_times=tuple(c.received_at for c in chunks),
+        logprobs=tuple(lp for c in chunks for lp in c.logprobs),
     )
 
 

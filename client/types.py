@@ -18,6 +18,17 @@ class SamplingOptions:
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()  # stop strings, matched on the detokenized text
     ignore_eos: bool = False
+    logprobs: int | None = None  # None: none; 0: each token's; k (at most 20): and the k likeliest tokens'
+    prompt_logprobs: int | None = None  # the same of each prompt token after the first (its prefill then not cached)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A generated token's log-probability under the model's raw logits (before temperature, top-k
+    and top-p), and the likeliest tokens' (token id, logprob), most likely first, when asked for."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +61,7 @@ class Chunk:
     usage: Usage | None
     timings: dict[str, float | str] | None
     received_at: float  # time.perf_counter() when the message arrived
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, when asked for (``SamplingOptions.logprobs``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +76,7 @@ class Completion:
     timings: dict[str, float | str] | None
     ttft_s: float | None  # client side: first chunk's arrival minus the send; None without chunks
     chunk_times: tuple[float, ...]  # time.perf_counter() of each chunk's arrival
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, when asked for
 
     @property
     def prompt_tokens(self) -> int:

@@ -19,7 +19,7 @@ from common.engine.leases import LeaseError
 from common.rpc.metadata import REFUSED_BY
 from common.process.logs import request_id_var
 from common.process.metrics import Metrics
-from common.rpc.convert import sampling_from_proto
+from common.rpc.convert import prefill_logprobs, sampling_from_proto
 from decode_worker.streams import StreamHub
 from wire.slo import from_wire, slo_from_proto
 from wire.v1 import worker_pb2, worker_pb2_grpc
@@ -123,7 +123,7 @@ class DecodeServicer(worker_pb2_grpc.DecodeWorkerServicer):
         return worker_pb2.PrefillResponse(first_token=out.new_token_ids[0],
                                           prefill_ms=(time.perf_counter() - received) * 1000, transport="local",
                                           finish_reason=(out.finish_reason or "") if out.finished else "",
-                                          cached_tokens=out.cached_tokens)
+                                          cached_tokens=out.cached_tokens, **prefill_logprobs(out))
 
     async def Release(self, request: worker_pb2.ReleaseRequest,
                       context: grpc.aio.ServicerContext) -> worker_pb2.ReleaseResponse:

@@ -12,6 +12,7 @@ import asyncio
 
 from common.process.metrics import Metrics
 from common.engine.request import RequestOutput
+from common.rpc.convert import logprobs_to_proto
 from wire.v1 import worker_pb2
 
 
@@ -83,7 +84,8 @@ class StreamHub:
                 continue
             per_stream.setdefault(stream_id, []).append(worker_pb2.TokenEvent(
                 request_id=out.request_id, token_ids=list(out.new_token_ids),
-                finish_reason=out.finish_reason or "", error=out.error or ""))
+                finish_reason=out.finish_reason or "", error=out.error or "",
+                logprobs=[logprobs_to_proto(lp) for lp in out.logprobs]))
             if out.finished:
                 del self._stream_of[out.request_id]
         for stream_id, events in per_stream.items():

@@ -107,6 +107,7 @@ def next_message(items: deque[InboxItem], merge: bool = True) -> InboxItem:
             break
         items.popleft()
         merged.token_ids.extend(waiting.token_ids)
+        merged.logprobs.extend(waiting.logprobs)
         if waiting.finish_reason:
             merged.finish_reason = waiting.finish_reason
             break

@@ -21,6 +21,7 @@ def continuation(req: ValidatedRequest, generated: list[int]) -> ValidatedReques
     params = req.params
     params = dataclasses.replace(params, max_tokens=params.max_tokens - produced,
                                  min_tokens=max(0, params.min_tokens - produced),
-                                 seed=None if params.seed is None else continuation_seed(params.seed, produced))
+                                 seed=None if params.seed is None else continuation_seed(params.seed, produced),
+                                 prompt_logprobs=None)  # given with the first token already
     return dataclasses.replace(req, prompt_token_ids=[*req.prompt_token_ids, *generated], params=params,
                                ttft_ms=0.0, tpot_ms=0.0, received_at=time.perf_counter(), delivery_s=0.0)

@@ -38,7 +38,7 @@ from gateway.admission import AdmissionQueue
 from gateway.decode_reservation import DecodeReservations, refusal_error
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import ABORTED, RequestError, unavailable
-from gateway.final_message import final_message
+from gateway.final_message import final_message, first_logprobs, prompt_logprobs
 from gateway.lease_keepalive import lease_kept_alive
 from gateway.promise_loop import PromiseLoop
 from gateway.registry import WorkerRecord, WorkerRegistry, transport_between
@@ -148,13 +148,15 @@ class RequestFlow(Streaming, WorkerRelease):
             reason = "length"
         if reason:
             await self._release(req.request_id, p, writer_may_still_write=False)
-            yield final_message(req, p, [reply.first_token], first.text + text.finish().text, reason)
+            yield final_message(req, p, [reply.first_token], first.text + text.finish().text, reason,
+                                first_logprobs(reply), prompt_logprobs(req, reply))
             return
         local = p.prefill is p.decode  # it decodes there already: no Commit
         if local:
             p.to(Stage.COMMITTING)
             p.to(Stage.STREAMING)
-        yield gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=[reply.first_token], text=first.text)
+        yield gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=[reply.first_token], text=first.text,
+                                           logprobs=first_logprobs(reply), **prompt_logprobs(req, reply))
         if not local:
             await self._commit(req, p, reply.first_token)
         async for message in self._decode_events(req, p, inbox, text):

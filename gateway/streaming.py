@@ -18,7 +18,7 @@ from gateway import retries
 from gateway.coalesce import InboxItem, TokenInbox, next_message
 from gateway.decode_streams import DecodeStreams
 from gateway.errors import ABORTED, DecodeLost, RequestError, unavailable
-from gateway.final_message import final_message
+from gateway.final_message import final_message, first_logprobs
 from gateway.migration import continuation
 from gateway.promise_loop import PromiseLoop
 from gateway.registry import WorkerRecord, WorkerRegistry
@@ -76,7 +76,9 @@ class Streaming:
                 self._spawn(self._abort_decode(req.request_id, p))
                 yield final_message(req, p, [], text.finish().text, "abort")
                 return
-            if isinstance(event, DecodeLost) and p.migrations < self.migration_limit and not p.abort_requested:
+            # (a structured request is not resumed: its grammar's state lived on the lost worker)
+            if isinstance(event, DecodeLost) and p.migrations < self.migration_limit and not p.abort_requested \
+                    and req.params.structured is None:
                 event = await self._resumed(req, p, event)  # the next token, from another decode worker
                 assert p.inbox is not None
                 inbox, pending = p.inbox, deque()
@@ -89,12 +91,14 @@ class Streaming:
             delta = text.add(event.token_ids)
             if delta.stopped or event.finish_reason:
                 reason = "stop" if delta.stopped else event.finish_reason
-                yield final_message(req, p, list(event.token_ids), delta.text + text.finish().text, reason)
+                yield final_message(req, p, list(event.token_ids), delta.text + text.finish().text, reason,
+                                    event.logprobs)
                 if delta.stopped and not event.finish_reason:
                     self._spawn(self._abort_decode(req.request_id, p))
                 return
             self.promises.decoding(req, p, arrived)
-            yield gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=event.token_ids, text=delta.text)
+            yield gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=event.token_ids, text=delta.text,
+                                               logprobs=event.logprobs)
             sent = time.perf_counter()
 
     async def _resumed(self, req: ValidatedRequest, p: Progress, lost: DecodeLost) -> worker_pb2.TokenEvent:
@@ -122,4 +126,5 @@ class Streaming:
             p.to(Stage.STREAMING)
         else:
             await self._commit(resumed, p, reply.first_token)
-        return worker_pb2.TokenEvent(request_id=req.request_id, token_ids=[reply.first_token], finish_reason=finish)
+        return worker_pb2.TokenEvent(request_id=req.request_id, token_ids=[reply.first_token], finish_reason=finish,
+                                     logprobs=first_logprobs(reply))

@@ -24,7 +24,7 @@ from common.kv_transfer.base import KVSender, LeaseExpiredError, TransferStats, 
 from common.kv_transfer.select import make_sender
 from prefill_worker.copy_times import CopyTimes
 from common.engine.request import RequestOutput
-from common.rpc.convert import sampling_from_proto
+from common.rpc.convert import prefill_logprobs, sampling_from_proto
 from common.rpc.metadata import FAILED_PEER_KEY, REFUSED_BY
 from common.rpc.server import channel
 from common.model.sampling_params import SamplingParams
@@ -93,7 +93,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillWorkerServicer):
         return worker_pb2.PrefillResponse(
             first_token=out.new_token_ids[0], prefill_ms=prefill_ms, transfer_ms=stats.seconds * 1000,
             transfer_bytes=stats.bytes, transport=stats.transport, cached_tokens=out.cached_tokens,
-            forward_ratio=self.thread.engine.load.forward_calibration_ratio,
+            forward_ratio=self.thread.engine.load.forward_calibration_ratio, **prefill_logprobs(out),
             finish_reason="" if out.finish_reason == "prefilled" else out.finish_reason or "")
 
     async def _prefill(self, request_id: str, prompt: list[int], params: SamplingParams, ttft_slo_ms: float,

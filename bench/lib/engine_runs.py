@@ -48,8 +48,9 @@ def engine_config(args: Any, max_batch: int, prefill_tokens: int = 0) -> EngineC
                         max_batch_size=max_batch, max_num_tokens=max(MAX_NUM_TOKENS, args.prompt_len))
 
 
-def time_pdserve(engine: LLMEngine, prompts: list[list[int]], output_len: int, device: str) -> Timing:
-    params = SamplingParams(max_tokens=output_len, ignore_eos=True)
+def time_pdserve(engine: LLMEngine, prompts: list[list[int]], output_len: int, device: str,
+                 logprobs: int | None = None) -> Timing:
+    params = SamplingParams(max_tokens=output_len, ignore_eos=True, logprobs=logprobs)
     ids = [f"bench-{next(_request_ids)}" for _ in prompts]
     for request_id, prompt in zip(ids, prompts):
         engine.add_request(request_id, prompt, params)

@@ -30,6 +30,7 @@ from common.engine.run_ahead import RunAhead
 from common.engine.tpot_admission import AdmissionError, TpotAdmission
 from common.model.batch import ScheduledBatch, blocks_for
 from common.model.sampling_params import SamplingParams
+from common.model.token_logprobs import StepLogprobs
 from common.slo import epsilon_bound, tpot_guard
 from common.slo.calibration import Calibration
 from common.slo.class_margins import slo_class_ms
@@ -59,8 +60,7 @@ class EngineCore(TpotAdmission, PromptTiming, RunAhead):
         self.leases = LeaseTable(self.pool, config.lease_timeout_s, config.quarantine_s)
         self.local_prompts = LocalPrompts(self)  # prompts computed in this engine's own steps
         self.tightest_ttft = TightestSlo(clock=clock)  # of the requests added: what cuts prefill forwards
-        # prefill forwards as observed (their own time, not the period) vs the fitted model
-        self.forward_calibration = Calibration(quantile=0.5, clock=clock)
+        self.forward_calibration = Calibration(quantile=0.5, clock=clock)  # prefill forwards (their own time) vs the fit
         # ε by TPOT SLO class (``slo_class_ms``), as the latest reservation of each class brought it
         # (the gateway's closed loop steers them): what each request's TPOT is held to
         self.tpot_margins: dict[float, float] = {}
@@ -241,16 +241,16 @@ class EngineCore(TpotAdmission, PromptTiming, RunAhead):
             self.load = self._measure()
         return aborted, batch
 
-    def finish_step(self, batch: ScheduledBatch, sampled: dict[str, int], started: float,
-                    ended: float) -> list[RequestOutput]:
-        """The second half: the batch ran from ``started`` to ``ended`` and sampled these tokens."""
+    def finish_step(self, batch: ScheduledBatch, sampled: dict[str, int], started: float, ended: float,
+                    logprobs: StepLogprobs | None = None) -> list[RequestOutput]:
+        """The second half: the batch ran from ``started`` to ``ended`` and sampled these tokens (and logprobs)."""
         self.steps_completed += 1
         self._observe_step(batch, ended - (self._last_step_end or started))
         if self.cost_models is not None and batch.seqs and not any(s.is_decode for s in batch.seqs):
             predicted = self.cost_models.prefill.predict(batch.num_tokens, batch.attention_work)
             self.forward_calibration.observe(predicted, ended - started)
             self.forward_ratios.observe(predicted, ended - started)
-        outputs = self.scheduler.update_from_output(batch, sampled)
+        outputs = self.scheduler.update_from_output(batch, sampled, logprobs)
         for seq in batch.seqs:
             if seq.sample and seq.num_output_tokens == 0 and (request := self.scheduler.requests.get(seq.request_id)):
                 request.first_token_at = ended

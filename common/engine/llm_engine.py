@@ -15,6 +15,7 @@ import torch
 
 from common.engine.config import EngineConfig
 from common.engine.core import AdmissionError, EngineCore
+from common.model.grammar import Grammars
 from common.model.decode_graphs import DecodeGraphs, capture_memory_bytes
 from common.model.packed_linear import MAX_ROWS, PackedLinear, packed_linear_supported, prefill_rows_packed
 from common.model.dense_decode_cache import DecodeStage
@@ -27,6 +28,7 @@ from common.model.runner import ModelRunner
 from common.engine.request import RequestOutput
 from common.model.sampler import Sampler
 from common.model.sampling_params import SamplingParams
+from common.text.auto_tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,9 @@ class LLMEngine(EngineCore):
         if graphs_wanted:
             graphs = DecodeGraphs(self.model, self.cache, config.max_batch_size, max_model_len, capture=True)
             graphs.capture_all()
-        self.runner = ModelRunner(self.model, self.cache, Sampler(mcfg.eos_token_ids, self.device), stage, graphs)
+        grammars = Grammars(lambda: load_tokenizer(self.model_dir), mcfg.vocab_size, mcfg.eos_token_ids)
+        self.runner = ModelRunner(self.model, self.cache, Sampler(mcfg.eos_token_ids, self.device), stage, graphs,
+                                  grammars)
 
     def step(self) -> list[RequestOutput]:
         aborted, batch = self.schedule_step()
@@ -71,7 +75,16 @@ class LLMEngine(EngineCore):
             return aborted
         started = self.clock()
         sampled = self.runner.execute(batch)
-        return aborted + self.finish_step(batch, sampled, started, self.clock())
+        outputs = aborted + self.finish_step(batch, sampled, started, self.clock(), self.runner.logprobs)
+        for out in outputs:
+            if out.finished:
+                self.runner.grammars.drop(out.request_id)
+        return outputs
+
+    def _validate(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
+        super()._validate(request_id, prompt, params)
+        if params.structured is not None:  # a spec that does not compile is refused with the request
+            self.runner.grammars.check(params.structured)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
         """Runs prompts to completion and returns each one's output token ids."""

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from common.model.sampling_params import SamplingParams
+from common.model.token_logprobs import TokenLogprobs
 
 
 _UIDS = itertools.count()
@@ -58,6 +59,7 @@ class Request:
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache when it was (last) admitted
     block_hashes: list[int] = field(default_factory=list)
     num_registered: int = 0
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # of prompt positions 1.., when asked for
 
     @property
     def ttft_deadline(self) -> float:
@@ -99,6 +101,8 @@ class RequestOutput:
     error: str | None = None
     kv_block_ids: tuple[int, ...] = ()  # prefill-only: the held blocks holding the prompt's KV
     cached_tokens: int = 0  # with the first token: prompt tokens whose KV came from the prefix cache
+    logprobs: tuple[TokenLogprobs, ...] = ()  # one per new token, when its sampling asks for them
+    prompt_logprobs: tuple[TokenLogprobs, ...] = ()  # with the first token: each prompt token's after the first
 
 
 def left_on_arrival(ttft_left_ms: float, received_at: float, now: float) -> float:

@@ -20,11 +20,13 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from common.engine import prompt_logprobs
 from common.engine.block_pool import BlockPool
 from common.engine.request import FINISH_REASONS, Request, RequestOutput, RequestStatus
 from common.engine.scheduler_blocks import SchedulerBlocks
 from common.engine.step_policy import FirstComeFirstServed, StepPolicy
 from common.model.batch import ScheduledBatch, ScheduledSeq, prompt_attention_work
+from common.model.token_logprobs import StepLogprobs
 from common.slo.cost_models import attention_work
 from common.slo.credit import CreditBatcher
 from common.slo.forward_budget import FORWARD_SHARE
@@ -229,15 +231,19 @@ class Scheduler(SchedulerBlocks):
             params=request.params,
             num_output_tokens=len(request.output_token_ids),
             uid=request.uid,
+            prompt_targets=prompt_logprobs.targets(request, start, n),
         )
 
-    def update_from_output(self, batch: ScheduledBatch, sampled: dict[str, int]) -> list[RequestOutput]:
-        """Records computed tokens and sampled ones; finishes requests that hit a stop condition."""
+    def update_from_output(self, batch: ScheduledBatch, sampled: dict[str, int],
+                           logprobs: StepLogprobs | None = None) -> list[RequestOutput]:
+        """Records computed tokens and sampled ones (and the logprobs asked for: ``prompt_logprobs``
+        for a prompt's); finishes requests that hit a stop condition."""
         outputs = []
         for seq in batch.seqs:
             request = self.requests[seq.request_id]
             request.num_computed_tokens += len(seq.token_ids)
             self.register_full_blocks(request)
+            prompt_logprobs.record(request, seq, logprobs)
             if not seq.sample:
                 continue
             token = sampled[seq.request_id]
@@ -249,9 +255,11 @@ class Scheduler(SchedulerBlocks):
             if status is not None:
                 self._finish(request, status)
             cached = request.num_cached_tokens if len(request.output_token_ids) == 1 else 0
+            asked = logprobs.sampled.get(request.request_id) if logprobs else None
             outputs.append(RequestOutput(request.request_id, (token,), status is not None,
                                          FINISH_REASONS.get(status) if status else None, kv_block_ids=held,
-                                         cached_tokens=cached))
+                                         cached_tokens=cached, logprobs=() if asked is None else (asked,),
+                                         prompt_logprobs=prompt_logprobs.first_output(request)))
         return outputs
 
     def _stop_status(self, request: Request, token: int) -> RequestStatus | None:

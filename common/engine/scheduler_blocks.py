@@ -32,6 +32,8 @@ class SchedulerBlocks:
         many (None when it is not looked up: no cache, a hand-off, or KV already computed)."""
         if self.pool.prefix_index is None or not self.match_prefixes or not request.cacheable or request.block_ids:
             return None
+        if request.params.prompt_logprobs is not None:  # every prompt token's logits are wanted: computed whole
+            return None
         return prefix_sharing.attach_cached_prefix(self.pool, self.config.block_size, self.config.prefix_salt, request)
 
     def register_full_blocks(self, request: Request) -> None:

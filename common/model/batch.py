@@ -26,6 +26,9 @@ class ScheduledSeq:
     params: SamplingParams
     num_output_tokens: int
     uid: int = -1  # Request.uid: unique even where request ids are reused
+    # asking for prompt logprobs: the prompt token after each of its first rows (none after the
+    # prompt's last token, whose logits sample the first output)
+    prompt_targets: tuple[int, ...] = ()
 
     @property
     def is_decode(self) -> bool:

@@ -20,6 +20,9 @@ from common.model.decode_graphs import DecodeGraphs
 from common.model.dense_decode_cache import DecodeStage
 from common.model.kv_cache import PagedKVCache
 from common.model.llama import LlamaModel
+from common.model.grammar import Grammars
+from common.model.logprobs import prompt_logprobs
+from common.model.token_logprobs import StepLogprobs, TokenLogprobs
 from common.model.sampler import Sampler
 from common.model.staging import Staging, pad_rows
 
@@ -36,7 +39,7 @@ class HostStep:
     tables: torch.Tensor  # [seqs, longest block table]
     slot_blocks: torch.Tensor  # [rows]
     slot_offsets: torch.Tensor  # [rows]
-    logits_rows: torch.Tensor  # [sampled seqs]: each one's last row
+    logits_rows: torch.Tensor  # [sampled seqs + scored rows]: each sampled one's last row, then prompt rows scored
 
     @classmethod
     def build(cls, seqs: list[ScheduledSeq], block_size: int) -> HostStep:
@@ -47,6 +50,9 @@ class HostStep:
         positions = starts[owner] + torch.arange(int(ends[-1])) - (ends - lengths)[owner]
         tables = pad_rows([s.block_ids for s in seqs])
         rows = [int(end) - 1 for seq, end in zip(seqs, ends) if seq.sample]
+        # then the rows scoring their prompt's next tokens (``ScheduledSeq.prompt_targets``), chunk by chunk
+        rows += [int(end - length) + i for seq, end, length in zip(seqs, ends, lengths)
+                 for i in range(len(seq.prompt_targets))]
         return cls(torch.tensor([t for s in seqs for t in s.token_ids], dtype=torch.int64), positions, tables,
                    tables[owner, positions // block_size], positions % block_size,
                    torch.tensor(rows, dtype=torch.int64))
@@ -54,18 +60,22 @@ class HostStep:
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, cache: PagedKVCache, sampler: Sampler,
-                 stage: DecodeStage | None = None, graphs: DecodeGraphs | None = None) -> None:
+                 stage: DecodeStage | None = None, graphs: DecodeGraphs | None = None,
+                 grammars: Grammars | None = None) -> None:
         """``stage``: the dense decode KV copy used by the torch attention path (None: read the pool);
-        ``graphs``: captured decode steps (None: every step runs eagerly)."""
+        ``graphs``: captured decode steps (None: every step runs eagerly); ``grammars``: the
+        matchers of structured requests (None: a request asking for structured output fails)."""
         self.model = model
         self.cache = cache
         self.sampler = sampler
         self.stage = stage
         self.graphs = graphs
+        self.grammars = grammars or Grammars(_no_tokenizer, model.config.vocab_size, ())
         self.device = model.device
         self.triton = model.ops.name == "triton"
         self.staging = Staging(self.device)
         self._target_programs = 0
+        self.logprobs = StepLogprobs()  # the last step's, of the requests asking for them
         if self.triton:
             from common.kernels.decode_attention import target_programs
 
@@ -76,13 +86,22 @@ class ModelRunner:
         prefills = [s for s in batch.seqs if not s.is_decode]
         decodes = [s for s in batch.seqs if s.is_decode]
         sampled = [s for s in prefills + decodes if s.sample]
-        if not prefills and self.graphs is not None and self.graphs.covers(len(decodes)):
+        scored = [s for s in prefills + decodes if s.prompt_targets]  # asking for prompt logprobs
+        if not prefills and not scored and self.graphs is not None and self.graphs.covers(len(decodes)):
             logits = self._sampled_rows(self.graphs.run(decodes), decodes, sampled)
-        elif not prefills and self.stage is not None:
+        elif not prefills and not scored and self.stage is not None:
             logits = self._sampled_rows(self._decode_on_stage(decodes, batch.resting), decodes, sampled)
         else:
             logits = self._forward(prefills, decodes, batch.resting)
-        tokens = self.sampler(logits, sampled)
+        prompt: dict[str, list[TokenLogprobs]] = {}
+        if scored:
+            found = prompt_logprobs(logits[len(sampled):], [s.prompt_targets for s in scored],
+                                    [s.params.prompt_logprobs or 0 for s in scored])
+            prompt = {s.request_id: entries for s, entries in zip(scored, found)}
+            logits = logits[:len(sampled)]
+        tokens, logprobs = self.sampler.with_logprobs(self.grammars.masked(logits, sampled), sampled, raw=logits)
+        self.grammars.accepted(sampled, tokens)
+        self.logprobs = StepLogprobs({seq.request_id: lp for seq, lp in zip(sampled, logprobs) if lp is not None}, prompt)
         return {seq.request_id: token for seq, token in zip(sampled, tokens)}
 
     def _sampled_rows(self, logits: torch.Tensor, decodes: list[ScheduledSeq],
@@ -164,3 +183,7 @@ class ModelRunner:
             return None
         return self.stage, self.stage.plan([s.uid for s in decodes], [s.start_pos + 1 for s in decodes],
                                            [s.block_ids for s in decodes], keep=resting)
+
+
+def _no_tokenizer() -> None:
+    raise ValueError("structured output needs the model's tokenizer, and this runner was given none")

@@ -19,6 +19,8 @@ import random
 import torch
 
 from common.model.batch import ScheduledSeq
+from common.model.logprobs import sample_with_logprobs, wanted
+from common.model.token_logprobs import TokenLogprobs
 from common.model.staging import Staging
 from common.model.seeds import token_seed
 
@@ -36,6 +38,16 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, seqs: list[ScheduledSeq]) -> list[int]:
         """``logits [len(seqs), vocab]`` float32 -> one token id per sequence."""
         return self.sample(logits, seqs).tolist()
+
+    def with_logprobs(self, logits: torch.Tensor, seqs: list[ScheduledSeq],
+                      raw: torch.Tensor | None = None) -> tuple[list[int], list[TokenLogprobs | None]]:
+        """The tokens drawn from ``logits`` and each one's logprobs where its request asks, from
+        ``raw`` (the logits before a grammar's mask; default ``logits``: ``common.model.logprobs``):
+        a step none of whose requests asks costs what ``__call__`` does."""
+        ks = [s.params.logprobs for s in seqs]
+        if not wanted(ks):
+            return self(logits, seqs), [None] * len(seqs)
+        return sample_with_logprobs(logits if raw is None else raw, self.sample(logits, seqs), ks)
 
     def sample(self, logits: torch.Tensor, seqs: list[ScheduledSeq]) -> torch.Tensor:
         """The tokens as a device tensor ``[len(seqs)]`` (nothing read back)."""

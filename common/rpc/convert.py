@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from common.model.sampling_params import SamplingParams
+from common.model.sampling_params import SamplingParams, StructuredOutput
+from common.model.token_logprobs import TokenLogprobs
 from common.slo.cost_models import CostModels, PrefillModel
 from common.slo.credit import virtual_batch_size
 from common.slo.load_report import LoadReport
@@ -14,6 +15,7 @@ from wire.v1 import gateway_pb2, worker_pb2
 
 if TYPE_CHECKING:  # the gateway reads loads; only workers build them
     from common.engine.load import EngineLoad
+    from common.engine.request import RequestOutput
 
 DEFAULT_MAX_TOKENS = 16
 
@@ -29,6 +31,9 @@ def sampling_from_proto(msg: gateway_pb2.SamplingParams) -> SamplingParams:
         min_tokens=msg.min_tokens,
         stop_token_ids=tuple(msg.stop_token_ids),
         ignore_eos=msg.ignore_eos,
+        logprobs=msg.logprobs if msg.HasField("logprobs") else None,
+        prompt_logprobs=msg.prompt_logprobs if msg.HasField("prompt_logprobs") else None,
+        structured=StructuredOutput(msg.structured.kind, msg.structured.spec) if msg.HasField("structured") else None,
     )
 
 
@@ -39,6 +44,12 @@ def sampling_to_proto(params: SamplingParams) -> gateway_pb2.SamplingParams:
     )
     if params.seed is not None:
         msg.seed = params.seed
+    if params.logprobs is not None:
+        msg.logprobs = params.logprobs
+    if params.prompt_logprobs is not None:
+        msg.prompt_logprobs = params.prompt_logprobs
+    if params.structured is not None:
+        msg.structured.kind, msg.structured.spec = params.structured.kind, params.structured.spec
     return msg
 
 
@@ -90,3 +101,15 @@ def load_to_proto(snapshot: EngineLoad, policy: str, draining: bool = False) -> 
         load.tpot_alone_ms = snapshot.tpot_alone_s * 1000
     load.tpot_margin_ceiling, load.tpot_margin_start = snapshot.epsilon_ceiling, snapshot.epsilon_start
     return load
+
+
+def logprobs_to_proto(logprobs: TokenLogprobs) -> gateway_pb2.TokenLogprobs:
+    return gateway_pb2.TokenLogprobs(logprob=logprobs.logprob, top_token_ids=[t for t, _ in logprobs.top],
+                                     top_logprobs=[lp for _, lp in logprobs.top])
+
+
+def prefill_logprobs(out: RequestOutput) -> dict[str, object]:
+    """A prefill's first token's logprobs and its prompt's, as ``PrefillResponse`` fields (none
+    unless asked for)."""
+    return {"first_logprobs": logprobs_to_proto(out.logprobs[0]) if out.logprobs else None,
+            "prompt_logprobs": [logprobs_to_proto(lp) for lp in out.prompt_logprobs]}

@@ -30,6 +30,8 @@ from gateway.front_door import Caller, FrontDoor
 from gateway.openai import choices
 from gateway.openai.convert import ChoiceRequest, chat_requests, completion_requests, usage
 from gateway.openai.errors import error_body, error_headers, http_status, not_found, plain_error_body
+from gateway.openai.echo import echoed
+from gateway.openai.logprobs import token_text
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
 from gateway.openai.shapes import ChatShape, CompletionShape, Shape
 from gateway.openai.tokenize import add_tokenizer_routes
@@ -48,6 +50,7 @@ def build_app(front: FrontDoor, model: ServedModel, metrics: CollectorRegistry,
               ready: Callable[[], tuple[bool, str]]) -> FastAPI:
     app = FastAPI(title="pdserve", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(_ArrivalStamp)
+    texts = token_text(front.tokenizer)  # tokens' own texts, for their logprobs
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -84,14 +87,14 @@ def build_app(front: FrontDoor, model: ServedModel, metrics: CollectorRegistry,
     async def completions(body: CompletionRequest, request: Request) -> Response:
         rid = _request_id(request)
         return await _answer(front, model, request, body.model, body.stream, body.stream_options, rid,
-                             lambda: completion_requests(body, request.headers, rid), CompletionShape(rid, model.name))
+                             lambda: completion_requests(body, request.headers, rid),
+                             CompletionShape(rid, model.name, texts))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         rid = _request_id(request)
         return await _answer(front, model, request, body.model, body.stream, body.stream_options, rid,
-                             lambda: chat_requests(body, request.headers, rid),
-                             ChatShape(rid, model.name))
+                             lambda: chat_requests(body, request.headers, rid), ChatShape(rid, model.name, texts))
 
     add_tokenizer_routes(app, front, lambda name: name is None or name == model.name or name in model.aliases,
                          model.name, _caller, _error)
@@ -113,6 +116,8 @@ async def _answer(front: FrontDoor, model: ServedModel, request: Request, name: 
         else:
             messages = front.generate(wanted[0].request, caller)
             first = await anext(messages)
+            if wanted[0].echo:
+                first = echoed(first, wanted[0].request, front.tokenizer)
     except RequestError as exc:
         return _error(exc)
     except StopAsyncIteration:
@@ -155,17 +160,20 @@ async def _disconnected(request: Request) -> None:
 
 async def _whole(first: gateway_pb2.GenerateResponse, rest: AsyncIterator[gateway_pb2.GenerateResponse],
                  shape: Shape) -> Response:
-    texts, last = [first.text], first
+    texts, last, ids, logprobs = [first.text], first, list(first.token_ids), list(first.logprobs)
     try:
         async for message in rest:
             texts.append(message.text)
+            ids += message.token_ids
+            logprobs += message.logprobs
             last = message
     except RequestError as exc:
         return _error(exc)
     finally:
         await rest.aclose()  # now, whether it ended or was cancelled: no block outlives its client
     return JSONResponse(shape.whole("".join(texts), last.finish_reason or "stop",
-                                    usage(last.usage.prompt_tokens, last.usage.completion_tokens, last.usage.cached_tokens)),
+                                    usage(last.usage.prompt_tokens, last.usage.completion_tokens, last.usage.cached_tokens),
+                                    ids, logprobs),
                         headers={"x-request-id": shape.rid})
 
 
@@ -180,7 +188,7 @@ async def _events(first: gateway_pb2.GenerateResponse, rest: AsyncIterator[gatew
                 # one chunk per message that carries tokens, its text empty while the detokenizer
                 # holds back part of a character: the client sees each token when it is made, as
                 # the SLO accounting counts it, not when its character completes
-                yield _sse(shape.delta(message.text))
+                yield _sse(shape.delta(message.text, 0, message.token_ids, message.logprobs))
             if message.finish_reason:
                 yield _sse(shape.finish(message.finish_reason))
                 if include_usage:

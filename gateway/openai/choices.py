@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from gateway.errors import RequestError
 from gateway.front_door import Caller, FrontDoor
 from gateway.openai.convert import ChoiceRequest, usage
+from gateway.openai.echo import echoed
 from gateway.openai.errors import error_body
 from gateway.openai.shapes import Shape
 from wire.v1 import gateway_pb2
@@ -39,7 +40,8 @@ async def start_all(front: FrontDoor, caller: Caller, choices: list[ChoiceReques
     async def begin(choice: ChoiceRequest) -> Started:
         messages = front.generate(choice.request, caller)
         try:
-            return Started(choice, await anext(messages), messages)
+            first = await anext(messages)
+            return Started(choice, echoed(first, choice.request, front.tokenizer) if choice.echo else first, messages)
         except BaseException:
             await messages.aclose()
             raise
@@ -60,6 +62,14 @@ async def start_all(front: FrontDoor, caller: Caller, choices: list[ChoiceReques
     return sorted(started, key=lambda s: s.choice.index)
 
 
+@dataclass
+class Collected:
+    text: str
+    last: gateway_pb2.GenerateResponse
+    ids: list[int]
+    logprobs: list[gateway_pb2.TokenLogprobs]
+
+
 def _first_of(choices: list[ChoiceRequest], prompt: int) -> int:
     return min(c.index for c in choices if c.of_prompt == prompt)
 
@@ -75,15 +85,17 @@ def _counts(ends: list[tuple[Started, gateway_pb2.GenerateResponse]], choices: l
 async def whole(request: Request, started: list[Started], shape: Shape, disconnected: Callable[[Request], object],
                 error: Callable[[RequestError], Response]) -> Response:
     """Every choice whole, or nothing when the client leaves first (each request ended at once)."""
-    async def collect(s: Started) -> tuple[str, gateway_pb2.GenerateResponse]:
-        texts, last = [s.first.text], s.first
+    async def collect(s: Started) -> Collected:
+        texts, last, ids, logprobs = [s.first.text], s.first, list(s.first.token_ids), list(s.first.logprobs)
         try:
             async for message in s.rest:
                 texts.append(message.text)
+                ids += message.token_ids
+                logprobs += message.logprobs
                 last = message
         finally:
             await s.rest.aclose()
-        return "".join(texts), last
+        return Collected("".join(texts), last, ids, logprobs)
 
     tasks = [asyncio.ensure_future(collect(s)) for s in started]
     gone = asyncio.ensure_future(disconnected(request))  # type: ignore[arg-type]
@@ -104,9 +116,9 @@ async def whole(request: Request, started: list[Started], shape: Shape, disconne
         await asyncio.gather(*tasks, gone, return_exceptions=True)
     done_results = [t.result() for t in tasks]
     choices = [s.choice for s in started]
-    ends = [(s, last) for s, (_, last) in zip(started, done_results)]
-    body = shape.whole_of([shape.choice(s.choice.index, text, last.finish_reason or "stop")
-                           for s, (text, last) in zip(started, done_results)], _counts(ends, choices))
+    ends = [(s, c.last) for s, c in zip(started, done_results)]
+    body = shape.whole_of([shape.choice(s.choice.index, c.text, c.last.finish_reason or "stop", c.ids, c.logprobs)
+                           for s, c in zip(started, done_results)], _counts(ends, choices))
     return JSONResponse(body, headers={"x-request-id": shape.rid})
 
 
@@ -139,7 +151,7 @@ async def events(started: list[Started], shape: Shape, include_usage: bool,
                 yield sse(error_body(item))
             else:
                 if item.text or item.token_ids:
-                    yield sse(shape.delta(item.text, s.choice.index))
+                    yield sse(shape.delta(item.text, s.choice.index, item.token_ids, item.logprobs))
                 if item.finish_reason:
                     yield sse(shape.finish(item.finish_reason, s.choice.index))
                     ends.append((s, item))

@@ -1,9 +1,12 @@
 """OpenAI request bodies into the public ``GenerateRequest``, and pdserve's answers back.
 
 A choice a request: ``n`` choices of each prompt (completions take a list), each a request of its
-own (``ChoiceRequest``). Log probabilities, penalties, ``echo``, ``suffix``, tools and output
-constraints (``response_format`` other than text, ``guided_*``, ``logit_bias``) are refused with a
-400 that names the field, never accepted and ignored. SLOs come from the body's ``slo`` extension or, for clients that cannot add body fields, the headers
+own (``ChoiceRequest``). Log probabilities are those of the model's raw logits (before temperature,
+top-k and top-p): chat's ``logprobs``/``top_logprobs``, completions' ``logprobs`` (an integer).
+``echo`` puts the prompt before a completion (with ``logprobs``, its tokens' too: ``echo``).
+Output constraints (``response_format``, vLLM's ``guided_*``) are enforced while sampling
+(``structured``). Penalties, ``suffix``, tools and ``logit_bias`` are refused with a 400 that names
+the field, never accepted and ignored. SLOs come from the body's ``slo`` extension or, for clients that cannot add body fields, the headers
 ``x-slo-ttft-ms``, ``x-slo-tpot-ms`` and ``x-slo-class`` (the body wins).
 """
 
@@ -14,8 +17,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gateway.errors import RequestError, invalid
+from common.model.sampling_params import MAX_LOGPROBS
+from gateway.errors import invalid
+from gateway.openai.errors import field_error
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from gateway.openai.structured import structured_output
 from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2
 
@@ -29,37 +35,43 @@ class ChoiceRequest:
     index: int  # its ``index`` in the answer: prompt × n + its place among the prompt's choices
     of_prompt: int  # which prompt (0 for chat)
     request: gateway_pb2.GenerateRequest
+    echo: bool = False  # completions' ``echo``: its prompt goes before its text (``gateway.openai.echo``)
 
 
 def completion_requests(body: CompletionRequest, headers: Mapping[str, str], request_id: str) -> list[ChoiceRequest]:
     """A request per choice: every prompt of a list, ``n`` each."""
     _refuse_unserved(body)
-    if body.echo:
-        raise _field_error("echo", "echo is not supported")
     if body.suffix:
-        raise _field_error("suffix", "suffix is not supported")
+        raise field_error("suffix", "suffix is not supported")
     prompt = body.prompt
     prompts = list(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)) else [prompt]
     built = []
+    if isinstance(body.logprobs, bool):
+        raise field_error("logprobs", "logprobs must be an integer for completions: how many alternatives a token")
     for p in prompts:
         request = gateway_pb2.GenerateRequest(sampling=_sampling(body, body.max_tokens), slo=_slo(body, headers))
+        if body.logprobs is not None:
+            request.sampling.logprobs = _logprobs_count("logprobs", body.logprobs)
+            if body.echo:  # the prompt's tokens are scored too
+                request.sampling.prompt_logprobs = request.sampling.logprobs
         if isinstance(p, str):
             request.text = p
         else:
             request.token_ids.ids.extend(p)  # type: ignore[arg-type]
         built.append(request)
-    return _choices(built, body, request_id)
+    return _choices(built, body, request_id, echo=body.echo)
 
 
 def chat_requests(body: ChatCompletionRequest, headers: Mapping[str, str], request_id: str) -> list[ChoiceRequest]:
     return _choices([chat_request(body, headers, request_id)], body, request_id)
 
 
-def _choices(prompts: list[gateway_pb2.GenerateRequest], body: SamplingFields, request_id: str) -> list[ChoiceRequest]:
+def _choices(prompts: list[gateway_pb2.GenerateRequest], body: SamplingFields, request_id: str,
+             echo: bool = False) -> list[ChoiceRequest]:
     """``n`` choices of each prompt's request: their own ids (``<id>-<index>`` when several) and,
     with a seed, seed + their place among the prompt's choices (each a different sample)."""
     if len(prompts) * body.n > MAX_CHOICES:
-        raise _field_error("n", f"{len(prompts)} prompts × n = {body.n} choices: at most {MAX_CHOICES} a request")
+        raise field_error("n", f"{len(prompts)} prompts × n = {body.n} choices: at most {MAX_CHOICES} a request")
     several = len(prompts) * body.n > 1
     out = []
     for p, request in enumerate(prompts):
@@ -70,21 +82,25 @@ def _choices(prompts: list[gateway_pb2.GenerateRequest], body: SamplingFields, r
             choice.request_id = f"{request_id}-{index}" if several else request_id
             if body.seed is not None:
                 choice.sampling.seed = body.seed + j
-            out.append(ChoiceRequest(index, p, choice))
+            out.append(ChoiceRequest(index, p, choice, echo))
     return out
 
 
 def chat_request(body: ChatCompletionRequest, headers: Mapping[str, str], request_id: str) -> gateway_pb2.GenerateRequest:
     _refuse_unserved(body)
     if body.tools:
-        raise _field_error("tools", "tools are not supported")
-    if body.top_logprobs:
-        raise _field_error("top_logprobs", "log probabilities are not supported")
+        raise field_error("tools", "tools are not supported")
     if not body.messages:
-        raise _field_error("messages", "messages must not be empty")
+        raise field_error("messages", "messages must not be empty")
     max_tokens = body.max_completion_tokens or body.max_tokens
     request = gateway_pb2.GenerateRequest(request_id=request_id, sampling=_sampling(body, max_tokens),
                                           slo=_slo(body, headers))
+    if body.logprobs is not None and not isinstance(body.logprobs, bool):
+        raise field_error("logprobs", "logprobs must be true or false for a chat (top_logprobs says how many alternatives)")
+    if body.top_logprobs is not None and not body.logprobs:
+        raise field_error("top_logprobs", "top_logprobs needs logprobs: true")
+    if body.logprobs:
+        request.sampling.logprobs = _logprobs_count("top_logprobs", body.top_logprobs or 0)
     for m in body.messages:
         content = m.content if isinstance(m.content, str) else "".join(p.text for p in m.content or [])
         request.messages.messages.add(role=m.role, content=content)
@@ -93,19 +109,18 @@ def chat_request(body: ChatCompletionRequest, headers: Mapping[str, str], reques
 
 def _refuse_unserved(body: SamplingFields) -> None:
     if body.n < 1:
-        raise _field_error("n", "n must be at least 1")
-    if body.logprobs:
-        raise _field_error("logprobs", "log probabilities are not supported")
+        raise field_error("n", "n must be at least 1")
     if body.presence_penalty or body.frequency_penalty:
-        raise _field_error("presence_penalty" if body.presence_penalty else "frequency_penalty",
+        raise field_error("presence_penalty" if body.presence_penalty else "frequency_penalty",
                            "penalties are not supported")
-    kind = (body.response_format or {}).get("type", "text")
-    if kind != "text":
-        raise _field_error("response_format", f"response_format {kind!r} is not supported: pdserve cannot yet "
-                           "constrain its output to it, and does not answer in free text instead")
-    for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "logit_bias"):
-        if getattr(body, name) is not None:
-            raise _field_error(name, f"{name} is not supported")
+    if body.logit_bias is not None:
+        raise field_error("logit_bias", "logit_bias is not supported")
+
+
+def _logprobs_count(field: str, k: int) -> int:
+    if not 0 <= k <= MAX_LOGPROBS:
+        raise field_error(field, f"{field} must be in [0, {MAX_LOGPROBS}], got {k}")
+    return k
 
 
 def _sampling(body: SamplingFields, max_tokens: int | None) -> gateway_pb2.SamplingParams:
@@ -118,6 +133,9 @@ def _sampling(body: SamplingFields, max_tokens: int | None) -> gateway_pb2.Sampl
         params.top_p = body.top_p
     if body.seed is not None:
         params.seed = body.seed
+    structured = structured_output(body)
+    if structured is not None:
+        params.structured.CopyFrom(structured)
     return params
 
 
@@ -131,12 +149,6 @@ def _slo(body: SamplingFields, headers: Mapping[str, str]) -> gateway_pb2.SLO:
         return slo_to_proto(ttft_ms, tpot_ms, headers.get("x-slo-class", ""))
     except ValueError:
         raise invalid("x-slo-ttft-ms and x-slo-tpot-ms must be milliseconds >= 0") from None
-
-
-def _field_error(param: str, message: str) -> RequestError:
-    error = invalid(message)
-    error.param = param  # type: ignore[attr-defined]
-    return error
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, object]:

@@ -41,16 +41,16 @@ class SamplingFields(BaseModel):
     ignore_eos: bool = False
     stop_token_ids: list[int] = Field(default_factory=list)
     slo: SloExtension | None = None
+    logprobs: bool | int | None = None  # chat: true/false (top_logprobs: how many alternatives); completions: that count
     # refused unless at their neutral value: pdserve does not compute them
-    logprobs: bool | int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     user: str | None = None
-    # output constraints, refused (400) rather than accepted and ignored: pdserve enforces none yet
+    # output constraints, enforced while sampling (``gateway.openai.structured``); logit_bias refused
     response_format: dict[str, object] | None = None
     guided_json: object = None
     guided_regex: str | None = None
-    guided_choice: list[str] | None = None
+    guided_choice: object = None  # a list of strings (checked where it is read, with its field named)
     guided_grammar: str | None = None
     logit_bias: dict[str, float] | None = None
 

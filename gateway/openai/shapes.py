@@ -1,11 +1,17 @@
 """How the OpenAI endpoints' answers look: whole (one choice or several), and as stream chunks,
-each naming its choice's ``index``."""
+each naming its choice's ``index``, with its tokens' log probabilities where they were asked for
+(``gateway.openai.logprobs``)."""
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 
 from gateway.openai.convert import created
+from gateway.openai.logprobs import TokenText, chat_content, completion_lists
+from wire.v1 import gateway_pb2
+
+Logprobs = Sequence[gateway_pb2.TokenLogprobs]
 
 
 class Shape(abc.ABC):
@@ -13,26 +19,29 @@ class Shape(abc.ABC):
 
     object_whole = object_chunk = id_prefix = ""
 
-    def __init__(self, rid: str, model: str) -> None:
+    def __init__(self, rid: str, model: str, token_text: TokenText | None = None) -> None:
         self.rid, self.model, self.created = rid, model, created()
+        self.token_text = token_text  # a token's own text, for its logprobs (None: none are shown)
 
     def _envelope(self, obj: str, choices: list[dict[str, object]]) -> dict[str, object]:
         return {"id": f"{self.id_prefix}-{self.rid}", "object": obj, "created": self.created, "model": self.model, "choices": choices}
 
-    def whole(self, text: str, finish: str, counts: dict[str, object]) -> dict[str, object]:
-        return self.whole_of([self.choice(0, text, finish)], counts)
+    def whole(self, text: str, finish: str, counts: dict[str, object], ids: Sequence[int] = (),
+              logprobs: Logprobs = ()) -> dict[str, object]:
+        return self.whole_of([self.choice(0, text, finish, ids, logprobs)], counts)
 
     def whole_of(self, choices: list[dict[str, object]], counts: dict[str, object]) -> dict[str, object]:
         return {**self._envelope(self.object_whole, choices), "usage": counts}
 
     @abc.abstractmethod
-    def choice(self, index: int, text: str, finish: str) -> dict[str, object]: ...
+    def choice(self, index: int, text: str, finish: str, ids: Sequence[int] = (),
+               logprobs: Logprobs = ()) -> dict[str, object]: ...
 
     def opening(self, index: int = 0) -> list[dict[str, object]]:
         return []
 
     @abc.abstractmethod
-    def delta(self, text: str, index: int = 0) -> dict[str, object]: ...
+    def delta(self, text: str, index: int = 0, ids: Sequence[int] = (), logprobs: Logprobs = ()) -> dict[str, object]: ...
 
     @abc.abstractmethod
     def finish(self, reason: str, index: int = 0) -> dict[str, object]: ...
@@ -45,35 +54,53 @@ class CompletionShape(Shape):
     object_whole = object_chunk = "text_completion"
     id_prefix = "cmpl"
 
-    def choice(self, index: int, text: str, finish: str) -> dict[str, object]:
-        return {"index": index, "text": text, "finish_reason": finish, "logprobs": None}
+    def __init__(self, rid: str, model: str, token_text: TokenText | None = None) -> None:
+        super().__init__(rid, model, token_text)
+        self._offsets: dict[int, int] = {}  # choice index -> characters of its tokens' texts shown so far
 
-    def delta(self, text: str, index: int = 0) -> dict[str, object]:
+    def choice(self, index: int, text: str, finish: str, ids: Sequence[int] = (),
+               logprobs: Logprobs = ()) -> dict[str, object]:
+        return {"index": index, "text": text, "finish_reason": finish, "logprobs": self._logprobs(index, ids, logprobs)}
+
+    def delta(self, text: str, index: int = 0, ids: Sequence[int] = (), logprobs: Logprobs = ()) -> dict[str, object]:
         return self._envelope(self.object_chunk, [{"index": index, "text": text, "finish_reason": None,
-                                                   "logprobs": None}])
+                                                   "logprobs": self._logprobs(index, ids, logprobs)}])
 
     def finish(self, reason: str, index: int = 0) -> dict[str, object]:
         return self._envelope(self.object_chunk, [{"index": index, "text": "", "finish_reason": reason,
                                                    "logprobs": None}])
+
+    def _logprobs(self, index: int, ids: Sequence[int], logprobs: Logprobs) -> dict[str, list[object]] | None:
+        if not logprobs or self.token_text is None:
+            return None
+        lists, self._offsets[index] = completion_lists(ids, logprobs, self.token_text, self._offsets.get(index, 0))
+        return lists
 
 
 class ChatShape(Shape):
     object_whole, object_chunk = "chat.completion", "chat.completion.chunk"
     id_prefix = "chatcmpl"
 
-    def choice(self, index: int, text: str, finish: str) -> dict[str, object]:
+    def choice(self, index: int, text: str, finish: str, ids: Sequence[int] = (),
+               logprobs: Logprobs = ()) -> dict[str, object]:
         return {"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
-                "logprobs": None}
+                "logprobs": self._logprobs(ids, logprobs)}
 
     def opening(self, index: int = 0) -> list[dict[str, object]]:
         return [self._chunk({"role": "assistant", "content": ""}, None, index)]
 
-    def delta(self, text: str, index: int = 0) -> dict[str, object]:
-        return self._chunk({"content": text}, None, index)
+    def delta(self, text: str, index: int = 0, ids: Sequence[int] = (), logprobs: Logprobs = ()) -> dict[str, object]:
+        return self._chunk({"content": text}, None, index, self._logprobs(ids, logprobs))
 
     def finish(self, reason: str, index: int = 0) -> dict[str, object]:
         return self._chunk({}, reason, index)
 
-    def _chunk(self, delta: dict[str, object], finish: str | None, index: int) -> dict[str, object]:
+    def _logprobs(self, ids: Sequence[int], logprobs: Logprobs) -> dict[str, object] | None:
+        if not logprobs or self.token_text is None:
+            return None
+        return {"content": chat_content(ids, logprobs, self.token_text)}
+
+    def _chunk(self, delta: dict[str, object], finish: str | None, index: int,
+               logprobs: dict[str, object] | None = None) -> dict[str, object]:
         return self._envelope(self.object_chunk, [{"index": index, "delta": delta, "finish_reason": finish,
-                                                   "logprobs": None}])
+                                                   "logprobs": logprobs}])

@@ -284,3 +284,118 @@ def test_the_load_tester_measures_http_and_grpc_by_one_definition(served, tmp_pa
     assert bench(["--backend", "openai-chat", *bad_key, "--api-key", "pk-wrong", "--result-filename", "denied.json"]) == 0
     denied = json.loads((tmp_path / "denied" / "denied.json").read_text())
     assert denied["errors_by_code"] == {"UNAUTHENTICATED": 6} and denied["completed"] == 0
+
+
+@pytest.fixture(scope="module")
+def hf(model_dir: Path):  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir)), AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+
+
+def _reference_logprobs(hf, prompt_ids: list[int], generated: list[int]) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """transformers' logits for each generated token's position, log-softmaxed in float64."""
+    _, model = hf
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + generated])).logits[0, len(prompt_ids) - 1:-1]
+    return torch.log_softmax(logits.double(), dim=-1)
+
+
+def _chat_ids(hf, chat) -> list[int]:  # type: ignore[no-untyped-def]
+    return list(hf[0].apply_chat_template(chat, add_generation_prompt=True, return_dict=True)["input_ids"])
+
+
+def test_chat_logprobs_are_transformers_log_softmax_of_the_same_tokens(client, hf):
+    tokenizer, model = hf
+    prompt = _chat_ids(hf, CHATS[0])
+    reply = client.chat.completions.create(model=MODEL, messages=CHATS[0], temperature=0, max_tokens=12,
+                                           logprobs=True, top_logprobs=3)
+    with torch.no_grad():
+        greedy = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False)[0, len(prompt):].tolist()
+    content = reply.choices[0].logprobs.content
+    assert [c.token for c in content] == [tokenizer.decode([t]) for t in greedy]
+    expected = _reference_logprobs(hf, prompt, greedy)
+    for row, (entry, token) in enumerate(zip(content, greedy)):
+        assert abs(entry.logprob - expected[row, token].item()) < 1e-4
+        top = expected[row].topk(3)
+        assert [t.logprob for t in entry.top_logprobs] == pytest.approx(top.values.tolist(), abs=1e-4)
+        assert [t.token for t in entry.top_logprobs] == [tokenizer.decode([i]) for i in top.indices.tolist()]
+        assert entry.bytes == list(entry.token.encode())
+    plain = client.chat.completions.create(model=MODEL, messages=CHATS[0], temperature=0, max_tokens=12)
+    assert plain.choices[0].logprobs is None and plain.choices[0].message.content == reply.choices[0].message.content
+    chunks = list(client.chat.completions.create(model=MODEL, messages=CHATS[0], temperature=0, max_tokens=12,
+                                                 logprobs=True, top_logprobs=3, stream=True))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+
+
+def test_sampled_tokens_logprobs_over_grpc_are_the_raw_logits(served, hf):
+    """At temperature 1.3 with top-k 5 the tokens are drawn from the tempered and cut distribution;
+    their logprobs are still those of the model's raw logits (pdserve's definition)."""
+    prompt = _chat_ids(hf, CHATS[1])
+    request = gateway_pb2.GenerateRequest(token_ids=gateway_pb2.TokenIds(ids=prompt), sampling=gateway_pb2.SamplingParams(
+        max_tokens=16, temperature=1.3, top_k=5, seed=7, logprobs=2, ignore_eos=True))
+    with grpc.insecure_channel(served.address) as channel:
+        responses = list(gateway_pb2_grpc.GatewayStub(channel).Generate(
+            request, metadata=(("authorization", f"Bearer {KEY}"),)))
+    ids = [t for r in responses for t in r.token_ids]
+    logprobs = [lp for r in responses for lp in r.logprobs]
+    assert len(ids) == len(logprobs) == 16
+    expected = _reference_logprobs(hf, prompt, ids)
+    for row, (token, lp) in enumerate(zip(ids, logprobs)):
+        assert abs(lp.logprob - expected[row, token].item()) < 1e-4
+        assert list(lp.top_token_ids) == expected[row].topk(2).indices.tolist()
+        assert list(lp.top_logprobs) == pytest.approx(expected[row].topk(2).values.tolist(), abs=1e-4)
+    assert any(lp.logprob < lp.top_logprobs[0] - 1e-6 for lp in logprobs), "every token the likeliest: not sampled"
+
+
+def test_completion_logprobs_are_parallel_lists_over_the_text(client, hf):
+    tokenizer, _ = hf
+    prompt = tokenizer.encode("The capital of France is")
+    reply = client.completions.create(model=MODEL, prompt=prompt, temperature=0, max_tokens=6, logprobs=2)
+    lp = reply.choices[0].logprobs
+    assert "".join(lp.tokens) == reply.choices[0].text and len(lp.tokens) == reply.usage.completion_tokens
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
+    generated = [tokenizer.encode(t, add_special_tokens=False)[0] for t in lp.tokens]
+    expected = _reference_logprobs(hf, prompt, generated)
+    assert lp.token_logprobs == pytest.approx([expected[i, t].item() for i, t in enumerate(generated)], abs=1e-4)
+    assert all(len(top) == 2 and max(top.values()) == pytest.approx(v, abs=1e-6)
+               for top, v in zip(lp.top_logprobs, lp.token_logprobs))  # greedy: each token the likeliest
+    streamed = client.completions.create(model=MODEL, prompt=prompt, temperature=0, max_tokens=6, logprobs=2, stream=True)
+    parts = [c.choices[0].logprobs for c in streamed if c.choices[0].logprobs]
+    assert [t for p in parts for t in p.tokens] == lp.tokens
+    assert [o for p in parts for o in p.text_offset] == lp.text_offset
+
+
+def test_logprobs_fields_are_checked(client):
+    chat = CHATS[0]
+    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat, logprobs=True, top_logprobs=21))
+    assert status == 400 and body["param"] == "top_logprobs"
+    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=chat, top_logprobs=2))
+    assert status == 400 and body["param"] == "top_logprobs"
+    status, body = _error(lambda: client.completions.create(model=MODEL, prompt="Hi", logprobs=21))
+    assert status == 400 and body["param"] == "logprobs"
+
+
+def test_echo_with_logprobs_scores_the_prompt_as_transformers_does(client, hf):
+    """How evaluation harnesses score a text: echo + logprobs, the prompt tokens' logprobs from the prefill."""
+    tokenizer, model = hf
+    text = "The quick brown fox jumps over the lazy dog because it"
+    prompt = tokenizer.encode(text)
+    with torch.no_grad():
+        expected = torch.log_softmax(model(torch.tensor([prompt])).logits[0].double(), dim=-1)
+    for attempt in range(2):  # the second time its prefix is cached: scored whole all the same
+        reply = client.completions.create(model=MODEL, prompt=text, max_tokens=1, temperature=0, echo=True, logprobs=1)
+        lp = reply.choices[0].logprobs
+        assert reply.choices[0].text.startswith(text) and len(lp.tokens) == len(prompt) + 1, attempt
+        assert lp.tokens[:len(prompt)] == [tokenizer.decode([t]) for t in prompt]
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        assert lp.token_logprobs[1:len(prompt)] == pytest.approx(
+            [expected[i - 1, prompt[i]].item() for i in range(1, len(prompt))], abs=1e-4)
+        assert lp.token_logprobs[-1] == pytest.approx(expected[-1].max().item(), abs=1e-4)  # the greedy completion
+        assert reply.usage.prompt_tokens == len(prompt) and reply.usage.completion_tokens == 1
+    plain = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2, temperature=0, echo=True)
+    assert plain.choices[0].text.startswith(tokenizer.decode(prompt)) and plain.choices[0].logprobs is None
+    streamed = list(client.completions.create(model=MODEL, prompt=text, max_tokens=2, temperature=0, echo=True,
+                                              stream=True))
+    assert streamed[0].choices[0].text.startswith(text)

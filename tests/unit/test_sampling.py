@@ -19,6 +19,8 @@ from common.model.sampling_params import SamplingParams
         ({"seed": -3}, "seed"),
         ({"min_tokens": 5, "max_tokens": 2}, "min_tokens"),
         ({"stop_token_ids": (1, -2)}, "stop_token_ids"),
+        ({"logprobs": -1}, "logprobs"),
+        ({"logprobs": 21}, "logprobs"),
     ],
 )
 def test_bad_sampling_values_raise_value_error_naming_the_field(kwargs, field):
@@ -76,3 +78,30 @@ def test_a_seeded_token_depends_only_on_the_seed_and_its_index():
     draws = [Sampler(())(logits, [_seq(params, outputs=i)])[0] for i in range(30)]
     assert draws == [Sampler(())(logits, [_seq(params, outputs=i)])[0] for i in range(30)]
     assert len(set(draws)) > 5
+
+
+def test_logprobs_are_the_raw_logits_log_softmax_for_the_rows_asking_only():
+    torch.manual_seed(0)
+    logits = torch.randn(4, 50) * 3
+    seqs = [_seq(SamplingParams(logprobs=3)), _seq(SamplingParams()),
+            _seq(SamplingParams(temperature=2.0, top_k=4, seed=5, logprobs=0)), _seq(SamplingParams(logprobs=20))]
+    sampler = Sampler(())
+    tokens, logprobs = sampler.with_logprobs(logits, seqs)
+    assert tokens == sampler(logits, seqs)  # the same draws as without logprobs (the seeded row too)
+    reference = torch.log_softmax(logits.double(), dim=-1)
+    assert logprobs[1] is None
+    for row in (0, 2, 3):
+        got = logprobs[row]
+        assert got is not None and got.logprob == pytest.approx(reference[row, tokens[row]].item(), abs=1e-5)
+        k = seqs[row].params.logprobs or 0
+        top = reference[row].topk(k) if k else None
+        assert [t for t, _ in got.top] == ([] if top is None else top.indices.tolist())
+        assert [lp for _, lp in got.top] == pytest.approx([] if top is None else top.values.tolist(), abs=1e-5)
+    assert tokens[0] == logits[0].argmax().item() and logprobs[0].top[0][0] == tokens[0]
+
+
+def test_a_step_asking_no_logprobs_computes_none():
+    logits = torch.randn(2, 10)
+    seqs = [_seq(SamplingParams()), _seq(SamplingParams(temperature=1.0, seed=1))]
+    tokens, logprobs = Sampler(()).with_logprobs(logits, seqs)
+    assert logprobs == [None, None] and tokens == Sampler(())(logits, seqs)
