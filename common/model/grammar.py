@@ -82,10 +82,10 @@ class Grammars:
         compiler = self._compiler_now()
         kind, spec = structured.kind, structured.spec
         try:
-            if kind == "json":
-                return compiler.compile_builtin_json_grammar()
-            if kind == "json_schema":
-                return compiler.compile_json_schema(spec)
+            # compact JSON: a model may not spend its tokens on whitespace without end
+            if kind in ("json", "json_schema"):
+                return compiler.compile_json_schema(spec if kind == "json_schema" else '{"type": "object"}',
+                                                    any_whitespace=False)
             if kind == "regex":
                 return compiler.compile_regex(spec)
             if kind == "choice":

@@ -70,7 +70,7 @@ class ModelRunner:
         self.sampler = sampler
         self.stage = stage
         self.graphs = graphs
-        self.grammars = grammars or Grammars(_no_tokenizer, model.config.vocab_size, ())
+        self.grammars = grammars if grammars is not None else Grammars(_no_tokenizer, model.config.vocab_size, ())
         self.device = model.device
         self.triton = model.ops.name == "triton"
         self.staging = Staging(self.device)

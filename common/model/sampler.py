@@ -99,13 +99,19 @@ def _top_k_top_p(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor)
 def exponential_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     """``[rows, vocab]`` float32 Exp(1) draws: row r, token t is a function of (keys[r], t) alone.
 
-    A 32-bit integer hash of the token id mixed with the key's two halves, cut to 24 bits so
-    that ``U = (h + ½) / 2²⁴`` is exact in float32 and strictly inside (0, 1)."""
+    A 32-bit integer hash of the token id mixed with the key's two halves, cut to 23 bits so
+    that ``U = (h + ½) / 2²³`` is exact in float32 and strictly inside (0, 1). (With 24 bits,
+    h + ½ needs 25: the largest h rounded to U = 1, E = 0, and that token won whatever its
+    probability, about once in 340 steps over a 49,152-token vocabulary.)"""
     low, high = keys[:, None] & 0x7FFFFFFF, (keys[:, None] >> 31) & MASK32
     x = torch.arange(vocab, dtype=torch.int64, device=keys.device)[None, :]
     x = _mix(_mix(x ^ low) ^ high)
-    uniform = ((x >> 8).float() + 0.5) * (1.0 / (1 << 24))
-    return -torch.log(uniform)
+    return -torch.log(uniform_of_hash(x))
+
+
+def uniform_of_hash(x: torch.Tensor) -> torch.Tensor:
+    """32-bit hashes -> float32 uniforms strictly inside (0, 1) (``exponential_noise``)."""
+    return ((x >> 9).float() + 0.5) * (1.0 / (1 << 23))
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:

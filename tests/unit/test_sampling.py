@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from common.model.batch import ScheduledSeq
-from common.model.sampler import Sampler
+from common.model.sampler import Sampler, exponential_noise, uniform_of_hash
 from common.model.sampling_params import SamplingParams
 
 
@@ -105,3 +105,12 @@ def test_a_step_asking_no_logprobs_computes_none():
     seqs = [_seq(SamplingParams()), _seq(SamplingParams(temperature=1.0, seed=1))]
     tokens, logprobs = Sampler(()).with_logprobs(logits, seqs)
     assert logprobs == [None, None] and tokens == Sampler(())(logits, seqs)
+
+
+def test_the_noise_is_strictly_positive_even_for_the_largest_hash():
+    """A uniform of exactly 1 makes a token's noise 0 and its p / E infinite (or NaN where a mask
+    made p 0): that token would be drawn whatever its probability."""
+    u = uniform_of_hash(torch.tensor([0, 1, 0xFFFFFF00, 0xFFFFFFFF], dtype=torch.int64))
+    assert (u > 0).all() and (u < 1).all(), u.tolist()
+    noise = exponential_noise(torch.arange(64, dtype=torch.int64) * 0x9E3779B1, 49152)
+    assert (noise > 0).all() and torch.isfinite(noise).all()
