@@ -22,6 +22,7 @@ import grpc
 from common.process.logs import request_id_var
 from common.process.metrics import Metrics
 from common.text.chat_template import ChatTemplate, ChatTemplateError
+from gateway.chat_messages import template_messages, template_tools
 from gateway import request_start
 from gateway.accounting import RequestAccounting
 from gateway.arrival_wait import ArrivalWait
@@ -179,16 +180,16 @@ class FrontDoor:
         return before + self.delivery.allowance(caller.front)
 
     def _render_chat(self, request: gateway_pb2.GenerateRequest) -> str:
-        messages = request.messages.messages
-        if not messages:
+        if not request.messages.messages:
             raise invalid("messages is empty: a chat needs at least one message")
-        for i, m in enumerate(messages):
-            if not m.role:
-                raise invalid(f"messages[{i}].role is empty")
+        messages, tools = template_messages(request.messages), template_tools(request.messages)
         if self.chat is None:
             raise invalid("this model has no chat template: send text or token_ids")
+        if tools is not None and self.chat.tool_call_format is None:
+            raise invalid("tools: this model's chat template defines no tool-call format, so no call could be read "
+                          "from its answer")
         try:
-            text = self.chat.render([{"role": m.role, "content": m.content} for m in messages])
+            text = self.chat.render(messages, tools=tools)
         except ChatTemplateError as exc:
             raise invalid(f"messages: {exc}") from None
         limit = self.limits.max_prompt_bytes

@@ -39,6 +39,9 @@ class ChatTemplate:
         env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
         self._template = env.from_string(source)
         self._special = dict(special_tokens)
+        # how its model writes a tool call: Hermes' (Qwen's) <tool_call>{"name", "arguments"}</tool_call>
+        # where the template speaks of it; None: it defines none
+        self.tool_call_format: str | None = "hermes" if "<tool_call>" in source else None
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> ChatTemplate | None:
@@ -53,11 +56,14 @@ class ChatTemplate:
         special = {key: _content(config.get(key)) for key in SPECIAL_TOKEN_KEYS if config.get(key)}
         return cls(source, special)
 
-    def render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True) -> str:
-        """The prompt text of a conversation, ready for the assistant's reply."""
+    def render(self, messages: Sequence[Mapping[str, object]], add_generation_prompt: bool = True,
+               tools: Sequence[object] | None = None) -> str:
+        """The prompt text of a conversation, ready for the assistant's reply (and the tools it
+        may call, for a template that renders them)."""
+        extra = {} if tools is None else {"tools": list(tools)}
         try:
             return self._template.render(messages=[dict(m) for m in messages],
-                                         add_generation_prompt=add_generation_prompt, **self._special)
+                                         add_generation_prompt=add_generation_prompt, **self._special, **extra)
         except ChatTemplateError:
             raise
         except TemplateError as exc:

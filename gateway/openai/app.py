@@ -28,13 +28,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from gateway.errors import RequestError, invalid
 from gateway.front_door import Caller, FrontDoor
 from gateway.openai import choices
-from gateway.openai.convert import ChoiceRequest, chat_requests, completion_requests, usage
+from gateway.openai.convert import ChoiceRequest, chat_requests, chat_tool_use, completion_requests, usage
 from gateway.openai.errors import error_body, error_headers, http_status, not_found, plain_error_body
 from gateway.openai.echo import echoed
 from gateway.openai.logprobs import token_text
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
 from gateway.openai.shapes import ChatShape, CompletionShape, Shape
 from gateway.openai.tokenize import add_tokenizer_routes
+from gateway.openai.tools import ToolUse
 from wire.v1 import gateway_pb2
 
 
@@ -94,7 +95,8 @@ def build_app(front: FrontDoor, model: ServedModel, metrics: CollectorRegistry,
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         rid = _request_id(request)
         return await _answer(front, model, request, body.model, body.stream, body.stream_options, rid,
-                             lambda: chat_requests(body, request.headers, rid), ChatShape(rid, model.name, texts))
+                             lambda: chat_requests(body, request.headers, rid),
+                             ChatShape(rid, model.name, texts, _tool_use(body)))
 
     add_tokenizer_routes(app, front, lambda name: name is None or name == model.name or name in model.aliases,
                          model.name, _caller, _error)
@@ -243,3 +245,12 @@ def _request_id(request: Request) -> str:
 
 def _error(error: RequestError) -> JSONResponse:
     return JSONResponse(error_body(error), status_code=http_status(error), headers=error_headers(error))
+
+
+def _tool_use(body: ChatCompletionRequest) -> ToolUse | None:
+    """How the answer is read for tool calls; a bad tools field is reported by the request's own
+    build (``chat_requests``), so here it reads as none."""
+    try:
+        return chat_tool_use(body)
+    except RequestError:
+        return None

@@ -5,13 +5,14 @@ own (``ChoiceRequest``). Log probabilities are those of the model's raw logits (
 top-k and top-p): chat's ``logprobs``/``top_logprobs``, completions' ``logprobs`` (an integer).
 ``echo`` puts the prompt before a completion (with ``logprobs``, its tokens' too: ``echo``).
 Output constraints (``response_format``, vLLM's ``guided_*``) are enforced while sampling
-(``structured``). Penalties, ``suffix``, tools and ``logit_bias`` are refused with a 400 that names
+(``structured``). Tools: ``gateway.openai.tools``. Penalties, ``suffix`` and ``logit_bias`` are refused with a 400 that names
 the field, never accepted and ignored. SLOs come from the body's ``slo`` extension or, for clients that cannot add body fields, the headers
 ``x-slo-ttft-ms``, ``x-slo-tpot-ms`` and ``x-slo-class`` (the body wins).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from gateway.errors import invalid
 from gateway.openai.errors import field_error
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from gateway.openai.structured import structured_output
+from gateway.openai.tools import ToolUse, tool_use
 from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2
 
@@ -66,6 +68,11 @@ def chat_requests(body: ChatCompletionRequest, headers: Mapping[str, str], reque
     return _choices([chat_request(body, headers, request_id)], body, request_id)
 
 
+def chat_tool_use(body: ChatCompletionRequest) -> ToolUse | None:
+    """How a chat's answers are read for tool calls (``gateway.openai.tools``)."""
+    return tool_use(body.tools, body.tool_choice, gateway_pb2.GenerateRequest())
+
+
 def _choices(prompts: list[gateway_pb2.GenerateRequest], body: SamplingFields, request_id: str,
              echo: bool = False) -> list[ChoiceRequest]:
     """``n`` choices of each prompt's request: their own ids (``<id>-<index>`` when several) and,
@@ -88,8 +95,6 @@ def _choices(prompts: list[gateway_pb2.GenerateRequest], body: SamplingFields, r
 
 def chat_request(body: ChatCompletionRequest, headers: Mapping[str, str], request_id: str) -> gateway_pb2.GenerateRequest:
     _refuse_unserved(body)
-    if body.tools:
-        raise field_error("tools", "tools are not supported")
     if not body.messages:
         raise field_error("messages", "messages must not be empty")
     max_tokens = body.max_completion_tokens or body.max_tokens
@@ -103,7 +108,9 @@ def chat_request(body: ChatCompletionRequest, headers: Mapping[str, str], reques
         request.sampling.logprobs = _logprobs_count("top_logprobs", body.top_logprobs or 0)
     for m in body.messages:
         content = m.content if isinstance(m.content, str) else "".join(p.text for p in m.content or [])
-        request.messages.messages.add(role=m.role, content=content)
+        request.messages.messages.add(role=m.role, content=content, tool_calls=json.dumps(m.tool_calls) if m.tool_calls
+                                      else "", tool_call_id=m.tool_call_id or "", name=m.name or "")
+    tool_use(body.tools, body.tool_choice, request)
     return request
 
 

@@ -70,6 +70,9 @@ class ChatMessageIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: str
     content: str | list[TextPart] | None = None
+    tool_calls: list[dict[str, object]] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    name: str | None = None
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -77,3 +80,5 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1)
     top_logprobs: int | None = None
     tools: list[dict[str, object]] | None = None
+    tool_choice: str | dict[str, object] | None = None
+    parallel_tool_calls: bool | None = None  # the model's template decides how many calls it makes

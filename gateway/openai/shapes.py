@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from gateway.openai.convert import created
 from gateway.openai.logprobs import TokenText, chat_content, completion_lists
+from gateway.openai.tools import ToolCallText, ToolUse, read_calls
 from wire.v1 import gateway_pb2
 
 Logprobs = Sequence[gateway_pb2.TokenLogprobs]
@@ -78,22 +79,43 @@ class CompletionShape(Shape):
 
 
 class ChatShape(Shape):
+    """With ``tools`` (``gateway.openai.tools``), an answer's tool calls come as ``tool_calls``
+    (streamed: in the last chunk), and its finish reason is ``tool_calls``."""
+
     object_whole, object_chunk = "chat.completion", "chat.completion.chunk"
     id_prefix = "chatcmpl"
 
+    def __init__(self, rid: str, model: str, token_text: TokenText | None = None, tools: ToolUse | None = None) -> None:
+        super().__init__(rid, model, token_text)
+        self.tools = tools
+        self._streamed: dict[int, ToolCallText] = {}  # choice index -> its text so far, calls held back
+
     def choice(self, index: int, text: str, finish: str, ids: Sequence[int] = (),
                logprobs: Logprobs = ()) -> dict[str, object]:
-        return {"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
-                "logprobs": self._logprobs(ids, logprobs)}
+        message: dict[str, object] = {"role": "assistant", "content": text}
+        if self.tools is not None:
+            message["content"], calls = read_calls(text, self.tools)
+            if calls:
+                message["tool_calls"], finish = calls, "tool_calls" if finish == "stop" else finish
+        return {"index": index, "message": message, "finish_reason": finish, "logprobs": self._logprobs(ids, logprobs)}
 
     def opening(self, index: int = 0) -> list[dict[str, object]]:
         return [self._chunk({"role": "assistant", "content": ""}, None, index)]
 
     def delta(self, text: str, index: int = 0, ids: Sequence[int] = (), logprobs: Logprobs = ()) -> dict[str, object]:
+        if self.tools is not None:
+            text = self._streamed.setdefault(index, ToolCallText(self.tools)).add(text)
         return self._chunk({"content": text}, None, index, self._logprobs(ids, logprobs))
 
     def finish(self, reason: str, index: int = 0) -> dict[str, object]:
-        return self._chunk({}, reason, index)
+        if self.tools is None:
+            return self._chunk({}, reason, index)
+        rest, calls = self._streamed.setdefault(index, ToolCallText(self.tools)).finish()
+        delta: dict[str, object] = {"content": rest} if rest else {}
+        if calls:
+            delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(calls)]
+            reason = "tool_calls" if reason == "stop" else reason
+        return self._chunk(delta, reason, index)
 
     def _logprobs(self, ids: Sequence[int], logprobs: Logprobs) -> dict[str, object] | None:
         if not logprobs or self.token_text is None:
