@@ -77,8 +77,11 @@ def _name(i: int, tool: dict[str, object]) -> str:
 
 def read_calls(text: str, use: ToolUse) -> tuple[str | None, list[dict[str, object]]]:
     """An answer's content and its tool calls (OpenAI's ``tool_calls`` entries)."""
-    if use.forced:
-        return None, [_call(text)] if text.strip() else []
+    if use.forced:  # constrained to one call; cut short (max_tokens) it is text
+        try:
+            return None, [_call(text)]
+        except ValueError:
+            return text, []
     content, calls, rest = [], [], text
     while (start := rest.find(OPEN)) >= 0:
         end = rest.find(CLOSE, start)
@@ -97,7 +100,7 @@ def read_calls(text: str, use: ToolUse) -> tuple[str | None, list[dict[str, obje
 
 
 def _call(body: str) -> dict[str, object]:
-    value = json.loads(body)
+    value = json.loads(body, strict=False)  # a grammar's JSON strings may hold raw tabs
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         raise ValueError("a tool call is {\"name\": ..., \"arguments\": ...}")
     arguments = value.get("arguments", value.get("parameters", {}))

@@ -446,3 +446,11 @@ def test_json_object_guided_choice_and_regex_are_enforced(client):
     status, body = _error(lambda: client.chat.completions.create(
         model=MODEL, messages=chat, response_format={"type": "json_object"}, extra_body={"guided_regex": "a"}))
     assert status == 400 and body["param"] == "guided_regex"
+
+
+def test_tools_on_a_model_whose_template_defines_no_call_format_are_refused(client):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    status, body = _error(lambda: client.chat.completions.create(model=MODEL, messages=CHATS[0], tools=[tool]))
+    assert status == 400 and "tool-call format" in body["message"]
+    plain = client.chat.completions.create(model=MODEL, messages=CHATS[0], tools=[tool], tool_choice="none", max_tokens=2)
+    assert plain.choices[0].finish_reason == "length"  # not shown to the model: served as a plain chat

@@ -76,7 +76,7 @@ def test_an_auto_answer_with_a_call_block_is_read_as_a_call_and_its_text(client,
     """The model decides (tool_choice auto); a regular expression makes this random model write a
     call block the way the template says, after some text."""
     shape = r'Checking\. <tool_call>\{"name": "get_weather", "arguments": \{"city": "[A-Z][a-z]{2,8}", "days": [1-7]\}\}</tool_call>'
-    kwargs = dict(model=model, messages=ASK, tools=[WEATHER, TIME], temperature=1.0, seed=5, max_tokens=80,
+    kwargs = dict(model=model, messages=ASK, tools=[WEATHER, TIME], temperature=1.0, seed=5, max_tokens=400,
                   extra_body={"guided_regex": shape})
     reply = client.chat.completions.create(**kwargs)  # type: ignore[call-overload]
     choice = reply.choices[0]
