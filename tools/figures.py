@@ -136,9 +136,19 @@ def _gateways(d: dict[str, Any]) -> Iterator[Row]:
                f" --preset {d['preset']} --duration-s 60" if d["preset"] != "tiny" else ""))
 
 
+def _sampling_costs(d: dict[str, Any]) -> Iterator[Row]:
+    for p in d["decode"]:
+        if p["batch"] in (1, 32):
+            r = p["ratio_to_none"]
+            yield (f"decode with logprobs or a JSON Schema grammar, batch {p['batch']} ({d['model']}, {d['dtype']})",
+                   f"logprobs=0 {r['logprobs=0']:.2f}×, logprobs=20 {r['logprobs=20']:.2f}×, json_schema "
+                   f"{r['json_schema']:.2f}× of {p['decode_tok_s']['none']:,.0f} tok/s with neither",
+                   "python bench/sampling_costs.py")
+
+
 READERS: dict[str, Rows] = {"engine": _engine, "transfer": _transfer, "e2e": _e2e, "http-overhead": _http,
                             "prefix": _prefix, "slo": _slo, "slo-recovery": _recovery, "vs-vllm": _vs_vllm,
-                            "gateways": _gateways}
+                            "gateways": _gateways, "sampling-costs": _sampling_costs}
 
 
 def hardware(d: dict[str, Any]) -> str:
@@ -158,6 +168,7 @@ SPREAD = {
     "slo-recovery": "one run each; this host's unloaded TPOT moved 15.7–31 ms between runs",
     "vs-vllm": "one run",
     "gateways": "after one uncounted warm-up point; three rounds, the order alternating",
+    "sampling-costs": "one run, best of 3 interleaved repeats (a ratio above 1 is noise)",
 }
 
 
