@@ -107,7 +107,8 @@ def next_message(items: deque[InboxItem], merge: bool = True) -> InboxItem:
             break
         items.popleft()
         merged.token_ids.extend(waiting.token_ids)
-        merged.logprobs.extend(waiting.logprobs)
+        if waiting.logprobs:
+            merged.logprobs.extend(waiting.logprobs)
         if waiting.finish_reason:
             merged.finish_reason = waiting.finish_reason
             break

@@ -97,8 +97,10 @@ class Streaming:
                     self._spawn(self._abort_decode(req.request_id, p))
                 return
             self.promises.decoding(req, p, arrived)
-            yield gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=event.token_ids, text=delta.text,
-                                               logprobs=event.logprobs)
+            message = gateway_pb2.GenerateResponse(request_id=req.request_id, token_ids=event.token_ids, text=delta.text)
+            if event.logprobs:  # (asked for; an empty field given costs a message half as much again)
+                message.logprobs.extend(event.logprobs)
+            yield message
             sent = time.perf_counter()
 
     async def _resumed(self, req: ValidatedRequest, p: Progress, lost: DecodeLost) -> worker_pb2.TokenEvent:
