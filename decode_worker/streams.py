@@ -82,10 +82,11 @@ class StreamHub:
             stream_id = self._stream_of.get(out.request_id)
             if stream_id is None:
                 continue
-            per_stream.setdefault(stream_id, []).append(worker_pb2.TokenEvent(
-                request_id=out.request_id, token_ids=list(out.new_token_ids),
-                finish_reason=out.finish_reason or "", error=out.error or "",
-                logprobs=[logprobs_to_proto(lp) for lp in out.logprobs]))
+            event = worker_pb2.TokenEvent(request_id=out.request_id, token_ids=list(out.new_token_ids),
+                                          finish_reason=out.finish_reason or "", error=out.error or "")
+            if out.logprobs:  # asked for
+                event.logprobs.extend(logprobs_to_proto(lp) for lp in out.logprobs)
+            per_stream.setdefault(stream_id, []).append(event)
             if out.finished:
                 del self._stream_of[out.request_id]
         for stream_id, events in per_stream.items():
