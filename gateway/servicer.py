@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from gateway.errors import RequestError
+from gateway.choices import interleaved
 from gateway.front_door import Caller, FrontDoor
 from gateway.registry import WorkerRegistry
 from gateway.tenants import AuthError
@@ -31,8 +32,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                        context: grpc.aio.ServicerContext) -> AsyncIterator[gateway_pb2.GenerateResponse]:
         caller = Caller(context.invocation_metadata() or (), context.time_remaining(),
                         on_done=lambda clean_up: context.add_done_callback(lambda _: clean_up()))
+        several = request.sampling.HasField("n") and request.sampling.n != 1
         try:
-            async for message in self.front.generate(request, caller):
+            messages = interleaved(self.front, caller, request) if several else self.front.generate(request, caller)
+            async for message in messages:
                 yield message
         except RequestError as exc:  # the status set and the handler returned: no exception to unwind
             context.set_code(exc.code)

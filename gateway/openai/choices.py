@@ -1,14 +1,12 @@
 """Several choices in one OpenAI request: ``n`` > 1, and completions with a list of prompts. Each
 choice is a request of its own through the front door (admitted, routed and guarded as any other;
-``convert.ChoiceRequest``). The first choice of each prompt goes first; the prompt's other choices
-follow its first token, so their prompts are found in the prefill worker's prefix cache and
-computed once. A refusal of any choice refuses the whole request (the others are ended, their
-blocks freed). The answer joins them: whole, the choices in index order and their usage summed
+``gateway.choices``, as on gRPC). The answer joins them: whole, the choices in index order and their usage summed
 (each prompt's tokens counted once); streamed, each chunk names its choice's ``index``."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -17,49 +15,13 @@ from fastapi.responses import JSONResponse, Response
 
 from gateway.errors import RequestError
 from gateway.front_door import Caller, FrontDoor
-from gateway.openai.convert import ChoiceRequest, usage
+from gateway.choices import ChoiceRequest, Started, as_they_come, first_of_prompt
+from gateway.choices import start_all as begin_all
+from gateway.openai.convert import usage
 from gateway.openai.echo import echoed
 from gateway.openai.errors import error_body
 from gateway.openai.shapes import Shape
 from wire.v1 import gateway_pb2
-
-Messages = AsyncIterator[gateway_pb2.GenerateResponse]
-
-
-@dataclass
-class Started:
-    choice: ChoiceRequest
-    first: gateway_pb2.GenerateResponse
-    rest: Messages
-
-
-async def start_all(front: FrontDoor, caller: Caller, choices: list[ChoiceRequest]) -> list[Started]:
-    """Every choice begun (each up to its first message); a refusal ends the others and is raised."""
-    started: list[Started] = []
-
-    async def begin(choice: ChoiceRequest) -> Started:
-        messages = front.generate(choice.request, caller)
-        try:
-            first = await anext(messages)
-            return Started(choice, echoed(first, choice.request, front.tokenizer) if choice.echo else first, messages)
-        except BaseException:
-            await messages.aclose()
-            raise
-
-    async def begin_wave(wave: list[ChoiceRequest]) -> None:
-        results = await asyncio.gather(*(begin(c) for c in wave), return_exceptions=True)
-        started.extend(r for r in results if isinstance(r, Started))
-        failed = next((r for r in results if isinstance(r, BaseException)), None)
-        if failed is not None:
-            raise failed
-
-    try:
-        await begin_wave([c for c in choices if c.index == _first_of(choices, c.of_prompt)])
-        await begin_wave([c for c in choices if c.index != _first_of(choices, c.of_prompt)])
-    except BaseException:
-        await asyncio.gather(*(s.rest.aclose() for s in started), return_exceptions=True)
-        raise
-    return sorted(started, key=lambda s: s.choice.index)
 
 
 @dataclass
@@ -70,13 +32,15 @@ class Collected:
     logprobs: list[gateway_pb2.TokenLogprobs]
 
 
-def _first_of(choices: list[ChoiceRequest], prompt: int) -> int:
-    return min(c.index for c in choices if c.of_prompt == prompt)
+async def start_all(front: FrontDoor, caller: Caller, choices: list[ChoiceRequest]) -> list[Started]:
+    """Every choice begun (``gateway.choices.start_all``), an echoed one's prompt before its text."""
+    return await begin_all(front, caller, choices,
+                           lambda c, first: echoed(first, c.request, front.tokenizer) if c.echo else first)
 
 
 def _counts(ends: list[tuple[Started, gateway_pb2.GenerateResponse]], choices: list[ChoiceRequest]) -> dict[str, object]:
     """Usage over every choice: completion tokens summed, each prompt's tokens counted once."""
-    firsts = {_first_of(choices, s.choice.of_prompt) for s, _ in ends}
+    firsts = {first_of_prompt(choices, s.choice.of_prompt) for s, _ in ends}
     prompt = sum(last.usage.prompt_tokens for s, last in ends if s.choice.index in firsts)
     cached = sum(last.usage.cached_tokens for s, last in ends if s.choice.index in firsts)
     return usage(prompt, sum(last.usage.completion_tokens for _, last in ends), cached)
@@ -125,41 +89,23 @@ async def whole(request: Request, started: list[Started], shape: Shape, disconne
 async def events(started: list[Started], shape: Shape, include_usage: bool,
                  sse: Callable[[dict[str, object]], str]) -> AsyncIterator[str]:
     """The choices' chunks as they come, each naming its index; then their usage; then [DONE]."""
-    queue: asyncio.Queue[tuple[Started, gateway_pb2.GenerateResponse | RequestError | None]] = asyncio.Queue()
-
-    async def follow(s: Started) -> None:
-        try:
-            await queue.put((s, s.first))
-            async for message in s.rest:
-                await queue.put((s, message))
-        except RequestError as exc:
-            await queue.put((s, exc))
-        await queue.put((s, None))
-
-    tasks = [asyncio.ensure_future(follow(s)) for s in started]
     ends: list[tuple[Started, gateway_pb2.GenerateResponse]] = []
     try:
         for s in started:
             for chunk in shape.opening(s.choice.index):
                 yield sse(chunk)
-        open_ = len(started)
-        while open_:
-            s, item = await queue.get()
-            if item is None:
-                open_ -= 1
-            elif isinstance(item, RequestError):
-                yield sse(error_body(item))
-            else:
+        async with contextlib.aclosing(as_they_come(started)) as messages:
+            async for s, item in messages:
+                if isinstance(item, RequestError):
+                    yield sse(error_body(item))
+                    continue
                 if item.text or item.token_ids:
                     yield sse(shape.delta(item.text, s.choice.index, item.token_ids, item.logprobs))
                 if item.finish_reason:
                     yield sse(shape.finish(item.finish_reason, s.choice.index))
                     ends.append((s, item))
-        if include_usage:
-            yield sse(shape.usage_chunk(_counts(ends, [x.choice for x in started])))
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:  # a client gone mid-stream: every choice ends now, its blocks freed
         await asyncio.gather(*(s.rest.aclose() for s in started), return_exceptions=True)
+    if include_usage:
+        yield sse(shape.usage_chunk(_counts(ends, [x.choice for x in started])))
     yield "data: [DONE]\n\n"

@@ -16,9 +16,9 @@ import json
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from common.model.sampling_params import MAX_LOGPROBS
+from gateway.choices import ChoiceRequest, choice_requests
 from gateway.errors import invalid
 from gateway.openai.errors import field_error
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
@@ -26,19 +26,6 @@ from gateway.openai.structured import structured_output
 from gateway.openai.tools import ToolUse, tool_use
 from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2
-
-MAX_CHOICES = 64  # choices (prompts × n) one request may ask for
-
-
-@dataclass(frozen=True, slots=True)
-class ChoiceRequest:
-    """One choice of an OpenAI request, as a request of its own."""
-
-    index: int  # its ``index`` in the answer: prompt × n + its place among the prompt's choices
-    of_prompt: int  # which prompt (0 for chat)
-    request: gateway_pb2.GenerateRequest
-    echo: bool = False  # completions' ``echo``: its prompt goes before its text (``gateway.openai.echo``)
-
 
 def completion_requests(body: CompletionRequest, headers: Mapping[str, str], request_id: str) -> list[ChoiceRequest]:
     """A request per choice: every prompt of a list, ``n`` each."""
@@ -75,22 +62,9 @@ def chat_tool_use(body: ChatCompletionRequest) -> ToolUse | None:
 
 def _choices(prompts: list[gateway_pb2.GenerateRequest], body: SamplingFields, request_id: str,
              echo: bool = False) -> list[ChoiceRequest]:
-    """``n`` choices of each prompt's request: their own ids (``<id>-<index>`` when several) and,
-    with a seed, seed + their place among the prompt's choices (each a different sample)."""
-    if len(prompts) * body.n > MAX_CHOICES:
-        raise field_error("n", f"{len(prompts)} prompts × n = {body.n} choices: at most {MAX_CHOICES} a request")
-    several = len(prompts) * body.n > 1
-    out = []
-    for p, request in enumerate(prompts):
-        for j in range(body.n):
-            choice = gateway_pb2.GenerateRequest()
-            choice.CopyFrom(request)
-            index = p * body.n + j
-            choice.request_id = f"{request_id}-{index}" if several else request_id
-            if body.seed is not None:
-                choice.sampling.seed = body.seed + j
-            out.append(ChoiceRequest(index, p, choice, echo))
-    return out
+    for prompt in prompts:  # (the OpenAI body's seed is in each prompt's sampling already)
+        prompt.sampling.n = body.n
+    return choice_requests(prompts, body.n, request_id, echo, lambda message: field_error("n", message))
 
 
 def chat_request(body: ChatCompletionRequest, headers: Mapping[str, str], request_id: str) -> gateway_pb2.GenerateRequest:

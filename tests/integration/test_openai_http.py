@@ -454,3 +454,28 @@ def test_tools_on_a_model_whose_template_defines_no_call_format_are_refused(clie
     assert status == 400 and "tool-call format" in body["message"]
     plain = client.chat.completions.create(model=MODEL, messages=CHATS[0], tools=[tool], tool_choice="none", max_tokens=2)
     assert plain.choices[0].finish_reason == "length"  # not shown to the model: served as a plain chat
+
+
+def test_grpc_n_choices_are_each_the_request_with_its_own_seed(served):
+    def generate(n: int | None, seed: int) -> list[gateway_pb2.GenerateResponse]:
+        sampling = gateway_pb2.SamplingParams(max_tokens=10, temperature=1.0, seed=seed, ignore_eos=True)
+        if n is not None:
+            sampling.n = n
+        request = gateway_pb2.GenerateRequest(text="Once upon a time", sampling=sampling)
+        with grpc.insecure_channel(served.address) as channel:
+            return list(gateway_pb2_grpc.GatewayStub(channel).Generate(
+                request, metadata=(("authorization", f"Bearer {KEY}"),)))
+
+    messages = generate(3, seed=5)
+    by_choice: dict[int, list[int]] = {}
+    for m in messages:
+        by_choice.setdefault(m.choice_index, []).extend(m.token_ids)
+    assert sorted(by_choice) == [0, 1, 2] and sum(1 for m in messages if m.finish_reason) == 3
+    for i, ids in by_choice.items():
+        assert ids == [t for m in generate(None, seed=5 + i) for t in m.token_ids], i
+    assert len({tuple(ids) for ids in by_choice.values()}) == 3
+    for bad in (0, 65):
+        with pytest.raises(grpc.RpcError) as caught:
+            generate(bad, seed=1)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert_pools_whole(served)

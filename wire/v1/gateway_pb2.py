@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15wire/v1/gateway.proto\x12\npdserve.v1\"\xec\x02\n\x0eSamplingParams\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x12\n\x05top_p\x18\x04 \x01(\x02H\x01\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x03H\x02\x88\x01\x01\x12\x12\n\nmin_tokens\x18\x06 \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x0c\n\x04stop\x18\x08 \x03(\t\x12\x12\n\nignore_eos\x18\t \x01(\x08\x12\x15\n\x08logprobs\x18\n \x01(\x05H\x03\x88\x01\x01\x12\x1c\n\x0fprompt_logprobs\x18\x0b \x01(\x05H\x04\x88\x01\x01\x12\x30\n\nstructured\x18\x0c \x01(\x0b\x32\x1c.pdserve.v1.StructuredOutputB\r\n\x0b_max_tokensB\x08\n\x06_top_pB\x07\n\x05_seedB\x0b\n\t_logprobsB\x12\n\x10_prompt_logprobs\".\n\x10StructuredOutput\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04spec\x18\x02 \x01(\t\"M\n\rTokenLogprobs\x12\x0f\n\x07logprob\x18\x01 \x01(\x02\x12\x15\n\rtop_token_ids\x18\x02 \x03(\x05\x12\x14\n\x0ctop_logprobs\x18\x03 \x03(\x02\"W\n\x03SLO\x12\x0f\n\x07ttft_ms\x18\x01 \x01(\r\x12\x0f\n\x07tpot_ms\x18\x02 \x01(\r\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0f\n\x07ttft_us\x18\x04 \x01(\r\x12\x0f\n\x07tpot_us\x18\x05 \x01(\r\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"d\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x12\n\ntool_calls\x18\x03 \x01(\t\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\"H\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.pdserve.v1.ChatMessage\x12\r\n\x05tools\x18\x02 \x01(\t\"\xf4\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12)\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x14.pdserve.v1.TokenIdsH\x00\x12,\n\x08messages\x18\x07 \x01(\x0b\x32\x18.pdserve.v1.ChatMessagesH\x00\x12,\n\x08sampling\x18\x04 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12\x1c\n\x03slo\x18\x05 \x01(\x0b\x32\x0f.pdserve.v1.SLO\x12\x0e\n\x06tenant\x18\x06 \x01(\tB\x08\n\x06prompt\"P\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\"\xe3\x01\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x12\n\nprefill_ms\x18\x02 \x01(\x01\x12\x13\n\x0btransfer_ms\x18\x03 \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x04 \x01(\x01\x12\x0e\n\x06\x65\x32\x65_ms\x18\x05 \x01(\x01\x12\x16\n\x0eprefill_worker\x18\x06 \x01(\t\x12\x15\n\rdecode_worker\x18\x07 \x01(\t\x12\x14\n\x0ckv_transport\x18\x08 \x01(\t\x12\x19\n\x11kv_transfer_bytes\x18\t \x01(\x04\x12\x1c\n\x14\x64\x65\x63ode_cached_tokens\x18\n \x01(\r\"\xa1\x02\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12 \n\x05usage\x18\x05 \x01(\x0b\x32\x11.pdserve.v1.Usage\x12$\n\x07timings\x18\x06 \x01(\x0b\x32\x13.pdserve.v1.Timings\x12+\n\x08logprobs\x18\x07 \x03(\x0b\x32\x19.pdserve.v1.TokenLogprobs\x12\x18\n\x10prompt_token_ids\x18\x08 \x03(\x05\x12\x32\n\x0fprompt_logprobs\x18\t \x03(\x0b\x32\x19.pdserve.v1.TokenLogprobs\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x0f\n\rAbortResponse\"\r\n\x0bInfoRequest\"\xf5\x01\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x13\n\x0b\x66ree_blocks\x18\x05 \x01(\r\x12\x14\n\x0ctotal_blocks\x18\x06 \x01(\r\x12\x0f\n\x07running\x18\x07 \x01(\r\x12\x0f\n\x07waiting\x18\x08 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\t \x01(\t\x12\x18\n\x10heartbeat_age_ms\x18\n \x01(\x01\x12\x15\n\rcached_blocks\x18\x0b \x01(\r\x12\x16\n\x0eprefix_in_step\x18\x0c \x01(\x08\"\x87\x01\n\x0cInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rmax_model_len\x18\x02 \x01(\r\x12\x12\n\nvocab_size\x18\x03 \x01(\r\x12\x12\n\nblock_size\x18\x04 \x01(\r\x12)\n\x07workers\x18\x05 \x03(\x0b\x32\x18.pdserve.v1.WorkerStatus2\xcb\x01\n\x07Gateway\x12G\n\x08Generate\x12\x1b.pdserve.v1.GenerateRequest\x1a\x1c.pdserve.v1.GenerateResponse0\x01\x12<\n\x05\x41\x62ort\x12\x18.pdserve.v1.AbortRequest\x1a\x19.pdserve.v1.AbortResponse\x12\x39\n\x04Info\x12\x17.pdserve.v1.InfoRequest\x1a\x18.pdserve.v1.InfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15wire/v1/gateway.proto\x12\npdserve.v1\"\x82\x03\n\x0eSamplingParams\x12\x17\n\nmax_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x12\n\x05top_p\x18\x04 \x01(\x02H\x01\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x03H\x02\x88\x01\x01\x12\x12\n\nmin_tokens\x18\x06 \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x0c\n\x04stop\x18\x08 \x03(\t\x12\x12\n\nignore_eos\x18\t \x01(\x08\x12\x15\n\x08logprobs\x18\n \x01(\x05H\x03\x88\x01\x01\x12\x1c\n\x0fprompt_logprobs\x18\x0b \x01(\x05H\x04\x88\x01\x01\x12\x30\n\nstructured\x18\x0c \x01(\x0b\x32\x1c.pdserve.v1.StructuredOutput\x12\x0e\n\x01n\x18\r \x01(\x05H\x05\x88\x01\x01\x42\r\n\x0b_max_tokensB\x08\n\x06_top_pB\x07\n\x05_seedB\x0b\n\t_logprobsB\x12\n\x10_prompt_logprobsB\x04\n\x02_n\".\n\x10StructuredOutput\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04spec\x18\x02 \x01(\t\"M\n\rTokenLogprobs\x12\x0f\n\x07logprob\x18\x01 \x01(\x02\x12\x15\n\rtop_token_ids\x18\x02 \x03(\x05\x12\x14\n\x0ctop_logprobs\x18\x03 \x03(\x02\"W\n\x03SLO\x12\x0f\n\x07ttft_ms\x18\x01 \x01(\r\x12\x0f\n\x07tpot_ms\x18\x02 \x01(\r\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0f\n\x07ttft_us\x18\x04 \x01(\r\x12\x0f\n\x07tpot_us\x18\x05 \x01(\r\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"d\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x12\n\ntool_calls\x18\x03 \x01(\t\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\"H\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.pdserve.v1.ChatMessage\x12\r\n\x05tools\x18\x02 \x01(\t\"\xf4\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12)\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x14.pdserve.v1.TokenIdsH\x00\x12,\n\x08messages\x18\x07 \x01(\x0b\x32\x18.pdserve.v1.ChatMessagesH\x00\x12,\n\x08sampling\x18\x04 \x01(\x0b\x32\x1a.pdserve.v1.SamplingParams\x12\x1c\n\x03slo\x18\x05 \x01(\x0b\x32\x0f.pdserve.v1.SLO\x12\x0e\n\x06tenant\x18\x06 \x01(\tB\x08\n\x06prompt\"P\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\"\xe3\x01\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x12\n\nprefill_ms\x18\x02 \x01(\x01\x12\x13\n\x0btransfer_ms\x18\x03 \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x04 \x01(\x01\x12\x0e\n\x06\x65\x32\x65_ms\x18\x05 \x01(\x01\x12\x16\n\x0eprefill_worker\x18\x06 \x01(\t\x12\x15\n\rdecode_worker\x18\x07 \x01(\t\x12\x14\n\x0ckv_transport\x18\x08 \x01(\t\x12\x19\n\x11kv_transfer_bytes\x18\t \x01(\x04\x12\x1c\n\x14\x64\x65\x63ode_cached_tokens\x18\n \x01(\r\"\xb7\x02\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12 \n\x05usage\x18\x05 \x01(\x0b\x32\x11.pdserve.v1.Usage\x12$\n\x07timings\x18\x06 \x01(\x0b\x32\x13.pdserve.v1.Timings\x12+\n\x08logprobs\x18\x07 \x03(\x0b\x32\x19.pdserve.v1.TokenLogprobs\x12\x18\n\x10prompt_token_ids\x18\x08 \x03(\x05\x12\x32\n\x0fprompt_logprobs\x18\t \x03(\x0b\x32\x19.pdserve.v1.TokenLogprobs\x12\x14\n\x0c\x63hoice_index\x18\n \x01(\r\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x0f\n\rAbortResponse\"\r\n\x0bInfoRequest\"\xf5\x01\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x13\n\x0b\x66ree_blocks\x18\x05 \x01(\r\x12\x14\n\x0ctotal_blocks\x18\x06 \x01(\r\x12\x0f\n\x07running\x18\x07 \x01(\r\x12\x0f\n\x07waiting\x18\x08 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\t \x01(\t\x12\x18\n\x10heartbeat_age_ms\x18\n \x01(\x01\x12\x15\n\rcached_blocks\x18\x0b \x01(\r\x12\x16\n\x0eprefix_in_step\x18\x0c \x01(\x08\"\x87\x01\n\x0cInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rmax_model_len\x18\x02 \x01(\r\x12\x12\n\nvocab_size\x18\x03 \x01(\r\x12\x12\n\nblock_size\x18\x04 \x01(\r\x12)\n\x07workers\x18\x05 \x03(\x0b\x32\x18.pdserve.v1.WorkerStatus2\xcb\x01\n\x07Gateway\x12G\n\x08Generate\x12\x1b.pdserve.v1.GenerateRequest\x1a\x1c.pdserve.v1.GenerateResponse0\x01\x12<\n\x05\x41\x62ort\x12\x18.pdserve.v1.AbortRequest\x1a\x19.pdserve.v1.AbortResponse\x12\x39\n\x04Info\x12\x17.pdserve.v1.InfoRequest\x1a\x18.pdserve.v1.InfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,37 +32,37 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'wire.v1.gateway_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SAMPLINGPARAMS']._serialized_start=38
-  _globals['_SAMPLINGPARAMS']._serialized_end=402
-  _globals['_STRUCTUREDOUTPUT']._serialized_start=404
-  _globals['_STRUCTUREDOUTPUT']._serialized_end=450
-  _globals['_TOKENLOGPROBS']._serialized_start=452
-  _globals['_TOKENLOGPROBS']._serialized_end=529
-  _globals['_SLO']._serialized_start=531
-  _globals['_SLO']._serialized_end=618
-  _globals['_TOKENIDS']._serialized_start=620
-  _globals['_TOKENIDS']._serialized_end=643
-  _globals['_CHATMESSAGE']._serialized_start=645
-  _globals['_CHATMESSAGE']._serialized_end=745
-  _globals['_CHATMESSAGES']._serialized_start=747
-  _globals['_CHATMESSAGES']._serialized_end=819
-  _globals['_GENERATEREQUEST']._serialized_start=822
-  _globals['_GENERATEREQUEST']._serialized_end=1066
-  _globals['_USAGE']._serialized_start=1068
-  _globals['_USAGE']._serialized_end=1148
-  _globals['_TIMINGS']._serialized_start=1151
-  _globals['_TIMINGS']._serialized_end=1378
-  _globals['_GENERATERESPONSE']._serialized_start=1381
-  _globals['_GENERATERESPONSE']._serialized_end=1670
-  _globals['_ABORTREQUEST']._serialized_start=1672
-  _globals['_ABORTREQUEST']._serialized_end=1706
-  _globals['_ABORTRESPONSE']._serialized_start=1708
-  _globals['_ABORTRESPONSE']._serialized_end=1723
-  _globals['_INFOREQUEST']._serialized_start=1725
-  _globals['_INFOREQUEST']._serialized_end=1738
-  _globals['_WORKERSTATUS']._serialized_start=1741
-  _globals['_WORKERSTATUS']._serialized_end=1986
-  _globals['_INFORESPONSE']._serialized_start=1989
-  _globals['_INFORESPONSE']._serialized_end=2124
-  _globals['_GATEWAY']._serialized_start=2127
-  _globals['_GATEWAY']._serialized_end=2330
+  _globals['_SAMPLINGPARAMS']._serialized_end=424
+  _globals['_STRUCTUREDOUTPUT']._serialized_start=426
+  _globals['_STRUCTUREDOUTPUT']._serialized_end=472
+  _globals['_TOKENLOGPROBS']._serialized_start=474
+  _globals['_TOKENLOGPROBS']._serialized_end=551
+  _globals['_SLO']._serialized_start=553
+  _globals['_SLO']._serialized_end=640
+  _globals['_TOKENIDS']._serialized_start=642
+  _globals['_TOKENIDS']._serialized_end=665
+  _globals['_CHATMESSAGE']._serialized_start=667
+  _globals['_CHATMESSAGE']._serialized_end=767
+  _globals['_CHATMESSAGES']._serialized_start=769
+  _globals['_CHATMESSAGES']._serialized_end=841
+  _globals['_GENERATEREQUEST']._serialized_start=844
+  _globals['_GENERATEREQUEST']._serialized_end=1088
+  _globals['_USAGE']._serialized_start=1090
+  _globals['_USAGE']._serialized_end=1170
+  _globals['_TIMINGS']._serialized_start=1173
+  _globals['_TIMINGS']._serialized_end=1400
+  _globals['_GENERATERESPONSE']._serialized_start=1403
+  _globals['_GENERATERESPONSE']._serialized_end=1714
+  _globals['_ABORTREQUEST']._serialized_start=1716
+  _globals['_ABORTREQUEST']._serialized_end=1750
+  _globals['_ABORTRESPONSE']._serialized_start=1752
+  _globals['_ABORTRESPONSE']._serialized_end=1767
+  _globals['_INFOREQUEST']._serialized_start=1769
+  _globals['_INFOREQUEST']._serialized_end=1782
+  _globals['_WORKERSTATUS']._serialized_start=1785
+  _globals['_WORKERSTATUS']._serialized_end=2030
+  _globals['_INFORESPONSE']._serialized_start=2033
+  _globals['_INFORESPONSE']._serialized_end=2168
+  _globals['_GATEWAY']._serialized_start=2171
+  _globals['_GATEWAY']._serialized_end=2374
 # @@protoc_insertion_point(module_scope)
