@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.errors import RequestError, invalid
+from gateway.errors import field_error, invalid
 from wire.v1 import gateway_pb2
 
 
@@ -34,13 +34,7 @@ def _json_list(text: str, field: str) -> list[object]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _bad(field, f"{field} is not JSON: {exc}") from None
+        raise field_error(field, f"{field} is not JSON: {exc}") from None
     if not isinstance(value, list):
-        raise _bad(field, f"{field} must be a JSON list")
+        raise field_error(field, f"{field} must be a JSON list")
     return value
-
-
-def _bad(field: str, message: str) -> RequestError:
-    error = invalid(message)
-    error.param = field  # type: ignore[attr-defined]
-    return error

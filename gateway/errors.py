@@ -46,6 +46,13 @@ def invalid(message: str) -> RequestError:
     return RequestError(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
+def field_error(param: str, message: str) -> RequestError:
+    """INVALID_ARGUMENT naming the request field at fault (``param``: an OpenAI error body's)."""
+    error = invalid(message)
+    error.param = param  # type: ignore[attr-defined]
+    return error
+
+
 def unavailable(message: str) -> RequestError:
     return RequestError(grpc.StatusCode.UNAVAILABLE, message)
 

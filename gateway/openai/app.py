@@ -51,7 +51,7 @@ def build_app(front: FrontDoor, model: ServedModel, metrics: CollectorRegistry,
               ready: Callable[[], tuple[bool, str]]) -> FastAPI:
     app = FastAPI(title="pdserve", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(_ArrivalStamp)
-    texts = token_text(front.tokenizer)  # tokens' own texts, for their logprobs
+    texts = token_text(lambda: front.tokenizer)  # tokens' own texts, for their logprobs
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:

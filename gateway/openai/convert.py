@@ -19,8 +19,7 @@ from collections.abc import Mapping
 
 from common.model.sampling_params import MAX_LOGPROBS
 from gateway.choices import ChoiceRequest, choice_requests
-from gateway.errors import invalid
-from gateway.openai.errors import field_error
+from gateway.errors import field_error, invalid
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from gateway.openai.structured import structured_output
 from gateway.openai.tools import ToolUse, tool_use

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import grpc
 
-from gateway.errors import RequestError, invalid
+from gateway.errors import RequestError
 
 # gRPC status -> (HTTP status, OpenAI error type)
 _STATUS: dict[grpc.StatusCode, tuple[int, str]] = {
@@ -52,10 +52,3 @@ def plain_error_body(status: int, message: str) -> dict[str, object]:
     kind = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}.get(
         status, "invalid_request_error" if status < 500 else "internal_error")
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
-
-
-def field_error(param: str, message: str) -> RequestError:
-    """A 400 that names the body field at fault (the error body's ``param``)."""
-    error = invalid(message)
-    error.param = param  # type: ignore[attr-defined]
-    return error

@@ -19,10 +19,11 @@ from wire.v1 import gateway_pb2
 TokenText = Callable[[int], str]
 
 
-def token_text(tokenizer: Decoder) -> TokenText:
+def token_text(tokenizer: Callable[[], Decoder]) -> TokenText:
+    """A token's own text, by the tokenizer ``tokenizer()`` gives when one is first wanted."""
     @lru_cache(maxsize=65536)
     def text(token_id: int) -> str:
-        return tokenizer.decode([token_id], skip_special_tokens=False)
+        return tokenizer().decode([token_id], skip_special_tokens=False)
     return text
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.openai.errors import field_error
+from gateway.errors import field_error
 from gateway.openai.schemas import SamplingFields
 from wire.v1 import gateway_pb2
 

@@ -21,7 +21,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
-from gateway.openai.errors import field_error
+from gateway.errors import field_error
 from wire.v1 import gateway_pb2
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"

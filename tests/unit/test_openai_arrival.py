@@ -19,8 +19,6 @@ from wire.v1 import gateway_pb2
 class _Front:
     """What the app asks of the front door, recording the caller it was given."""
 
-    tokenizer = None  # (its tokens' texts are read only for logprobs)
-
     def __init__(self) -> None:
         self.caller: Caller | None = None
         self.called_at = 0.0
