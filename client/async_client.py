@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import grpc
 
-from client.convert import chunk, cluster_info, completion, generate_request, not_ready_message
+from client.convert import chunk, cluster_info, completion, generate_request, not_ready_message, one_choice
 from client.failover import Failover, gateway_addresses
 from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions
 from wire.request_start import stamp
@@ -98,7 +98,9 @@ class AsyncClient:
     async def complete(self, prompt: str | Sequence[int], options: SamplingOptions | None = None,
                        slo: SLO | None = None, request_id: str = "", tenant: str = "",
                        timeout_s: float | None = None) -> Completion:
-        """Runs a request to the end and collects it, with the client-side TTFT and arrival times."""
+        """Runs a request to the end and collects it, with the client-side TTFT and arrival times
+        (one choice: with ``n`` > 1, ``stream`` and group the chunks by ``choice_index``)."""
+        one_choice(options)
         sent_at = time.perf_counter()
         parts = [p async for p in self.stream(prompt, options, slo, request_id, tenant, timeout_s)]
         return completion(parts, sent_at, request_id)

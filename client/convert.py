@@ -8,7 +8,7 @@ from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions, T
 from wire.slo import slo_to_proto
 from wire.v1 import gateway_pb2
 
-_OPTIONAL_SAMPLING = ("max_tokens", "top_p", "seed", "logprobs", "prompt_logprobs")  # proto3 `optional`: set only when given
+_OPTIONAL_SAMPLING = ("max_tokens", "top_p", "seed", "logprobs", "prompt_logprobs", "n")  # proto3 `optional`: set only when given
 
 
 def generate_request(prompt: str | Sequence[int], options: SamplingOptions | None = None, slo: SLO | None = None,
@@ -32,6 +32,8 @@ def sampling_params(o: SamplingOptions) -> gateway_pb2.SamplingParams:
     for name in _OPTIONAL_SAMPLING:
         if (value := getattr(o, name)) is not None:
             setattr(params, name, value)
+    if o.structured is not None:
+        params.structured.kind, params.structured.spec = o.structured
     return params
 
 
@@ -43,13 +45,19 @@ def chunk(message: gateway_pb2.GenerateResponse, received_at: float) -> Chunk:
     timings = timings_dict(message.timings) if message.HasField("timings") else None
     logprobs = tuple(TokenLogprob(lp.logprob, tuple(zip(lp.top_token_ids, lp.top_logprobs))) for lp in message.logprobs)
     return Chunk(message.request_id, message.text, tuple(message.token_ids), message.finish_reason or None,
-                 usage, timings, received_at, logprobs)
+                 usage, timings, received_at, logprobs, message.choice_index)
 
 
 def timings_dict(t: gateway_pb2.Timings) -> dict[str, float | str]:
     return {"queue_ms": t.queue_ms, "prefill_ms": t.prefill_ms, "transfer_ms": t.transfer_ms,
             "ttft_ms": t.ttft_ms, "e2e_ms": t.e2e_ms, "prefill_worker": t.prefill_worker,
             "decode_worker": t.decode_worker, "kv_transport": t.kv_transport}
+
+
+def one_choice(options: SamplingOptions | None) -> None:
+    """Raises ValueError for options asking for several choices, which one Completion cannot hold."""
+    if options is not None and options.n not in (None, 1):
+        raise ValueError("complete() collects one choice: with n > 1, stream() and group the chunks by choice_index")
 
 
 def completion(chunks: Sequence[Chunk], sent_at: float, request_id: str = "") -> Completion:

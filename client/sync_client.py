@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 import grpc
 
 from client.async_client import POLL_S, UNARY_TIMEOUT_S, auth_metadata
-from client.convert import chunk, cluster_info, completion, generate_request, not_ready_message
+from client.convert import chunk, cluster_info, completion, generate_request, not_ready_message, one_choice
 from client.failover import Failover, gateway_addresses
 from client.types import SLO, Chunk, ClusterInfo, Completion, SamplingOptions
 from wire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -82,7 +82,9 @@ class Client:
 
     def complete(self, prompt: str | Sequence[int], options: SamplingOptions | None = None, slo: SLO | None = None,
                  request_id: str = "", tenant: str = "", timeout_s: float | None = None) -> Completion:
-        """Runs a request to the end and collects it, with the client-side TTFT and arrival times."""
+        """Runs a request to the end and collects it, with the client-side TTFT and arrival times
+        (one choice: with ``n`` > 1, ``stream`` and group the chunks by ``choice_index``)."""
+        one_choice(options)
         sent_at = time.perf_counter()
         parts = list(self.stream(prompt, options, slo, request_id, tenant, timeout_s))
         return completion(parts, sent_at, request_id)

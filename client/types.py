@@ -20,6 +20,10 @@ class SamplingOptions:
     ignore_eos: bool = False
     logprobs: int | None = None  # None: none; 0: each token's; k (at most 20): and the k likeliest tokens'
     prompt_logprobs: int | None = None  # the same of each prompt token after the first (its prefill then not cached)
+    # what the output must be: (kind, spec), kind one of json, json_schema, regex, choice, grammar
+    # (``StructuredOutput`` in the gateway's proto); None: free text
+    structured: tuple[str, str] | None = None
+    n: int | None = None  # choices: their chunks interleave, each naming its ``Chunk.choice_index``
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,7 @@ class Chunk:
     timings: dict[str, float | str] | None
     received_at: float  # time.perf_counter() when the message arrived
     logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, when asked for (``SamplingOptions.logprobs``)
+    choice_index: int = 0  # with ``SamplingOptions.n`` > 1: which choice it is of
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,3 +29,22 @@ def test_given_optional_fields_are_set_even_when_falsy_and_token_ids_go_in_token
     assert list(s.stop_token_ids) == [7, 9] and list(s.stop) == ["\n"]
     assert (request.slo.ttft_ms, request.slo.tpot_ms, request.slo.name) == (200, 20, "chat")
     assert (request.request_id, request.tenant) == ("r1", "acme")
+
+
+def test_logprobs_choices_and_structured_output_travel_both_ways() -> None:
+    from client.convert import chunk, one_choice
+    from wire.v1 import gateway_pb2
+
+    options = SamplingOptions(logprobs=0, prompt_logprobs=2, n=3, structured=("regex", "[a-z]+"))
+    s = generate_request("hi", options).sampling
+    assert (s.logprobs, s.prompt_logprobs, s.n) == (0, 2, 3) and s.HasField("logprobs")
+    assert (s.structured.kind, s.structured.spec) == ("regex", "[a-z]+")
+    plain = generate_request("hi", SamplingOptions()).sampling
+    assert not any(plain.HasField(f) for f in ("logprobs", "prompt_logprobs", "n", "structured"))
+    message = gateway_pb2.GenerateResponse(token_ids=[5, 6], choice_index=2, logprobs=[
+        gateway_pb2.TokenLogprobs(logprob=-0.5, top_token_ids=[5, 9], top_logprobs=[-0.5, -1.5]),
+        gateway_pb2.TokenLogprobs(logprob=-2.0)])
+    got = chunk(message, 0.0)
+    assert got.choice_index == 2 and got.logprobs[0].top == ((5, -0.5), (9, -1.5)) and got.logprobs[1].logprob == -2.0
+    with pytest.raises(ValueError, match="choice_index"):
+        one_choice(options)
