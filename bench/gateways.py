@@ -58,9 +58,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="one gateway and two, in turn, this many times")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false",
                         help="count from the first point (default: one uncounted point at the rate first)")
+    parser.add_argument("--detailed", action="store_true",
+                        help="keep every request's timings and id in each point's file, to match with the gateways' logs")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    args.detailed = False
     knee = args.knee or recorded_knee(args.preset)
     if knee is None:
         parser.error("no knee recorded for this preset: run bench/slo.py --workload scaled first, or give --knee")
