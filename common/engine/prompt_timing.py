@@ -72,14 +72,38 @@ class PromptTiming:
 
     def _refuse_if_queue_late(self, tokens: int, ttft_slo_ms: float, ttft_left_ms: float) -> None:
         """Raises ``AdmissionError`` when a prompt given to this prefill worker now is predicted to
-        have its first token after ``ttft_left_ms`` (``queue_first_token_s``): a gateway sees only
-        what it sent, so with several gateways this worker, which sees its whole queue, decides."""
+        have its first token after ``ttft_left_ms`` (``queue_first_token_s``), or to make a prompt
+        queued here, due later and predicted on time, late (least slack first puts the newcomer
+        ahead of it): a gateway sees only what it sent, so with several gateways this worker,
+        which sees its whole queue, decides."""
         if not ttft_left_ms or self.cost_models is None:
             return
-        first_token_s = self.queue_first_token_s(tokens, self.clock() + ttft_left_ms / 1000)
+        deadline = self.clock() + ttft_left_ms / 1000
+        first_token_s = self.queue_first_token_s(tokens, deadline)
         if first_token_s is not None and first_token_s * 1000 > ttft_left_ms:
             raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms cannot be met by this prefill worker: its first token "
                                  f"is predicted in {first_token_s * 1000:.0f} ms, {ttft_left_ms:.0f} ms left")
+        if (pushed := self._pushed_late(tokens, deadline)) is not None:
+            raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms: this prefill worker would make request {pushed}, "
+                                 "queued before it and due later, miss its own")
+
+    def _pushed_late(self, tokens: int, deadline: float) -> str | None:
+        """A prompt queued here, due after ``deadline``, on time as queued and late with ``tokens``
+        more computed before it (its id); None when there is none."""
+        assert self.cost_models is not None
+        model, cap, now = self.cost_models.prefill, self.prefill_cap(), self.clock()
+        queued = sorted((r for r in (*self.scheduler.waiting, *self.scheduler.running)
+                         if r.num_uncomputed_tokens > 0 and r.ttft_slo_ms), key=lambda r: r.ttft_deadline)
+        ahead = 0  # tokens computed before each queued prompt's first token, its own included
+        for r in queued:
+            ahead += r.num_uncomputed_tokens
+            if r.ttft_deadline <= deadline:
+                continue
+            left = r.ttft_deadline - now
+            if self.forward_calibration.scale(model.predict_forwards(ahead, cap)) <= left < \
+                    self.forward_calibration.scale(model.predict_forwards(ahead + tokens, cap)):
+                return r.request_id
+        return None
 
     def forward_s(self, tokens: int, attention: int) -> float:
         """A prefill forward's predicted time: the fitted model × this worker's calibration."""

@@ -33,8 +33,9 @@ def test_a_prompt_is_refused_when_the_prompts_due_before_it_would_make_it_late()
         core.add_request("late", [0] * 1000, PARAMS, prefill_only=True, ttft_slo_ms=300, ttft_left_ms=65)
     # due in 75 ms: in time
     core.add_request("in-time", [0] * 1000, PARAMS, prefill_only=True, ttft_slo_ms=300, ttft_left_ms=75)
-    # due before the queued prompts: it goes first (least slack first), so only its own 30 ms count
-    core.add_request("urgent", [0] * 1000, PARAMS, prefill_only=True, ttft_slo_ms=40, ttft_left_ms=40)
+    # due before the queued prompts: it goes first (least slack first), so only its own 12 ms count for
+    # it (and the queued ones, still on time with its tokens before theirs, do not refuse it)
+    core.add_request("urgent", [0] * 100, PARAMS, prefill_only=True, ttft_slo_ms=40, ttft_left_ms=40)
     # no TTFT SLO: never refused
     core.add_request("no-slo", [0] * 3000, PARAMS, prefill_only=True)
     assert {r.request_id for r in core.scheduler.waiting} == {"other-gateway", "in-time", "urgent", "no-slo"}
@@ -65,3 +66,23 @@ def test_the_check_keeps_time_for_the_prompts_kv_copy():
 def test_the_worker_is_told_its_budget_less_the_calls_overhead():
     assert left_for_worker_ms(deadline=10.5, now=10.0, overhead_s=0.1) == pytest.approx(400)
     assert left_for_worker_ms(deadline=10.05, now=10.0, overhead_s=0.1) == 0.001  # late already: refused there
+
+
+def test_a_prompt_that_would_make_a_queued_one_late_is_refused():
+    core = _engine("scorpio")
+    # another gateway's prompt: 2000 tokens (50 ms), due in 60 ms: on time alone
+    core.add_request("queued", [0] * 2000, PARAMS, prefill_only=True, ttft_slo_ms=300, ttft_left_ms=60)
+    # due sooner, so it would go first: itself in time (10 + 10 ms), but the queued one then needs 60 ms + a forward
+    with pytest.raises(AdmissionError, match="queued"):
+        core.add_request("pusher", [0] * 500, PARAMS, prefill_only=True, ttft_slo_ms=50, ttft_left_ms=50)
+    # a smaller one leaves the queued prompt on time (one forward of 2100 tokens: 52 ms)
+    core.add_request("small", [0] * 100, PARAMS, prefill_only=True, ttft_slo_ms=50, ttft_left_ms=50)
+    assert {r.request_id for r in core.scheduler.waiting} == {"queued", "small"}
+
+
+def test_a_queued_prompt_late_already_refuses_nobody():
+    core = _engine("scorpio")
+    # computed here (not a prefill worker's call, so not checked): due in 20 ms, needs 50
+    core.add_request("late", [0] * 2000, PARAMS, ttft_slo_ms=300, ttft_left_ms=20)
+    core.add_request("before-it", [0] * 100, PARAMS, prefill_only=True, ttft_slo_ms=15, ttft_left_ms=15)
+    assert {r.request_id for r in core.scheduler.waiting} == {"late", "before-it"}
