@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib.common import device_name, emit, progress  # noqa: E402
+from bench.lib.cluster_readings import prefill_worker_refusals  # noqa: E402
 from bench.slo import RANDOM, bench_point, point_seed, point_summary, slo_classes  # noqa: E402
 from common.model.location import ensure_model  # noqa: E402
 from pdserve.cluster import ClusterSpec, LocalCluster  # noqa: E402
@@ -90,13 +91,16 @@ def main() -> None:
             # one, two; then two, one: a cluster that still improves over the run favours neither
             for gateways, address in ((1, one), (2, two)) if k % 2 == 0 else ((2, two), (1, one)):
                 extra = ("--gateways", address) if gateways == 2 else ()
+                refused = prefill_worker_refusals(cluster)
                 r = bench_point(one, rate, args, slo_mix, work / f"{gateways}-{k}", num_prompts=n, requests=RANDOM,
                                 seed=point_seed(rate), extra=extra)
-                point = point_summary("scorpio", rate, r) | {"gateways": gateways, "round": k}
+                point = point_summary("scorpio", rate, r) | {"gateways": gateways, "round": k,
+                                                             "prefill_worker_refusals": prefill_worker_refusals(cluster) - refused}
                 points.append(point)
                 progress(f"  [{gateways} gateway{'s' if gateways > 1 else ''}, round {k + 1}] goodput "
                          f"{point['goodput']:.2f}, admitted meeting both {point['admitted_attainment']:.1%}, "
-                         f"rejected {point['rejected']}")
+                         f"rejected {point['rejected']} (by the prefill worker's own check: "
+                         f"{point['prefill_worker_refusals']:.0f})")
     by = {g: [p for p in points if p["gateways"] == g] for g in (1, 2)}
     goodput = {g: [p["goodput"] for p in by[g]] for g in (1, 2)}
     summary = {"rate": rate, "knee": knee, "multiple": args.multiple,

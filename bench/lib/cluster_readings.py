@@ -41,6 +41,13 @@ def gateway_counts(cluster: LocalCluster) -> tuple[float, float, dict[str, float
     return counted["met"], counted["missed"], _refusals(samples)
 
 
+def prefill_worker_refusals(cluster: LocalCluster) -> float:
+    """Prompts the prefill workers have refused so far for their whole queue (``ttft_unattainable``:
+    late, or making a queued one late), all of them together; 0 without metrics."""
+    return sum(_refusals(scrape_metrics(port)).get("ttft_unattainable", 0.0)
+               for name, port in cluster.metrics_ports.items() if name.startswith("prefill"))
+
+
 def _refusals(samples: dict[str, float]) -> dict[str, float]:
     return {_label(k, "reason"): v for k, v in samples.items() if k.startswith("pdserve:request_rejections_total{")}
 
