@@ -132,7 +132,7 @@ def _gateways(d: dict[str, Any]) -> Iterator[Row]:
            f"{s['two_gateways_admitted_attainment_pooled']:.1%} over the rounds, each ≥"
            f"{s['two_gateways_admitted_attainment_min']:.1%} (one gateway: {s['one_gateway_admitted_attainment_pooled']:.1%},"
            f" ≥{s['one_gateway_admitted_attainment_min']:.1%}); the uncounted warm-up before them: "
-           f"{s['warmup_admitted_attainment']:.1%}", "python bench/gateways.py" + (
+           f"{s['warmup_admitted_attainment']:.1%}{_worker_refusals(d)}", "python bench/gateways.py" + (
                f" --preset {d['preset']} --duration-s 60" if d["preset"] != "tiny" else ""))
 
 
@@ -144,6 +144,15 @@ def _sampling_costs(d: dict[str, Any]) -> Iterator[Row]:
                    f"logprobs=0 {r['logprobs=0']:.2f}×, logprobs=20 {r['logprobs=20']:.2f}×, json_schema "
                    f"{r['json_schema']:.2f}× of {p['decode_tok_s']['none']:,.0f} tok/s with neither",
                    "python bench/sampling_costs.py")
+
+
+def _worker_refusals(d: dict[str, Any]) -> str:
+    """The prompts the prefill worker's own check refused over the rounds, with two gateways and one."""
+    counted = [p["prefill_worker_refusals"] for p in d["points"] if "prefill_worker_refusals" in p]
+    if not counted:
+        return ""
+    by = {g: sum(p["prefill_worker_refusals"] for p in d["points"] if p["gateways"] == g) for g in (1, 2)}
+    return f"; refused by the prefill worker's own check: {by[2]:.0f} with two gateways, {by[1]:.0f} with one"
 
 
 READERS: dict[str, Rows] = {"engine": _engine, "transfer": _transfer, "e2e": _e2e, "http-overhead": _http,
