@@ -197,7 +197,8 @@ class RequestFlow(Streaming, WorkerRelease):
             incarnation=decode.descriptor.incarnation, cached_blocks=reservation.cached_blocks)
         # what this worker will compute: its guard predicts, queues and calibrates on that
         tokens, guard = prompt.uncached_tokens(worker.prefix), worker.guard
-        left_ms = left_for_worker_ms(deadline, time.perf_counter(), guard.overhead.value()) if req.ttft_ms else 0.0
+        left_ms = left_for_worker_ms(deadline, time.perf_counter(), guard.overhead.value(),
+                                     guard.headrooms.margin(req.ttft_ms / 1000)) if req.ttft_ms else 0.0
         request = worker_pb2.PrefillRequest(request_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
                                             sampling=sampling_to_proto(req.params), destination=destination,
                                             slo=_slo(req), ttft_left_ms=left_ms)

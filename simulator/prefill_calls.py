@@ -36,7 +36,8 @@ class SimPrefillCalls(SimGatewayParts):
             for served in {worker.worker_id: worker, flight.decode.worker_id: flight.decode}:  # once each
                 self.host.handed(served, self.sim.now)
         params = SamplingParams(max_tokens=flight.planned.output_len, ignore_eos=True)
-        left_ms = left_for_worker_ms(flight.deadline, self.sim.now, guard.overhead.value()) if flight.ttft_s else 0.0
+        left_ms = left_for_worker_ms(flight.deadline, self.sim.now, guard.overhead.value(),
+                                     guard.headrooms.margin(flight.ttft_s)) if flight.ttft_s else 0.0
         received = self.sim.now + self.config.hop_s  # a local prefill's call waits there for the worker's turn
 
         def prefill() -> None:

@@ -50,9 +50,15 @@ def call_overhead(target: float = DEFAULT_TARGET, clock: Callable[[], float] = t
     return WindowQuantile(quantile=overhead_quantile(target), clock=clock, max_age_s=OVERHEAD_MAX_AGE_S)
 
 
-def left_for_worker_ms(deadline: float, now: float, overhead_s: float) -> float:
-    """What a prefill call's worker is told is left of its TTFT budget (``ttft_left_ms``): the time
-    to ``deadline`` less the call's overhead tail (``call_overhead``: the hops and what the gateway
-    adds around the worker's own time), so the worker's check against its whole queue
-    (``PromptTiming.queue_first_token_s``) judges the same first token the gateway's guard does."""
-    return max(0.001, (deadline - now - overhead_s) * 1000)
+def left_for_worker_ms(deadline: float, now: float, overhead_s: float, margin: float = 1.0) -> float:
+    """What a prefill call's worker is told is left of its TTFT budget (``ttft_left_ms``), so that
+    its check against its whole queue (``PromptTiming.queue_first_token_s``, its own time for the
+    forwards) judges the first token as the gateway's guard does.
+
+    The guard admits when ``(own time + overhead) × margin`` fits before ``deadline``: the worker is
+    told ``(deadline - now) / margin - overhead``, ``overhead`` being the call overhead's tail
+    (``call_overhead``: the hops and what the gateway adds around the worker's own time) and
+    ``margin`` the closed loop's headroom for the request's class. A margin below one only ever
+    loosens the guard's own predictions, never the worker's: the worker, which sees what every
+    gateway sent it, keeps at least the time that is really left."""
+    return max(0.001, ((deadline - now) / max(1.0, margin) - overhead_s) * 1000)

@@ -68,6 +68,13 @@ def test_the_worker_is_told_its_budget_less_the_calls_overhead():
     assert left_for_worker_ms(deadline=10.05, now=10.0, overhead_s=0.1) == 0.001  # late already: refused there
 
 
+def test_the_worker_is_told_its_budget_under_the_guards_margin():
+    # the guard admits (own time + 0.1 s) x 1.25 within 0.5 s: own time up to 0.3 s
+    assert left_for_worker_ms(deadline=10.5, now=10.0, overhead_s=0.1, margin=1.25) == pytest.approx(300)
+    # a margin under one loosens only the guard: the worker keeps the time really left
+    assert left_for_worker_ms(deadline=10.5, now=10.0, overhead_s=0.1, margin=0.6) == pytest.approx(400)
+
+
 def test_a_prompt_that_would_make_a_queued_one_late_is_refused():
     core = _engine("scorpio")
     # another gateway's prompt: 2000 tokens (50 ms), due in 60 ms: on time alone
