@@ -163,7 +163,7 @@ class EngineCore(TpotAdmission, PromptTiming, RunAhead):
         cached = min(lease.cached, (len(prompt_token_ids) - 1) // size)
         tokens, computed = len(prompt_token_ids) - cached * size, cached * size
         try:
-            self._refuse_if_late(tokens, computed, ttft_slo_ms, ttft_left_ms)
+            self._refuse_if_late(request_id, tokens, computed, ttft_slo_ms, ttft_left_ms)
         except BaseException:  # refused, or the prediction failed: the reservation ends here either way
             self.pool.free(lease.block_ids)  # (the gateway's Release then finds none)
             self.load = self._measure()
@@ -255,7 +255,7 @@ class EngineCore(TpotAdmission, PromptTiming, RunAhead):
             if seq.sample and seq.num_output_tokens == 0 and (request := self.scheduler.requests.get(seq.request_id)):
                 request.first_token_at = ended
                 if not request.prefill_only:  # it decodes here (a prefill worker's never does)
-                    self.local_prompts.decode_began(ended, request.tpot_slo_ms / 1000)
+                    self.local_prompts.decode_began(ended, request.tpot_slo_ms / 1000, request.request_id)
         self._last_step_end = ended if self.has_unfinished_requests() else None
         self.load = self._measure()
         return outputs

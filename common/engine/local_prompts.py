@@ -1,8 +1,16 @@
 """Prompts a decode engine computes in its own steps (conditional disaggregation), read from the
 engine's state: the TPOT promises of its decoding requests that such a prompt's forward must keep
 (``stall_keeps``, the scheduler's test) and when its first token is expected
-(``first_token_s``, what ``EngineCore.prefill_reserved`` refuses by). The arithmetic is
-``common.slo.local_prefill``'s; this is the glue between it and one engine.
+(``first_token_s``, what ``EngineCore.prefill_reserved`` refuses by, scaled by
+``first_token_calibration``). The arithmetic is ``common.slo.local_prefill``'s; this is the glue
+between it and one engine.
+
+``first_token_s`` is an expected time from the fitted models, and the prompts it times are the
+rare ones no prefill worker could serve in time, computed beside decode steps whose forwards the
+prefill calibration (pure prefill steps) never sees, so on shared cores their first tokens often
+come well after it. The check scales the expectation by a high quantile of what this engine's own
+local prompts took against it (each timed from its admission to its first token): one prompt's
+first token decides its TTFT, so the tail matters, not the median.
 """
 
 from __future__ import annotations
@@ -11,20 +19,36 @@ from typing import TYPE_CHECKING
 
 from common.engine.scheduler import decode_ready
 from common.slo import local_prefill
+from common.slo.calibration import Calibration
 from common.slo.cost_models import attention_work
 
 if TYPE_CHECKING:
     from common.engine.core import EngineCore
+
+FIRST_TOKEN_QUANTILE = 0.9  # of a local first token's observed / expected time: what the check scales by
+FIRST_TOKEN_WINDOW_S = 30.0  # local prompts are rare: the calibration keeps its newest ones at least this long
+EXPECTED_MAX_AGE_S = 60.0  # an admitted prompt with no first token by then (aborted) is forgotten
 
 
 class LocalPrompts:
     def __init__(self, core: EngineCore) -> None:
         self.core = core
         self.fresh_decodes = local_prefill.FreshDecodes()  # what a prompt computed here waits behind
+        self.first_token_calibration = Calibration(window_s=FIRST_TOKEN_WINDOW_S, quantile=FIRST_TOKEN_QUANTILE,
+                                                   clock=core.clock)
+        self._expected: dict[str, tuple[float, float]] = {}  # request id: (admitted at, first_token_s then)
 
-    def decode_began(self, now: float, tpot_slo_s: float) -> None:
-        """A request began decoding here (committed, or its first token out of a local prompt)."""
+    def expect(self, request_id: str, now: float, first_token_s: float) -> None:
+        """A local prompt admitted ``now``, its first token expected in ``first_token_s``."""
+        self._expected = {k: v for k, v in self._expected.items() if v[0] > now - EXPECTED_MAX_AGE_S}
+        self._expected[request_id] = (now, first_token_s)
+
+    def decode_began(self, now: float, tpot_slo_s: float, request_id: str | None = None) -> None:
+        """A request began decoding here (committed, or its first token out of a local prompt:
+        ``request_id``, whose time against its expectation calibrates the next ones)."""
         self.fresh_decodes.observe(now, tpot_slo_s)
+        if request_id is not None and (expected := self._expected.pop(request_id, None)) is not None:
+            self.first_token_calibration.observe(expected[1], now - expected[0])
 
     def stall_keeps(self, tokens: int, attention: int) -> bool:
         """Whether a step computing ``tokens`` prompt tokens (of ``attention`` work) beside the

@@ -46,17 +46,24 @@ class PromptTiming:
         """The stall rule over this engine's decoding requests (``LocalPrompts.stall_keeps``)."""
         return self.local_prompts.stall_keeps(tokens, work)
 
-    def _refuse_if_late(self, tokens: int, computed: int, ttft_slo_ms: float, ttft_left_ms: float) -> None:
+    def _refuse_if_late(self, request_id: str, tokens: int, computed: int, ttft_slo_ms: float,
+                        ttft_left_ms: float) -> None:
         """Raises ``AdmissionError`` when a prompt of ``tokens`` to compute (``computed`` before
-        them) given to this engine now is predicted to have its first token after ``ttft_left_ms``;
-        nothing to check without a budget or a cost model."""
+        them) given to this engine now is predicted to have its first token after ``ttft_left_ms``
+        (``LocalPrompts.first_token_s`` scaled by its calibration); nothing to check without a
+        budget or a cost model. Admitted, its expectation is kept to calibrate by."""
         if not ttft_left_ms or self.cost_models is None:
             return
-        first_token_s = self.local_prompts.first_token_s(tokens, attention_work(tokens, computed))
-        if first_token_s is None or first_token_s * 1000 > ttft_left_ms:
-            why = ("would wait for its decodes' slack without end" if first_token_s is None
-                   else f"is predicted in {first_token_s * 1000:.0f} ms, {ttft_left_ms:.0f} ms left")
-            raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms cannot be met by this decode worker: its first token {why}")
+        local = self.local_prompts
+        expected_s = local.first_token_s(tokens, attention_work(tokens, computed))
+        if expected_s is None:
+            raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms cannot be met by this decode worker: its first token "
+                                 "would wait for its decodes' slack without end")
+        first_token_s = local.first_token_calibration.scale(expected_s)
+        if first_token_s * 1000 > ttft_left_ms:
+            raise AdmissionError(f"TTFT SLO {ttft_slo_ms:g} ms cannot be met by this decode worker: its first token "
+                                 f"is predicted in {first_token_s * 1000:.0f} ms, {ttft_left_ms:.0f} ms left")
+        local.expect(request_id, self.clock(), expected_s)
 
     def queue_first_token_s(self, tokens: int, deadline: float) -> float | None:
         """On a prefill worker: seconds until a prompt of ``tokens`` due at ``deadline`` (this

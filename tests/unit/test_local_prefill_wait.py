@@ -206,3 +206,63 @@ def test_the_gateway_refuses_a_request_its_decode_worker_would_not_prefill_in_ti
     error = retries.prefill_error(Refused(), p)
     assert isinstance(error, RequestError)
     assert error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.reason == "ttft_unattainable"
+
+
+def _step_taking(core: EngineCore, clock: Clock, seconds: float) -> None:
+    _, batch = core.schedule_step()
+    started = clock.now
+    clock.now += seconds
+    core.finish_step(batch, {s.request_id: 7 for s in batch.seqs if s.sample}, started, clock.now)
+
+
+def test_local_prompts_that_came_late_make_the_check_refuse_what_the_expectation_alone_admits():
+    """Every local prompt's first token came twice its expectation (its forward beside a decode,
+    which the prefill forwards' calibration never sees): the check scales the next expectation by
+    that, so a budget 1.5x the expectation, which a fresh engine admits, is refused; a budget past
+    twice it is not."""
+    clock = Clock()
+    core = _core(clock)
+    _one_loose_decode(core)
+    expected_ms = 30 + 2  # the forward beside one decode step; a 1 s TPOT leaves slack for it at once
+    assert core.local_prompts.first_token_s(400, 400 * 400) * 1000 == pytest.approx(expected_ms)
+    for i in range(20):
+        lease = core.reserve(f"p{i}", 400, 2, tpot_slo_ms=1000)
+        assert lease is not None
+        core.prefill_reserved(f"p{i}", lease.lease_id, list(range(1, 401)), SamplingParams(max_tokens=2, ignore_eos=True),
+                              ttft_slo_ms=1000, tpot_slo_ms=1000, ttft_left_ms=1000)
+        _step_taking(core, clock, 2 * expected_ms / 1000)  # its first token, beside the loose decode
+        _step_taking(core, clock, 0.002)  # its second, and its end
+        assert f"p{i}" not in core.scheduler.requests
+    assert core.forward_calibration.ratio == 1.0  # no forward ran alone
+    assert core.local_prompts.first_token_calibration.ratio == pytest.approx(2.0, rel=0.01)
+    with pytest.raises(AdmissionError, match="predicted in 64 ms, 48 ms left"):
+        _reserve_and_prefill(core, ttft_left_ms=1.5 * expected_ms)
+    core.check_integrity()
+    _reserve_and_prefill(core, ttft_left_ms=2.1 * expected_ms)
+    assert "local" in core.scheduler.requests
+    fresh = _core(Clock())
+    _one_loose_decode(fresh)
+    _reserve_and_prefill(fresh, ttft_left_ms=1.5 * expected_ms)
+    assert "local" in fresh.scheduler.requests
+
+
+def _one_loose_decode(core: EngineCore) -> None:
+    lease = core.reserve("loose", 8, 100, tpot_slo_ms=1000)
+    assert lease is not None
+    core.commit("loose", lease.lease_id, list(range(1, 9)), 5, SamplingParams(max_tokens=100, ignore_eos=True),
+                tpot_slo_ms=1000)
+
+
+def test_a_local_prompt_aborted_before_its_first_token_is_forgotten_not_calibrated_by():
+    clock = Clock()
+    core = _core(clock)
+    _reserve_and_prefill(core, ttft_left_ms=1000)
+    core.abort("local")
+    core.schedule_step()
+    clock.now += 120.0
+    lease = core.reserve("later", 400, 1, tpot_slo_ms=50)
+    assert lease is not None
+    core.prefill_reserved("later", lease.lease_id, list(range(1, 401)), SamplingParams(max_tokens=1, ignore_eos=True),
+                          ttft_slo_ms=1000, tpot_slo_ms=50, ttft_left_ms=1000)
+    assert set(core.local_prompts._expected) == {"later"}
+    assert core.local_prompts.first_token_calibration.ratio == 1.0
